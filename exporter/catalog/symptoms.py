@@ -1,0 +1,165 @@
+"""Symptom classes A-G, their causes and the actions with trade-offs (diagnosis-method.md).
+
+Data only. The rule that decides each cause lives in ``exporter.diagnosis.rules`` under the
+same id; alert rules, runbooks and the HTML page read titles and actions from here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
+VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
+
+
+@dataclass(frozen=True, slots=True)
+class Action:
+    action: str
+    gain: str
+    cost: str
+
+
+@dataclass(frozen=True, slots=True)
+class Symptom:
+    id: str
+    title: str
+    severity: str  # alert severity: page (act now), ticket (work queue), info (context)
+    alert: str  # alert name, CamelCase with the VLLM prefix
+
+
+@dataclass(frozen=True, slots=True)
+class Cause:
+    id: str
+    symptom: str
+    layer: str
+    title: str
+    explanation: str
+    actions: tuple[Action, ...]
+
+
+SYMPTOMS: tuple[Symptom, ...] = (
+    Symptom("A", "High TTFT, decode normal", "ticket", "VLLMSlowFirstToken"),
+    Symptom("B", "Poor inter-token latency (stuttering stream)", "ticket", "VLLMStutteringStream"),
+    Symptom("C", "Low throughput while the GPU idles", "ticket", "VLLMIdleEngine"),
+    Symptom("D", "Frequent preemption / recompute", "page", "VLLMFrequentPreemption"),
+    Symptom("E", "KV memory headroom at risk", "ticket", "VLLMKVHeadroomRisk"),
+    Symptom("F", "Prefix cache ineffective", "info", "VLLMPrefixCacheIneffective"),
+    Symptom("G", "Multi-GPU overhead outweighs the memory gained", "ticket", "VLLMParallelismOverhead"),
+)
+
+_RAISE_GMU = Action("raise gpu_memory_utilization", "more KV blocks, fewer preemptions, more concurrency",
+                    "less headroom, fragile under bursts; other runtimes on the GPU may hit the ceiling")
+_LOWER_SEQS = Action("lower max_num_seqs", "fewer requests hold KV at once", "less concurrency; the GPU may idle")
+_LOWER_BUDGET_KV = Action("lower max_num_batched_tokens", "less KV consumed per step", "throughput may drop")
+_RAISE_TP = Action("raise tensor_parallel_size", "weights spread out, frees KV space",
+                   "all-reduce per layer, communication latency")
+_RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room", "pipeline bubbles, higher latency")
+_NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
+                    "stable few-shot and tool order",
+                    "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")
+
+CAUSES: tuple[Cause, ...] = (
+    Cause("A1", "A", "request", "Long prompts: prefill cost is intrinsic",
+          "TTFT is mostly prefill of long prompts, with no queue or frontend delay behind it. Not a bug.",
+          (Action("accept it, or shorten prompts (retrieval top-k, history truncation)", "lower TTFT",
+                  "less context for the model"),
+           Action("raise max_num_batched_tokens", "long prefills finish in fewer steps", "worse ITL, more KV pressure"),
+           Action("route long-context requests to a separate pool", "short requests stop paying for long ones",
+                  "more replicas to run"))),
+    Cause("A2", "A", "scheduler", "Requests wait in the queue while KV has room",
+          "TTFT is mostly queue time and the waiting queue is sustained, but KV is not full: the token budget "
+          "or the concurrency cap, not memory, holds requests back.",
+          (Action("raise max_num_batched_tokens", "more prefill per step, the queue drains faster",
+                  "worse ITL, more KV use per step"),
+           Action("raise max_num_seqs", "more requests run at once", "KV consumed faster, sensitive to long requests"),
+           Action("add replicas or shed load (--max-num-queued-reqs)", "bounded queue time",
+                  "cost, or rejected requests"))),
+    Cause("A3", "A", "cpu", "CPU busy: input processing or the engine loop is short of CPU",
+          "Time outside the engine (tokenization, chat template, IPC) or a CPU-starvation signal explains TTFT.",
+          (Action("give the pod at least 2 + N(GPUs) physical cores, no CPU limit below that",
+                  "engine busy loop and frontend keep pace", "more CPU reserved per replica"),
+           Action("scale out API servers (--api-server-count) or simplify templates/tokenization",
+                  "input processing in parallel", "more processes, no process_* metrics in multiprocess mode"))),
+    Cause("A4", "A", "scheduler", "max_num_batched_tokens too small for the prompts",
+          "Prompts need many chunks of the token budget, so several scheduling rounds pass before the first token.",
+          (Action("raise max_num_batched_tokens", "fewer chunks, lower TTFT, higher throughput",
+                  "worse ITL and more jitter at peak, more KV per step"),)),
+    Cause("A5", "A", "kv_cache", "Low prefix-cache hit rate makes every prefill pay full price",
+          "Prefill dominates TTFT while prompts that span many blocks rarely hit the prefix cache; the root "
+          "cause is usually upstream (see F).",
+          (_NORMALISE,)),
+    Cause("B1", "B", "scheduler", "Decode disturbed by prefill",
+          "The ITL tail is far above its median while prompt tokens take a large share of computed tokens: "
+          "prefill chunks cut into decode steps.",
+          (Action("lower max_num_batched_tokens", "smaller prefill chunks next to decode, smoother ITL",
+                  "higher TTFT, lower throughput"),
+           Action("separate pools for interactive and offline traffic (or disaggregated prefill)",
+                  "streams stop sharing steps with big prefills", "more replicas to run"))),
+    Cause("B2", "B", "scheduler", "max_num_batched_tokens too large",
+          "The token budget admits several whole prefills into one step next to decode, so each decode step "
+          "waits for them.",
+          (Action("lower max_num_batched_tokens (e.g. 2048)", "better ITL", "higher TTFT, lower throughput"),
+           Action("use --performance-mode interactivity", "latency-oriented kernels and graphs",
+                  "less aggregate tokens/s"))),
+    Cause("B3", "B", "scheduler", "Throughput-oriented batch: ITL uniformly slow at high utilisation",
+          "ITL is uniformly slow (no stutter) while the batch is full or the GPU busy: possibly a deliberate "
+          "throughput configuration.",
+          (Action("lower max_num_seqs or use --performance-mode interactivity", "better per-user ITL",
+                  "lower aggregate throughput"),
+           Action("confirm the intent: keep it if throughput is the goal", "no change", "per-user ITL stays high"))),
+    Cause("C1", "C", "cpu", "CPU cannot feed the GPU",
+          "A CPU-starvation signal is high while work is present: the engine loop, scheduler or frontend "
+          "stalls and the accelerator idles in phases.",
+          (Action("give enough cores (2 + N GPUs minimum), remove noisy neighbours and tight CPU quotas",
+                  "engine steps resume full pace", "more CPU reserved"),
+           Action("optimise pre/post-processing (templates, detokenization, streaming)", "less CPU per request",
+                  "engineering time"))),
+    Cause("C2", "C", "request", "The workload does not form batches",
+          "Few requests run and none wait: arrivals are too sparse (or too short-lived) to batch. Not a "
+          "parameter problem.",
+          (Action("aggregate requests (client-side batching, fewer replicas)", "bigger batches, better utilisation",
+                  "consolidation may raise latency at peaks"),
+           Action("accept it for latency-critical sparse traffic", "lowest per-request latency", "idle accelerator"))),
+    Cause("C3", "C", "kv_cache", "KV pressure caps concurrency",
+          "Requests wait while KV is full: the scheduler cannot add requests without preempting, so "
+          "concurrency is capped by cache space.",
+          (_RAISE_GMU, _RAISE_TP,
+           Action("cap output length (max_tokens) and route long contexts elsewhere", "KV per request bounded",
+                  "truncated outputs"))),
+    Cause("D", "D", "kv_cache", "Frequent preemption: KV cache is short",
+          "Preemptions per admitted request are frequent: V1 recomputes preempted requests, wasting GPU work "
+          "and making running/waiting oscillate.",
+          (_RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
+    Cause("E", "E", "kv_cache", "KV usage pinned near full: no headroom for peaks",
+          "KV usage stays near 100% although preemptions are still rare; a burst, unbounded outputs or a large "
+          "input will tip it into preemption or OOM. Free GPU memory on a monitor is not free KV.",
+          (Action("bound outputs (max_tokens) and cap concurrency", "KV growth stays predictable",
+                  "truncated outputs, less concurrency"),
+           Action("lower gpu_memory_utilization if OOMs occur; raise it only with headroom measured",
+                  "room for activations and graphs at peak", "fewer KV blocks"),
+           _RAISE_TP)),
+    Cause("F", "F", "kv_cache", "Prefix cache ineffective: prompts do not share exact token prefixes",
+          "Prompts span many KV blocks yet few tokens hit the cache while KV has room: the shared prefix is "
+          "broken early (timestamps, IDs, template drift, tool/few-shot order) or prompts are unique.",
+          (_NORMALISE,)),
+    Cause("F6", "F", "kv_cache", "Prefix cache too small: hot prefixes are evicted",
+          "Few prompt tokens hit the cache while KV is full, so cached prefix blocks are evicted (LRU) before "
+          "reuse.",
+          (_RAISE_GMU,
+           Action("route requests by prefix (prefix-aware load balancing)", "each replica holds fewer prefixes",
+                  "uneven load across replicas"),
+           Action("offload KV to CPU (KV connector)", "a larger cache tier", "transfer latency, host memory"))),
+    Cause("G", "G", "distributed", "Parallelism overhead without memory pressure",
+          "TP/PP > 1 while KV has room to spare and latency is uniformly slow: communication and pipeline "
+          "bubbles cost more than the memory they bought.",
+          (Action("reduce tensor/pipeline parallel size and run data-parallel replicas instead",
+                  "no per-layer all-reduce, lower ITL", "less KV per replica, the model must fit"),
+           Action("keep TP inside one node (NVLink), avoid PP across nodes", "cheaper communication",
+                  "placement constraints"))),
+)
+
+SYMPTOM_BY_ID: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in SYMPTOMS})
+CAUSE_BY_ID: Mapping[str, Cause] = MappingProxyType({c.id: c for c in CAUSES})
+assert all(c.layer in LAYERS and c.symptom in SYMPTOM_BY_ID for c in CAUSES)

@@ -1,0 +1,137 @@
+"""Every threshold of the product, declared once.
+
+The sidecar's rules, the generated alert rules and the dashboards' threshold steps all read
+these entries; configuration may override values (validated against this table), never add
+new keys. Each entry says what it controls and when to move it, kubernetes-mixin style.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Mapping
+
+
+@dataclass(frozen=True, slots=True)
+class Threshold:
+    key: str
+    default: float
+    unit: str
+    controls: str
+    minimum: float = 0.0
+    maximum: float | None = None
+
+
+THRESHOLDS: tuple[Threshold, ...] = (
+    # -- evidence ------------------------------------------------------------------------
+    Threshold("evidence_min_scrapes", 2, "scrapes",
+              "Scrapes the window must hold before any diagnosis; below it the state is insufficient_evidence.", 2),
+    Threshold("evidence_min_requests", 5, "requests",
+              "Latency observations a latency rule needs in the window; with fewer it abstains. "
+              "Raise it for noisy, low-traffic targets.", 1),
+    # -- KV cache ------------------------------------------------------------------------
+    Threshold("kv_usage_high", 0.9, "ratio",
+              "KV usage treated as full. Point samples swing 0.7-0.98 under sustained pressure, so rules "
+              "read it as corroboration next to preemptions, never alone.", 0, 1),
+    Threshold("kv_full_fraction", 0.5, "ratio",
+              "Share of the window's scrapes at or above kv_usage_high for KV to count as full.", 0, 1),
+    Threshold("preemptions_per_request", 0.1, "ratio",
+              "Preemptions per admitted request above which preemption is 'frequent' (symptom D). "
+              "Occasional preemption is vLLM's safety net; lower it only for latency-critical pools.", 0),
+    Threshold("preemptions_min", 3, "preemptions",
+              "Preemptions the window must hold before D can fire, so one stray preemption never pages.", 1),
+    Threshold("headroom_usage_mean", 0.9, "ratio",
+              "Mean KV usage over the window above which headroom is at risk (symptom E).", 0, 1),
+    Threshold("prefix_hit_ratio_low", 0.3, "ratio",
+              "Prefix-cache hit ratio (cached / queried prompt tokens) below which caching is ineffective (F).", 0, 1),
+    Threshold("prefix_min_prompt_blocks", 4, "blocks",
+              "Mean prompt length, in KV blocks, that prompts must span for a low hit ratio to mean anything: "
+              "prompts shorter than a block can never hit.", 1),
+    # -- TTFT structure (symptom A) ------------------------------------------------------
+    Threshold("ttft_queue_share", 0.3, "ratio",
+              "Share of mean TTFT spent in the engine queue above which waiting explains TTFT (A2).", 0, 1),
+    Threshold("ttft_prefill_share", 0.5, "ratio",
+              "Share of mean TTFT spent in prefill above which TTFT is prefill-bound (A1/A4/A5).", 0, 1),
+    Threshold("frontend_share", 0.3, "ratio",
+              "Share of mean TTFT (or e2e) spent outside the engine (tokenization, templates, IPC, output "
+              "handling) above which the frontend CPU path is suspect.", 0, 1),
+    Threshold("long_prompt_tokens", 1024, "tokens",
+              "Mean prompt length at which prefill cost is intrinsic (A1). Workload-dependent: it corroborates "
+              "a prefill-dominated TTFT, it never fires alone.", 1),
+    Threshold("budget_chunks_per_prompt", 4, "chunks",
+              "Mean prompt length over max_num_batched_tokens at which chunking itself delays the first token (A4).", 1),
+    Threshold("waiting_sustained_fraction", 0.5, "ratio",
+              "Share of the window's scrapes with requests waiting for the queue to count as sustained.", 0, 1),
+    # -- ITL structure (symptom B) -------------------------------------------------------
+    Threshold("itl_tail_ratio", 3.0, "ratio",
+              "ITL p99 over p50 above which the stream stutters (B1/B2) rather than being uniformly slow (B3/G).", 1),
+    Threshold("prefill_token_share", 0.3, "ratio",
+              "Share of computed tokens that are prompt tokens above which prefills compete with decode (B1).", 0, 1),
+    Threshold("budget_over_prompt", 2.0, "ratio",
+              "max_num_batched_tokens over mean prompt length above which one step can carry several whole "
+              "prefills next to decode (B2).", 0),
+    Threshold("batch_fill_high", 0.8, "ratio",
+              "Running requests over max_num_seqs above which the engine runs a throughput-oriented batch (B3).", 0, 1),
+    # -- throughput / idle (symptom C) ---------------------------------------------------
+    Threshold("gpu_util_low", 0.5, "ratio",
+              "GPU utilisation (DCGM) below which the GPU counts as idle (C). Used only when a DCGM source exists.", 0, 1),
+    Threshold("gpu_util_high", 0.9, "ratio", "GPU utilisation (DCGM) above which the GPU counts as busy (B3).", 0, 1),
+    Threshold("sparse_mean_running", 1.5, "requests",
+              "Mean running requests below which, with nothing waiting, the workload does not form batches (C2).", 0),
+    # -- CPU ------------------------------------------------------------------------------
+    Threshold("cpu_starvation_score", 0.5, "score",
+              "CPU-starvation score at which the cpu layer is blamed (A3/C1) and the CPU alert fires.", 0, 1),
+    Threshold("cpu_wait_share_floor", 0.15, "ratio",
+              "Run-queue wait share of the vLLM threads that maps to a score of 0 (normal scheduling noise).", 0, 1),
+    Threshold("cpu_wait_share_full", 0.5, "ratio",
+              "Run-queue wait share that maps to a score of 1 (measured 0.73-0.80 under real starvation).", 0, 1),
+    Threshold("cpu_throttled_full", 0.5, "ratio", "Share of CFS periods throttled that maps to a score of 1.", 0, 1),
+    Threshold("cpu_psi_full", 0.5, "ratio", "CPU PSI 'some' share (avg10/100) that maps to a score of 1.", 0, 1),
+    Threshold("api_server_busy_cores", 0.9, "cores",
+              "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is saturated.", 0),
+    # -- distributed (symptom G) ---------------------------------------------------------
+    Threshold("kv_relief_usage", 0.5, "ratio",
+              "Mean KV usage below which a TP/PP deployment has memory to spare, so added GPUs buy latency cost only (G).",
+              0, 1),
+    # -- verdict ------------------------------------------------------------------------
+    Threshold("verdict_enter_score", 0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1),
+    Threshold("verdict_exit_score", 0.35, "score",
+              "Layer score below which the current verdict layer is released (hysteresis band).", 0, 1),
+    Threshold("verdict_hold_evaluations", 2, "evaluations",
+              "Consecutive evaluations a new verdict must win before it replaces the current one.", 1),
+)
+
+DEFAULTS: Mapping[str, float] = MappingProxyType({t.key: t.default for t in THRESHOLDS})
+BY_KEY: Mapping[str, Threshold] = MappingProxyType({t.key: t for t in THRESHOLDS})
+
+
+class Thresholds:
+    """Resolved threshold values: catalog defaults plus validated overrides, read as attributes."""
+
+    __slots__ = ("_values",)
+
+    def __init__(self, overrides: Mapping[str, float] | None = None) -> None:
+        values = dict(DEFAULTS)
+        for key, value in (overrides or {}).items():
+            values[key] = validate(key, value)
+        self._values = MappingProxyType(values)
+
+    def __getattr__(self, key: str) -> float:
+        try:
+            return self._values[key]
+        except KeyError:
+            raise AttributeError(key) from None
+
+    def as_dict(self) -> dict[str, float]:
+        return dict(self._values)
+
+
+def validate(key: str, value: float) -> float:
+    entry = BY_KEY.get(key)
+    if entry is None:
+        raise ValueError(f"unknown threshold {key!r} (known: {', '.join(sorted(BY_KEY))})")
+    value = float(value)
+    if value < entry.minimum or (entry.maximum is not None and value > entry.maximum):
+        upper = f"..{entry.maximum:g}" if entry.maximum is not None else "+"
+        raise ValueError(f"threshold {key}={value:g} is out of range {entry.minimum:g}{upper}")
+    return value

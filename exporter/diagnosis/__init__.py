@@ -1,0 +1,1 @@
+"""Rules -> causes -> symptoms -> layer scores -> verdict with hysteresis."""

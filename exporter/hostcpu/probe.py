@@ -1,0 +1,119 @@
+"""Turn the readers' cumulative counters into shares over the diagnosis window."""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from pathlib import Path
+from typing import Callable
+
+from exporter.config import Target
+from exporter.hostcpu.base import NoData, Reader
+from exporter.hostcpu.cgroup import CgroupThrottleReader, find_throttle_reader
+from exporter.hostcpu.processes import cgroup_members, descendants, matching
+from exporter.hostcpu.psi import PsiReader
+from exporter.hostcpu.schedstat import SchedstatReader
+from exporter.signals import HostInputs
+
+log = logging.getLogger(__name__)
+
+
+class HostProbe:
+    """Reads every available CPU source at each evaluation and keeps ``span`` seconds of deltas."""
+
+    def __init__(self, pids: Callable[[], list[int]], span_seconds: float, *, cgroup_dir: Path | None = None,
+                 proc: Path = Path("/proc"), psi_path: Path = Path("/proc/pressure/cpu")) -> None:
+        self._pids = pids
+        self._proc = proc
+        self.span = span_seconds
+        self._schedstat = SchedstatReader(pids, proc)
+        self._cgroup_dir = cgroup_dir
+        self._throttle: CgroupThrottleReader | None = None
+        self._psi = PsiReader(psi_path)
+        self._history: deque[tuple[float, dict[str, dict[str, float]]]] = deque()
+        self._warned: set[str] = set()
+
+    def _throttle_reader(self) -> Reader:
+        if self._throttle is None:
+            if self._cgroup_dir is not None:
+                self._throttle = CgroupThrottleReader(self._cgroup_dir)
+            else:
+                pids = self._pids()
+                if not pids:
+                    raise NoData("no vLLM process")
+                self._throttle = find_throttle_reader(pids[0], self._proc)
+        return self._throttle
+
+    def _read(self, name: str, get_reader: Callable[[], Reader]) -> dict[str, float] | None:
+        try:
+            return get_reader().read()
+        except NoData as exc:
+            if name not in self._warned:
+                self._warned.add(name)
+                log.info("CPU source %s unavailable: %s", name, exc)
+            return None
+
+    def __call__(self, now: float) -> HostInputs:
+        readings = {}
+        for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
+                             ("psi", lambda: self._psi)):
+            value = self._read(name, reader)
+            if value is not None:
+                readings[name] = value
+        self._history.append((now, readings))
+        while len(self._history) > 2 and self._history[1][0] <= now - self.span:
+            self._history.popleft()
+        return self.inputs()
+
+    def _delta(self, source: str, key: str) -> float | None:
+        first = next((r[source][key] for _, r in self._history if source in r), None)
+        last = next((r[source][key] for _, r in reversed(self._history) if source in r), None)
+        if first is None or last is None or last < first:
+            return None
+        return last - first
+
+    def inputs(self) -> HostInputs:
+        if len(self._history) < 2:
+            return HostInputs()
+        span = self._history[-1][0] - self._history[0][0]
+        sources = []
+        wait_share = throttled = psi = None
+        run, wait = self._delta("schedstat", "run_ns"), self._delta("schedstat", "wait_ns")
+        if run is not None and wait is not None and run + wait > 0:
+            wait_share = wait / (run + wait)
+            sources.append("schedstat")
+        periods, hits = self._delta("cgroup", "nr_periods"), self._delta("cgroup", "nr_throttled")
+        if periods is not None and hits is not None and periods > 0:
+            throttled = hits / periods
+            sources.append("cgroup")
+        some = self._delta("psi", "some_us")
+        if some is not None and span > 0:
+            psi = min(1.0, some / (span * 1e6))
+            sources.append("psi")
+        return HostInputs(cpu_wait_share=wait_share, cpu_throttled_share=throttled, cpu_psi_share=psi,
+                          sources=tuple(sources))
+
+
+def host_probe_for(target: Target, span_seconds: float | None = None) -> HostProbe | None:
+    """A probe for a target with a configured CPU source, else None (rules then abstain)."""
+    source = target.cpu
+    if source is None:
+        return None
+    span = span_seconds or 60.0
+    if source.pid is not None:
+        pid = source.pid
+        return HostProbe(lambda: _safe(lambda: descendants(pid)), span)
+    if source.match is not None:
+        pattern = source.match
+        return HostProbe(lambda: _safe(lambda: matching(pattern)), span)
+    directory = Path(source.cgroup or "")
+    if not directory.is_absolute():
+        directory = Path("/sys/fs/cgroup") / directory
+    return HostProbe(lambda: _safe(lambda: cgroup_members(directory)), span, cgroup_dir=directory)
+
+
+def _safe(find: Callable[[], list[int]]) -> list[int]:
+    try:
+        return find()
+    except NoData:
+        return []

@@ -1,0 +1,173 @@
+"""Exposition text -> :class:`Snapshot`, through the name catalog.
+
+Accepts the classic text format (what vLLM's Python frontend serves) and the OpenMetrics
+variant (vLLM's Rust frontend: ``# EOF``, integer values, declaration-order labels).
+Every sample line is validated, so garbage fails the scrape with the line number, the way
+Prometheus itself fails it; only families in the catalog are kept, and ``*_created``
+twins and unknown families are dropped without building their labels.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from types import MappingProxyType
+
+from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
+from exporter.snapshot import HistogramSample, LabelSet, Snapshot
+
+
+class ParseError(ValueError):
+    """The payload is not a valid exposition; the message names the line and the fault."""
+
+
+_LINE = re.compile(
+    r'([a-zA-Z_:][a-zA-Z0-9_:]*)'  # metric name
+    r'(?:\{((?:[^"}]|"(?:[^"\\\n]|\\.)*")*)\})?'  # optional label block, quotes respected
+    r'[ \t]+(\S+)'  # value
+    r'(?:[ \t]+(-?[0-9][0-9.eE+-]*))?'  # optional timestamp
+    r'(?:[ \t]+#.*)?[ \t]*'  # optional OpenMetrics exemplar
+)
+_LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\.)*)"[ \t]*(,|$)')
+_ESCAPES = {"\\\\": "\\", '\\"': '"', "\\n": "\n"}
+_ESCAPE = re.compile(r'\\[\\"n]')
+
+DEFAULT_MAX_SERIES_PER_FAMILY = 2000
+
+
+def _labels(block: str, lineno: int) -> dict[str, str]:
+    labels: dict[str, str] = {}
+    pos = 0
+    while pos < len(block):
+        match = _LABEL.match(block, pos)
+        if match is None:
+            if block[pos:].strip(" \t,") == "":
+                break
+            raise ParseError(f"line {lineno}: malformed labels {{{block[:80]}}}")
+        value = match.group(2)
+        if "\\" in value:
+            value = _ESCAPE.sub(lambda m: _ESCAPES[m.group(0)], value)
+        labels[match.group(1)] = value
+        pos = match.end()
+    return labels
+
+
+def _value(text: str, lineno: int) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise ParseError(f"line {lineno}: value {text[:40]!r} is not a number") from None
+
+
+def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_MAX_SERIES_PER_FAMILY) -> Snapshot:
+    """Parse one scrape taken at ``timestamp``.
+
+    Raises :class:`ParseError` on malformed input or on a duplicate series (Prometheus rejects
+    those scrapes too). Non-finite values and series over ``max_series_per_family`` are
+    dropped and counted in ``Snapshot.dropped_samples``.
+    """
+    # wire family -> labelset -> value; histograms collect parts before they are assembled
+    scalars: dict[str, dict[LabelSet, float]] = {}
+    buckets: dict[str, dict[LabelSet, dict[float, float]]] = {}
+    sums: dict[str, dict[LabelSet, float]] = {}
+    counts: dict[str, dict[LabelSet, float]] = {}
+    info: dict[str, list[dict[str, str]]] = {}
+    alias_rank: dict[str, int] = {}
+    dropped = 0
+    seen_eof = False
+
+    for lineno, line in enumerate(text.split("\n"), 1):
+        if not line or line.isspace():
+            continue
+        if seen_eof:
+            raise ParseError(f"line {lineno}: content after # EOF")
+        if line[0] == "#":
+            if line.rstrip() == "# EOF":
+                seen_eof = True
+            continue
+        match = _LINE.fullmatch(line.rstrip("\r"))
+        if match is None:
+            raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+        entry = SAMPLE_INDEX.get(match.group(1))
+        if entry is None:
+            continue  # a family the diagnosis does not read (incl. *_created twins)
+        canonical, part, rank = entry
+        best = alias_rank.get(canonical)
+        if best is not None and rank > best:
+            continue  # an older alias of a family this scrape also carries under its current name
+        if best is None or rank < best:
+            alias_rank[canonical] = rank
+            for store in (scalars, buckets, sums, counts, info):
+                store.pop(canonical, None)
+        raw_labels = _labels(match.group(2), lineno) if match.group(2) else {}
+        value = _value(match.group(3), lineno)
+
+        metric = BY_NAME[canonical]
+        if metric.kind is Kind.INFO:
+            info.setdefault(canonical, []).append(raw_labels)
+            continue
+        le_text = raw_labels.pop("le", None) if part == "bucket" else None
+        key: LabelSet = tuple(sorted(raw_labels.items()))
+        if part == "bucket":
+            if le_text is None:
+                raise ParseError(f"line {lineno}: histogram bucket without le")
+            le = _value(le_text, lineno)
+            family = buckets.setdefault(canonical, {})
+            series = family.get(key)
+            if series is None:
+                if len(family) >= max_series_per_family:
+                    dropped += 1
+                    continue
+                series = family[key] = {}
+            if le in series:
+                raise ParseError(f"line {lineno}: duplicate bucket le={le_text}")
+            series[le] = value
+            continue
+        store = scalars if part == "value" else sums if part == "sum" else counts
+        family_values = store.setdefault(canonical, {})
+        if key in family_values:
+            raise ParseError(f"line {lineno}: duplicate series {match.group(1)}{dict(key)}")
+        if len(family_values) >= max_series_per_family:
+            dropped += 1
+            continue
+        if math.isnan(value) or math.isinf(value):
+            dropped += 1
+            continue
+        family_values[key] = value
+
+    histograms: dict[str, dict[LabelSet, HistogramSample]] = {}
+    for canonical, family in buckets.items():
+        assembled: dict[LabelSet, HistogramSample] = {}
+        for key, by_le in family.items():
+            sample = _assemble(canonical, key, by_le, sums.get(canonical, {}), counts.get(canonical, {}))
+            if sample is None:
+                dropped += 1
+            else:
+                assembled[key] = sample
+        if assembled:
+            histograms[canonical] = assembled
+
+    return Snapshot(
+        timestamp=timestamp,
+        scalars=MappingProxyType({k: MappingProxyType(v) for k, v in scalars.items() if v}),
+        histograms=MappingProxyType({k: MappingProxyType(v) for k, v in histograms.items()}),
+        info=MappingProxyType({k: tuple(MappingProxyType(d) for d in v) for k, v in info.items()}),
+        dropped_samples=dropped,
+    )
+
+
+def _assemble(
+    name: str, key: LabelSet, by_le: dict[float, float], sums: dict[LabelSet, float], counts: dict[LabelSet, float]
+) -> HistogramSample | None:
+    """Build a histogram series; None when it is unusable (no +Inf, NaN, not cumulative)."""
+    bounds = tuple(sorted(by_le))
+    if not bounds or bounds[-1] != math.inf:
+        return None
+    cumulative = tuple(by_le[b] for b in bounds)
+    if any(math.isnan(c) or math.isinf(c) for c in cumulative):
+        return None
+    if any(later < earlier for earlier, later in zip(cumulative, cumulative[1:])):
+        return None
+    count = counts.get(key, cumulative[-1])
+    total = sums.get(key, math.nan)
+    return HistogramSample(bounds=bounds, cumulative=cumulative, sum=total, count=count)

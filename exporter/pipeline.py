@@ -1,0 +1,147 @@
+"""One target's path from a scrape result to a published :class:`TargetState`.
+
+The live sidecar and ``vllm-diag diagnose FILE...`` both feed :meth:`TargetPipeline.ingest`,
+so offline captures and live scrapes give the same numbers.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable
+
+from exporter.catalog.metrics import METRICS, Kind
+from exporter.config import Settings, Target
+from exporter.diagnosis.engine import VerdictTracker, diagnose
+from exporter.diagnosis.rules import Context
+from exporter.parse import ParseError, parse
+from exporter.poll import ScrapeResult
+from exporter.signals import HostInputs, compute
+from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, unknown_diagnosis
+from exporter.window import Window
+
+log = logging.getLogger(__name__)
+
+COUNTERS = tuple(m.name for m in METRICS if m.kind is Kind.COUNTER)
+CAPTURE_HEADER = "# vllm-diag capture"
+
+HostProbe = Callable[[float], HostInputs]
+
+
+class TargetPipeline:
+    """parse -> window -> signals -> diagnosis for one target; keeps only the window and verdict."""
+
+    def __init__(self, target: Target, settings: Settings, host_probe: HostProbe | None = None) -> None:
+        self.target = target
+        self.settings = settings
+        self.thresholds = settings.resolved_thresholds()
+        self.window = Window(settings.window_seconds, COUNTERS)
+        self.tracker = VerdictTracker()
+        self.host_probe = host_probe
+        self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
+        self._health = ScrapeHealth(errors_total=dict(self._errors))
+        self.state = TargetState(
+            target=target.name, url=target.url, status="insufficient_evidence",
+            window_seconds=settings.window_seconds, evaluated_at=time.time(), health=self._health,
+            diagnosis=unknown_diagnosis(time.time()),
+        )
+
+    def _fail(self, result: ScrapeResult, reason: str, message: str) -> TargetState:
+        self._errors[reason] += 1
+        log.warning("scrape of %s failed (%s): %s", self.target.name, reason, message)
+        self._health = replace(
+            self._health, up=False, last_duration_seconds=result.duration, last_error=f"{reason}: {message}",
+            errors_total=dict(self._errors), scrapes_total=self._health.scrapes_total + 1,
+        )
+        # A target we cannot read gets no diagnosis: the last verdict is withdrawn, not repeated.
+        self.state = replace(
+            self.state, status="down", evaluated_at=result.started_at, health=self._health,
+            diagnosis=replace(unknown_diagnosis(result.started_at), verdict=self.tracker.reset(result.started_at)),
+        )
+        return self.state
+
+    def ingest(self, result: ScrapeResult) -> TargetState:
+        if not result.ok:
+            return self._fail(result, result.error_reason or "connect", result.error or "scrape failed")
+        try:
+            text = result.body.decode("utf-8")  # type: ignore[union-attr]
+            snapshot = parse(text, result.started_at)
+        except UnicodeDecodeError as exc:
+            return self._fail(result, "parse", f"payload is not UTF-8 ({exc.reason} at byte {exc.start})")
+        except ParseError as exc:
+            return self._fail(result, "parse", str(exc))
+        if self.target.record_dir is not None:
+            self._record(result, text)
+        step = self.window.push(snapshot)
+        self._health = replace(
+            self._health, up=True, last_duration_seconds=result.duration, last_success_timestamp=result.started_at,
+            last_error=None, scrapes_total=self._health.scrapes_total + 1,
+            dropped_samples_total=self._health.dropped_samples_total + snapshot.dropped_samples,
+            restarts_total=self._health.restarts_total + (1 if step is not None and step.restarted else 0),
+        )
+        return self.evaluate(result.started_at)
+
+    def evaluate(self, now: float) -> TargetState:
+        host = self.host_probe(now) if self.host_probe is not None else None
+        signals = compute(self.window, self.thresholds, host)
+        latest = self.window.latest
+        model = ",".join(latest.model_names()) if latest is not None else ""
+        ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
+        if ready:
+            ctx = Context(signals, self.target.engine, self.thresholds, self.settings.slo)
+            diagnosis = diagnose(ctx, self.tracker, now)
+            status = "ok"
+        else:
+            diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
+            status = "insufficient_evidence"
+        self.state = TargetState(
+            target=self.target.name, url=self.target.url, status=status, window_seconds=self.settings.window_seconds,
+            evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
+            missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None,
+        )
+        return self.state
+
+    def _record(self, result: ScrapeResult, text: str) -> None:
+        directory = self.target.record_dir
+        assert directory is not None
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            path = directory / f"{self.target.name}-{result.started_at:.3f}.txt"
+            header = f"{CAPTURE_HEADER} target={self.target.name} scraped_at={result.started_at!r}\n"
+            path.write_text(header + text, encoding="utf-8")
+        except OSError as exc:  # recording is a side feature: never let it stop the diagnosis
+            log.warning("cannot record capture for %s: %s", self.target.name, exc)
+
+
+def capture_timestamp(text: str) -> float | None:
+    """The scrape time a recorded capture carries in its header, if any."""
+    if not text.startswith(CAPTURE_HEADER):
+        return None
+    first = text.split("\n", 1)[0]
+    for part in first.split():
+        if part.startswith("scraped_at="):
+            try:
+                return float(part.removeprefix("scraped_at="))
+            except ValueError:
+                return None
+    return None
+
+
+def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0) -> TargetState:
+    """Feed saved captures, in order, through the live code path.
+
+    A capture recorded by the sidecar carries its scrape time; plain captures are spaced
+    ``interval`` seconds apart.
+    """
+    state = pipeline.state
+    for index, path in enumerate(files):
+        body = path.read_bytes()
+        try:
+            stamp = capture_timestamp(body[:200].decode("utf-8", "replace"))
+        except ValueError:
+            stamp = None
+        started = stamp if stamp is not None else start + index * interval
+        state = pipeline.ingest(ScrapeResult(started_at=started, duration=0.0, body=body))
+    return state

@@ -1,0 +1,1 @@
+"""Renderers of the published state: Prometheus collector, JSON, HTML, CLI text."""

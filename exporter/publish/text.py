@@ -1,0 +1,74 @@
+"""Readable report for ``vllm-diag diagnose --format text``: verdict first, then evidence, then actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
+    ("ttft_p95_seconds", "TTFT p95", "s"),
+    ("itl_p95_seconds", "ITL p95", "s"),
+    ("e2e_p95_seconds", "e2e p95", "s"),
+    ("queue_mean", "mean queue time", "s"),
+    ("prefill_mean", "mean prefill time", "s"),
+    ("ttft_frontend_mean", "mean frontend time", "s"),
+    ("preemption_rate", "preemptions/s", ""),
+    ("preemptions_per_request", "preemptions per request", ""),
+    ("kv_cache_usage_max", "KV usage max", "%"),
+    ("kv_cache_usage_mean", "KV usage mean", "%"),
+    ("prefix_cache_hit_ratio", "prefix hit ratio", "%"),
+    ("running_mean", "running (mean)", ""),
+    ("waiting_mean", "waiting (mean)", ""),
+    ("requests_per_second", "requests/s", ""),
+    ("generation_tokens_per_second", "generated tokens/s", ""),
+    ("cpu_starvation_score", "CPU-starvation score", ""),
+)
+
+
+def _fmt(value: Any, unit: str) -> str:
+    if value is None:
+        return "n/a"
+    if unit == "%":
+        return f"{value * 100:.1f}%"
+    if unit == "s":
+        return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
+    return f"{value:.3g}"
+
+
+def render(document: dict[str, Any]) -> str:
+    lines: list[str] = []
+    for target in document["targets"]:
+        verdict = target["verdict"]
+        head = f"{target['target']}"
+        if target["model_name"]:
+            head += f" (model {target['model_name']})"
+        lines.append(head)
+        lines.append("=" * len(head))
+        if target["state"] != "ok":
+            reason = target["scrape"]["last_error"] if target["state"] == "down" else "window too short to diagnose"
+            lines.append(f"state: {target['state']} ({reason})")
+        lines.append(f"verdict: {verdict['layer']} (score {verdict['score']:.2f})")
+        scores = ", ".join(f"{k} {v:.2f}" for k, v in target["layer_scores"].items())
+        lines.append(f"layer scores: {scores}")
+        if not target["symptoms"] and target["state"] == "ok":
+            lines.append("no symptom active")
+        for symptom in target["symptoms"]:
+            lines.append("")
+            lines.append(f"[{symptom['id']}] {symptom['title']} ({symptom['severity']})")
+            for cause in symptom["causes"]:
+                lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {cause['strength']:.2f}]")
+                for line in cause["evidence"]:
+                    lines.append(f"    evidence: {line}")
+                for action in cause["actions"]:
+                    lines.append(f"    action: {action['action']}")
+                    lines.append(f"      gain: {action['gain']}; cost: {action['cost']}")
+        signals = target["signals"]
+        if signals:
+            lines.append("")
+            lines.append(f"signals over {signals.get('window_seconds', 0):.0f} s ({signals.get('scrapes', 0)} scrapes):")
+            for key, label, unit in KEY_SIGNALS:
+                if signals.get(key) is not None:
+                    lines.append(f"  {label}: {_fmt(signals[key], unit)}")
+        if target["missing"]:
+            lines.append(f"missing: {', '.join(target['missing'])}")
+        lines.append("")
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,154 @@
+"""The sidecar: aiohttp app, one apscheduler interval job per target, and the HTTP endpoints.
+
+``create_app(settings)`` builds everything; ``vllm-diag serve`` only runs it and tests use
+aiohttp's test server on the same factory. The HTTP client session and the scheduler are
+started and stopped by one cleanup context.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from datetime import datetime, timezone
+from typing import AsyncIterator, Callable
+
+import aiohttp
+from aiohttp import web
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
+from prometheus_client import CollectorRegistry, ProcessCollector
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+
+from exporter import __version__
+from exporter.config import Settings, Target
+from exporter.pipeline import HostProbe, TargetPipeline
+from exporter.poll import fetch
+from exporter.publish import document, html, text
+from exporter.publish.collector import DiagnosisCollector
+from exporter.state import TargetState
+
+log = logging.getLogger(__name__)
+
+HostProbeFactory = Callable[[Target, float], HostProbe | None]
+
+# Large payloads are parsed off the event loop so /metrics stays responsive meanwhile.
+OFFLOAD_BYTES = 256 * 1024
+
+
+class Sidecar:
+    """Holds the pipelines and the latest published state of every target."""
+
+    def __init__(self, settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
+        self.settings = settings
+        self.pipelines = {
+            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None) for t in settings.targets
+        }
+        self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
+        self.attempted: set[str] = set()
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.registry.register(DiagnosisCollector(lambda: self.states))
+        ProcessCollector(namespace="vllm_diag", registry=self.registry)
+        self.session: aiohttp.ClientSession | None = None
+
+    async def scrape(self, name: str) -> TargetState:
+        pipeline = self.pipelines[name]
+        target = pipeline.target
+        assert self.session is not None, "scrape before startup"
+        result = await fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes,
+                             user_agent=f"vllm-diag/{__version__}")
+        if result.body is not None and len(result.body) > OFFLOAD_BYTES:
+            state = await asyncio.get_running_loop().run_in_executor(None, pipeline.ingest, result)
+        else:
+            state = pipeline.ingest(result)
+        self.attempted.add(name)
+        # Swap the whole state: readers never see half of an evaluation.
+        self.states = {**self.states, name: state}
+        return state
+
+    def snapshot(self) -> list[TargetState]:
+        return list(self.states.values())
+
+
+SIDECAR = web.AppKey("sidecar", Sidecar)
+SCHEDULER = web.AppKey("scheduler", AsyncIOScheduler)
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    sidecar = app[SIDECAR]
+    sidecar.session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit_per_host=2, ttl_dns_cache=60),
+        auto_decompress=True,
+    )
+    scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+    now = datetime.now(timezone.utc)
+    for name, pipeline in sidecar.pipelines.items():
+        interval = pipeline.target.scrape_interval
+        scheduler.add_job(
+            sidecar.scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
+            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now,
+        )
+    scheduler.start()
+    app[SCHEDULER] = scheduler
+    log.info("polling %d target(s): %s", len(sidecar.pipelines), ", ".join(sidecar.pipelines) or "none")
+    try:
+        yield
+    finally:
+        scheduler.shutdown(wait=False)
+        await sidecar.session.close()
+
+
+async def handle_metrics(request: web.Request) -> web.Response:
+    body = generate_latest(request.app[SIDECAR].registry)
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def handle_diagnosis(request: web.Request) -> web.Response:
+    doc = document.build(request.app[SIDECAR].snapshot())
+    return web.Response(text=json.dumps(doc, allow_nan=False, default=_json_default), content_type="application/json")
+
+
+async def handle_index(request: web.Request) -> web.Response:
+    doc = document.build(request.app[SIDECAR].snapshot())
+    return web.Response(text=html.render(doc), content_type="text/html", charset="utf-8")
+
+
+async def handle_text(request: web.Request) -> web.Response:
+    return web.Response(text=text.render(document.build(request.app[SIDECAR].snapshot())))
+
+
+async def handle_healthz(request: web.Request) -> web.Response:
+    return web.Response(text="ok\n")
+
+
+async def handle_readyz(request: web.Request) -> web.Response:
+    sidecar = request.app[SIDECAR]
+    waiting = sorted(set(sidecar.pipelines) - sidecar.attempted)
+    if waiting:
+        return web.Response(status=503, text=f"first scrape pending: {', '.join(waiting)}\n")
+    return web.Response(text="ready\n")
+
+
+def _json_default(value: object) -> object:
+    raise TypeError(f"not JSON serialisable: {type(value).__name__}")
+
+
+def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = None,
+               start_polling: bool = True) -> web.Application:
+    app = web.Application(client_max_size=64 * 1024)
+    app[SIDECAR] = Sidecar(settings, host_probes)
+    if start_polling:
+        app.cleanup_ctx.append(_resources)
+    app.router.add_get("/metrics", handle_metrics)
+    app.router.add_get("/api/v1/diagnosis", handle_diagnosis)
+    app.router.add_get("/api/v1/diagnosis.txt", handle_text)
+    app.router.add_get("/healthz", handle_healthz)
+    app.router.add_get("/readyz", handle_readyz)
+    app.router.add_get("/", handle_index)
+    return app
+
+
+def run(settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
+    app = create_app(settings, host_probes=host_probes)
+    log.info("vllm-diag %s listening on %s (started %s)", __version__, settings.listen, time.strftime("%FT%T"))
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None)

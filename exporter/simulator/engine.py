@@ -1,0 +1,806 @@
+"""A small discrete-time model of vLLM's V1 engine.
+
+What is modelled, and why each piece exists:
+
+* **Frontend (API server).** One process tokenises requests one at a time (chat template +
+  tokenizer) and processes outputs (detokenise, stream). Its CPU work competes with the
+  engine core for the cores the deployment has (``cpu_share``); TTFT starts at frontend
+  arrival, so slow tokenisation shows up as TTFT that is neither queue nor prefill.
+* **Scheduler** (one engine step at a time): a per-step token budget
+  (``max_num_batched_tokens``), at most ``max_num_seqs`` running requests, decode first
+  (every running decode gets its one token), then running chunked prefills, then waiting
+  requests in FCFS order with head-of-line blocking; no new admissions in a step that
+  preempted.
+* **KV cache**: ``num_gpu_blocks`` blocks of ``block_size`` tokens (block 0 is vLLM's null
+  block). A prefix cache maps block hashes (a hash chain over the prompt's content) to
+  blocks; freed blocks keep their hash and go to the tail of an LRU free queue, allocation
+  takes from the head and evicts what it takes. Cache hits are whole blocks, capped at
+  ``num_tokens - 1``. When a running request needs a block and none is free, the most
+  recently admitted running request is preempted (recompute: its blocks are freed and it
+  re-prefills later, possibly hitting its own still-cached blocks).
+* **Step time**: roofline per step (GEMM FLOPs vs HBM bytes for weights + KV reads), a fixed
+  GPU overhead, TP all-reduces (two per layer, latency + ring bandwidth), and engine-core
+  CPU time per step divided by the CPU share.
+
+Every decode request advances one token per step (the budget is never below
+``max_num_seqs``), so decodes are tracked in lock step through a heap of the steps at which
+something happens to them (needs a new block, finishes). That keeps a step O(events) instead
+of O(batch), which is what makes ten simulated minutes take a fraction of a second.
+
+The model only has a simulated clock (``Engine.now``, seconds since start); it never sleeps
+and is deterministic for a given seed.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+from typing import Final
+
+from exporter.simulator.exposition import (
+    FINISHED_REASONS,
+    HTTP_DURATION_BUCKETS,
+    HTTP_DURATION_HIGHR_BUCKETS,
+    INTER_TOKEN_LATENCY_BUCKETS,
+    ITERATION_TOKENS_BUCKETS,
+    REQUEST_LATENCY_BUCKETS,
+    REQUEST_NUM_PREEMPTIONS_BUCKETS,
+    REQUEST_PARAMS_N_BUCKETS,
+    TIME_TO_FIRST_TOKEN_BUCKETS,
+    request_token_buckets,
+)
+from exporter.simulator.workload import RequestSpec, Workload, generate
+
+# --------------------------------------------------------------------------------------------
+# Hardware and model descriptions
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """A dense decoder-only transformer, enough to cost its GEMMs, weights and KV cache."""
+
+    name: str
+    params: float  # parameters
+    n_layers: int
+    hidden: int
+    n_kv_heads: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+    @property
+    def weight_bytes(self) -> float:
+        return self.params * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        # K and V, every layer, every KV head.
+        return 2 * self.n_layers * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class GpuSpec:
+    """One accelerator and how it talks to its TP peers."""
+
+    name: str  # short name, as a sidecar would be configured (engine facts)
+    model_name: str  # what DCGM reports as modelName
+    memory_bytes: float
+    hbm_bandwidth: float  # bytes/s
+    peak_flops: float  # dense bf16 FLOP/s
+    link_bandwidth: float  # bytes/s per GPU for collectives (NVLink or PCIe)
+    allreduce_latency_s: float  # fixed cost of one small all-reduce
+    nvlink: bool
+    idle_power_w: float
+    max_power_w: float
+    sm_clock_mhz: int
+    mem_clock_mhz: int
+
+
+LLAMA_3_1_8B: Final = ModelSpec(
+    name="meta-llama/Llama-3.1-8B-Instruct", params=8.03e9, n_layers=32, hidden=4096,
+    n_kv_heads=8, head_dim=128,
+)
+LLAMA_3_2_3B: Final = ModelSpec(
+    name="meta-llama/Llama-3.2-3B-Instruct", params=3.21e9, n_layers=28, hidden=3072,
+    n_kv_heads=8, head_dim=128,
+)
+
+H100_SXM: Final = GpuSpec(
+    name="H100", model_name="NVIDIA H100 80GB HBM3", memory_bytes=80e9, hbm_bandwidth=3.35e12,
+    peak_flops=989e12, link_bandwidth=450e9, allreduce_latency_s=12e-6, nvlink=True,
+    idle_power_w=70.0, max_power_w=700.0, sm_clock_mhz=1980, mem_clock_mhz=2619,
+)
+# H100 PCIe cards in a cloud VM without NVLink bridges or peer-to-peer: NCCL goes through the
+# host, so every all-reduce pays ~100 us. This is the setup where TP costs more than it saves.
+H100_PCIE_NO_P2P: Final = GpuSpec(
+    name="H100-PCIe", model_name="NVIDIA H100 PCIe", memory_bytes=80e9, hbm_bandwidth=2.0e12,
+    peak_flops=756e12, link_bandwidth=20e9, allreduce_latency_s=100e-6, nvlink=False,
+    idle_power_w=50.0, max_power_w=350.0, sm_clock_mhz=1755, mem_clock_mhz=1593,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Efficiency and overhead constants of the step-time and frontend model."""
+
+    compute_efficiency: float = 0.30  # achieved / peak FLOPs: ~18k prefill tok/s for 8B on H100
+    bandwidth_efficiency: float = 0.80  # achieved / peak HBM bandwidth
+    gpu_step_fixed_s: float = 0.0004  # kernel launches / graph replay per step
+    step_cpu_s: float = 0.0020  # engine core: schedule, prepare inputs, sample, per step
+    seq_cpu_s: float = 0.00002  # engine core, per scheduled request per step
+    tp_step_cpu_s: float = 0.0004  # engine core, per extra TP worker per step (broadcast, gather)
+    tokenize_base_s: float = 0.0010  # frontend: request parsing + chat template, per request
+    tokenize_per_token_s: float = 1.5e-6  # frontend: tokenizer, per prompt token
+    output_per_token_s: float = 0.00006  # frontend: detokenise + stream one output (SSE chunk)
+    frontend_idle_cpu: float = 0.02  # frontend event loop / IPC polling, in cores
+    activation_reserve_bytes: float = 3.0e9  # non-KV memory besides weights (graphs, workspace)
+    activation_per_batched_token_bytes: float = 2.0e5  # profiling peak grows with the budget
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Everything about one vLLM deployment the model needs.
+
+    ``cpu_share`` is the fraction of the CPU time vLLM's processes get when they want to run
+    (1.0: uncontended; 0.3: other tenants or a CPU quota leave them 30 %). It slows the engine
+    core's per-step work and the frontend alike. ``frontend_cost_scale`` multiplies the
+    per-request pre-processing cost (heavy chat templates, tool schemas, multimodal inputs).
+    """
+
+    model: ModelSpec = LLAMA_3_1_8B
+    gpu: GpuSpec = H100_SXM
+    served_model_name: str | None = None
+    max_model_len: int = 32768
+    block_size: int = 16
+    gpu_memory_utilization: float = 0.92
+    num_gpu_blocks_override: int | None = None
+    max_num_batched_tokens: int = 8192
+    max_num_seqs: int = 256
+    enable_prefix_caching: bool = True
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    cpu_cores: int = 16
+    cpu_share: float = 1.0
+    frontend_cost_scale: float = 1.0
+    costs: CostModel = field(default_factory=CostModel)
+
+    def __post_init__(self) -> None:
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            # vLLM refuses this too; the lock-step decode model depends on it.
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        if not 0.0 < self.cpu_share <= 1.0:
+            raise ValueError("cpu_share must be in (0, 1]")
+        if self.num_gpu_blocks * self.block_size < self.max_model_len:
+            raise ValueError(
+                f"KV cache ({self.num_gpu_blocks} blocks) cannot hold one max_model_len request"
+            )
+
+    @property
+    def model_name(self) -> str:
+        return self.served_model_name or self.model.name
+
+    @property
+    def num_gpu_blocks(self) -> int:
+        """KV blocks, as vLLM's memory profiling would size them (or the override)."""
+        if self.num_gpu_blocks_override is not None:
+            return self.num_gpu_blocks_override
+        tp = self.tensor_parallel_size
+        budget = self.gpu.memory_bytes * self.gpu_memory_utilization
+        reserve = (
+            self.costs.activation_reserve_bytes
+            + self.costs.activation_per_batched_token_bytes * self.max_num_batched_tokens
+        )
+        kv_bytes = budget - self.model.weight_bytes / tp - reserve
+        per_block = self.model.kv_bytes_per_token / tp * self.block_size
+        return max(0, int(kv_bytes // per_block))
+
+    @property
+    def kv_cache_bytes_per_gpu(self) -> float:
+        return self.num_gpu_blocks * self.block_size * self.model.kv_bytes_per_token / self.tensor_parallel_size
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics, accumulated the way vLLM's Prometheus logger accumulates them
+# --------------------------------------------------------------------------------------------
+
+
+class Histogram:
+    """Cumulative-on-render histogram with fixed upper bounds (``+Inf`` implicit)."""
+
+    __slots__ = ("bounds", "counts", "sum", "count")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, value: float, n: int = 1) -> None:
+        # Prometheus buckets are `le`: a value equal to a bound belongs to that bound.
+        self.counts[bisect_left(self.bounds, value)] += n
+        self.sum += value * n
+        self.count += n
+
+    def cumulative(self) -> list[int]:
+        out: list[int] = []
+        acc = 0
+        for c in self.counts:
+            acc += c
+            out.append(acc)
+        return out
+
+
+@dataclass(slots=True)
+class GpuBin:
+    """GPU activity within one simulated second (what DCGM samples)."""
+
+    second: int
+    busy_s: float = 0.0
+    tensor_s: float = 0.0
+    dram_s: float = 0.0
+    comm_bytes: float = 0.0
+
+
+class EngineStats:
+    """Counters and histograms of one engine, in vLLM's units and populations."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        tok = request_token_buckets(cfg.max_model_len)
+        # counters
+        self.prompt_tokens = 0
+        self.prompt_tokens_local_compute = 0
+        self.prompt_tokens_local_cache_hit = 0
+        self.generation_tokens = 0
+        self.prefix_cache_queries = 0
+        self.prefix_cache_hits = 0
+        self.num_preemptions = 0
+        self.request_success: dict[str, int] = {r: 0 for r in FINISHED_REASONS}
+        # request histograms (observed at finish) and per-output histograms
+        self.request_prompt_tokens = Histogram(tok)
+        self.request_generation_tokens = Histogram(tok)
+        self.request_max_num_generation_tokens = Histogram(tok)
+        self.request_params_max_tokens = Histogram(tok)
+        self.request_prefill_kv_computed_tokens = Histogram(tok)
+        self.request_params_n = Histogram(REQUEST_PARAMS_N_BUCKETS)
+        self.iteration_tokens = Histogram(ITERATION_TOKENS_BUCKETS)
+        self.time_to_first_token = Histogram(TIME_TO_FIRST_TOKEN_BUCKETS)
+        self.inter_token_latency = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
+        self.request_time_per_output_token = Histogram(INTER_TOKEN_LATENCY_BUCKETS)
+        self.e2e_request_latency = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.request_queue_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.request_inference_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.request_prefill_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.request_decode_time = Histogram(REQUEST_LATENCY_BUCKETS)
+        self.request_num_preemptions = Histogram(REQUEST_NUM_PREEMPTIONS_BUCKETS)
+        # API-server (frontend) families
+        self.http_requests = 0
+        self.http_request_size_sum = 0.0
+        self.http_first_request_at: float | None = None  # children are created lazily
+        self.http_duration = Histogram(HTTP_DURATION_BUCKETS)
+        self.http_duration_highr = Histogram(HTTP_DURATION_HIGHR_BUCKETS)
+        self.frontend_cpu_s = 0.0  # CPU seconds of work done by the API server
+        # model internals the real engine does not export (tests, DCGM, docs)
+        self.steps = 0
+        self.step_time_s = 0.0
+        self.comm_time_s = 0.0
+        self.comm_bytes = 0.0
+        self.gpu_busy_s = 0.0
+        self.frontend_wait_s = 0.0  # sum over requests: frontend arrival -> engine queued
+        self.frontend_requests = 0
+        self.gpu_bins: deque[GpuBin] = deque(maxlen=600)
+
+
+# --------------------------------------------------------------------------------------------
+# The engine
+# --------------------------------------------------------------------------------------------
+
+_WAITING, _PREFILL, _DECODE, _DONE = 0, 1, 2, 3
+_EV_BLOCK, _EV_FINISH = 0, 1
+
+
+class _Req:
+    """A request inside the engine. Plain slots class: it is touched on every event."""
+
+    __slots__ = (
+        "spec", "rid", "prompt_len", "out_len", "seg_ends", "seg_keys",
+        "t_engine", "t_sched", "t_first", "t_last_out",
+        "num_tokens", "generated", "target", "computed", "blocks", "n_hashed",
+        "hits_first", "admitted_once", "preemptions", "order", "epoch", "phase",
+        "s0", "t0", "g0",
+    )
+
+    def __init__(self, spec: RequestSpec, t_engine: float) -> None:
+        self.spec = spec
+        self.rid = spec.rid
+        self.prompt_len = spec.prompt_len
+        self.out_len = spec.output_len
+        self.seg_ends = spec.seg_ends
+        self.seg_keys = spec.seg_keys
+        self.t_engine = t_engine
+        self.t_sched = -1.0
+        self.t_first = -1.0
+        self.t_last_out = -1.0
+        self.num_tokens = spec.prompt_len  # tokens that exist (prompt + generated)
+        self.generated = 0
+        self.target = spec.prompt_len  # tokens to (re)compute in the current prefill
+        self.computed = 0
+        self.blocks: list[int] = []
+        self.n_hashed = 0  # leading blocks whose hash is registered (or that were hits)
+        self.hits_first = 0
+        self.admitted_once = False
+        self.preemptions = 0
+        self.order = 0
+        self.epoch = 0
+        self.phase = _WAITING
+        self.s0 = 0  # first decode step of the current decode run
+        self.t0 = 0  # num_tokens at s0
+        self.g0 = 0  # generated at s0
+
+
+class Engine:
+    """The simulated deployment: frontend + engine core + GPU(s), advanced by ``advance_to``."""
+
+    def __init__(self, config: EngineConfig, workload: Workload, seed: int = 0) -> None:
+        self.cfg = config
+        self.stats = EngineStats(config)
+        self.now = 0.0
+        self.step_index = 0
+        self.num_gpu_blocks = config.num_gpu_blocks
+        self._bs = config.block_size
+        self._specs = generate(workload, seed, config.max_model_len)
+        self._next_spec: RequestSpec | None = next(self._specs, None)
+        # frontend
+        self._frontend_free = 0.0
+        self._pending: deque[_Req] = deque()  # tokenised, ready at t_engine (non-decreasing)
+        # scheduler state
+        self.waiting: deque[_Req] = deque()
+        self.running: dict[int, _Req] = {}  # admission order; popitem() = lowest priority
+        self._prefilling: dict[int, _Req] = {}
+        self._n_decode = 0
+        self._ctx_base = 0  # sum over decode requests of (t0 - s0); context = base + n*s
+        self._events: list[tuple[int, int, int, int, _Req]] = []
+        self._order = 0
+        self._preempted_this_step = False
+        # KV cache: block 0 is the null block and never allocated
+        n = self.num_gpu_blocks
+        self._ref = [0] * n
+        self._bhash: list[tuple[int, int] | None] = [None] * n
+        self._cached: dict[tuple[int, int], int] = {}
+        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, n))
+        # step-time constants
+        self._prep_costs()
+
+    # ----------------------------------------------------------------- public read-outs
+
+    @property
+    def kv_cache_usage(self) -> float:
+        """Held blocks / usable blocks; evictable cached blocks count as free (vLLM's rule)."""
+        usable = self.num_gpu_blocks - 1
+        return 1.0 - len(self._free) / usable if usable > 0 else 0.0
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def gpu_window(self, seconds: int = 1) -> GpuBin:
+        """GPU activity over the last ``seconds`` complete simulated seconds (DCGM sampling)."""
+        end = int(self.now)
+        start = end - seconds
+        out = GpuBin(second=start)
+        for b in reversed(self.stats.gpu_bins):
+            if b.second < start:
+                break
+            if b.second < end:
+                out.busy_s += b.busy_s
+                out.tensor_s += b.tensor_s
+                out.dram_s += b.dram_s
+                out.comm_bytes += b.comm_bytes
+        return out
+
+    # ----------------------------------------------------------------- main loop
+
+    def advance_to(self, t: float) -> None:
+        """Run the deployment until the simulated clock reaches ``t`` (a step that is under
+        way at ``t`` completes, so the clock may end slightly past it)."""
+        while self.now < t:
+            self._pull_arrivals(self.now)
+            pending = self._pending
+            while pending and pending[0].t_engine <= self.now:
+                self.waiting.append(pending.popleft())
+            if self.running or self.waiting:
+                self._step()
+                continue
+            # Idle GPU: jump to the next thing that can happen.
+            if pending:
+                nxt = pending[0].t_engine
+            elif self._next_spec is not None:
+                nxt = self._next_spec.arrival
+            else:
+                nxt = math.inf
+            if nxt >= t:
+                self.now = t
+                break
+            self.now = nxt
+
+    # ----------------------------------------------------------------- frontend
+
+    def _pull_arrivals(self, now: float) -> None:
+        """Tokenise every request that has arrived at the API server by ``now`` (FIFO)."""
+        costs, cfg = self.cfg.costs, self.cfg
+        spec = self._next_spec
+        while spec is not None and spec.arrival <= now:
+            work = (costs.tokenize_base_s + costs.tokenize_per_token_s * spec.prompt_len) * cfg.frontend_cost_scale
+            start = max(spec.arrival, self._frontend_free)
+            self._frontend_free = start + work / cfg.cpu_share
+            self.stats.frontend_cpu_s += work
+            self.stats.frontend_wait_s += self._frontend_free - spec.arrival
+            self.stats.frontend_requests += 1
+            self._pending.append(_Req(spec, self._frontend_free))
+            spec = next(self._specs, None)
+        self._next_spec = spec
+
+    def _frontend_outputs(self, n_outputs: int) -> None:
+        """Output processing shares the API server's single event loop with tokenisation."""
+        work = n_outputs * self.cfg.costs.output_per_token_s
+        self._frontend_free = max(self._frontend_free, self.now) + work / self.cfg.cpu_share
+        self.stats.frontend_cpu_s += work
+
+    # ----------------------------------------------------------------- KV cache
+
+    def _block_hash(self, r: _Req, i: int) -> tuple[int, int]:
+        """Hash of block ``i`` of ``r``: the chain key of the content up to the block's end."""
+        end = (i + 1) * self._bs
+        ends = r.seg_ends
+        j = 0
+        while ends[j] < end:
+            j += 1
+        return (r.seg_keys[j], i)
+
+    def _lookup(self, r: _Req) -> list[int]:
+        """Longest run of cached leading blocks, whole blocks only, < num_tokens tokens."""
+        if not self.cfg.enable_prefix_caching:
+            return []
+        hits: list[int] = []
+        cached = self._cached
+        limit = (r.num_tokens - 1) // self._bs
+        ends, keys, bs = r.seg_ends, r.seg_keys, self._bs
+        j = 0
+        for i in range(limit):
+            end = (i + 1) * bs
+            while ends[j] < end:
+                j += 1
+            bid = cached.get((keys[j], i))
+            if bid is None:
+                break
+            hits.append(bid)
+        return hits
+
+    def _register(self, r: _Req, computed_tokens: int) -> None:
+        """Make every full, computed block of ``r`` findable by later requests."""
+        if not self.cfg.enable_prefix_caching:
+            return
+        full = min(computed_tokens // self._bs, len(r.blocks))
+        if full <= r.n_hashed:
+            return
+        cached, bhash, blocks = self._cached, self._bhash, r.blocks
+        for i in range(r.n_hashed, full):
+            h = self._block_hash(r, i)
+            if h not in cached:  # another request may have computed the same block already
+                bid = blocks[i]
+                cached[h] = bid
+                bhash[bid] = h
+        r.n_hashed = full
+
+    def _allocate(self, k: int) -> list[int]:
+        """Take ``k`` blocks from the LRU head, evicting their cached content."""
+        free, bhash, ref, cached = self._free, self._bhash, self._ref, self._cached
+        out: list[int] = []
+        for _ in range(k):
+            bid, _ = free.popitem(last=False)
+            h = bhash[bid]
+            if h is not None:
+                del cached[h]
+                bhash[bid] = None
+            ref[bid] = 1
+            out.append(bid)
+        return out
+
+    def _free_blocks(self, r: _Req) -> None:
+        # Reverse order, as vLLM does: a request's tail blocks are evicted before its head.
+        ref, free = self._ref, self._free
+        for bid in reversed(r.blocks):
+            ref[bid] -= 1
+            if ref[bid] == 0:
+                free[bid] = None
+        r.blocks = []
+        r.n_hashed = 0
+
+    def _ensure_blocks(self, r: _Req, tokens: int) -> bool:
+        """Grow ``r`` to hold ``tokens`` slots, preempting from the running tail when short.
+        Returns False when ``r`` itself had to be preempted."""
+        need = -(-tokens // self._bs) - len(r.blocks)
+        if need <= 0:
+            return True
+        while len(self._free) < need:
+            _, victim = self.running.popitem()
+            self._preempt(victim)
+            if victim is r:
+                return False
+        r.blocks.extend(self._allocate(need))
+        return True
+
+    def _preempt(self, r: _Req) -> None:
+        """Recompute preemption of ``r`` (already removed from ``running``)."""
+        s = self.step_index
+        if r.phase == _DECODE:
+            steps = s - r.s0
+            r.num_tokens = r.t0 + steps
+            r.generated = r.g0 + steps
+            r.t_last_out = self.now
+            self._n_decode -= 1
+            self._ctx_base -= r.t0 - r.s0
+            self._register(r, r.num_tokens - 1)
+        elif r.phase == _PREFILL:
+            del self._prefilling[r.rid]
+            self._register(r, r.computed)
+        self._free_blocks(r)
+        r.computed = 0
+        r.target = r.num_tokens
+        r.epoch += 1
+        r.phase = _WAITING
+        r.preemptions += 1
+        self.stats.num_preemptions += 1
+        self._preempted_this_step = True
+        self.waiting.appendleft(r)
+
+    # ----------------------------------------------------------------- scheduling
+
+    def _admit(self, r: _Req, budget: int) -> int:
+        """Schedule waiting ``r`` with up to ``budget`` tokens; 0 if KV has no room for it."""
+        if not self._free:
+            return 0  # cheap reject: any admission needs at least one new block
+        hits = self._lookup(r)
+        cached_tokens = len(hits) * self._bs
+        n = min(r.num_tokens - cached_tokens, budget)
+        need = -(-(cached_tokens + n) // self._bs) - len(hits)
+        ref = self._ref
+        evictable = sum(1 for b in hits if ref[b] == 0)
+        if need + evictable > len(self._free):
+            return 0
+        free = self._free
+        for b in hits:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+        r.blocks = hits + self._allocate(need)
+        r.n_hashed = len(hits)
+        r.computed = cached_tokens
+        r.target = r.num_tokens
+        if not r.admitted_once:
+            # Prefix-cache counters: tokens, first admission only (re-admissions excluded).
+            r.admitted_once = True
+            r.hits_first = cached_tokens
+            r.t_sched = self.now
+            self.stats.prefix_cache_queries += r.num_tokens
+            self.stats.prefix_cache_hits += cached_tokens
+        self._order += 1
+        r.order = self._order
+        r.phase = _PREFILL
+        self.running[r.rid] = r
+        self._prefilling[r.rid] = r
+        return n
+
+    def _enter_decode(self, r: _Req, s: int) -> None:
+        """``r`` emitted a token at the end of step ``s``; it decodes from step s+1."""
+        del self._prefilling[r.rid]
+        r.phase = _DECODE
+        r.s0 = s + 1
+        r.t0 = r.num_tokens
+        r.g0 = r.generated
+        self._n_decode += 1
+        self._ctx_base += r.t0 - r.s0
+        finish = r.s0 + (r.out_len - r.g0) - 1
+        # A decode step at num_tokens T computes position T-1 and needs ceil(T/bs) blocks:
+        # a new block whenever T-1 is a multiple of the block size.
+        first_block = r.s0 + (-(r.t0 - 1)) % self._bs
+        if first_block <= finish:
+            heapq.heappush(self._events, (first_block, _EV_BLOCK, r.order, r.epoch, r))
+        heapq.heappush(self._events, (finish, _EV_FINISH, r.order, r.epoch, r))
+
+    def _grow_decode(self, r: _Req, s: int) -> None:
+        tokens = r.t0 + (s - r.s0)
+        if not self._ensure_blocks(r, tokens):
+            return
+        self._register(r, tokens - 1)
+        nxt = s + self._bs
+        if nxt <= r.s0 + (r.out_len - r.g0) - 1:
+            heapq.heappush(self._events, (nxt, _EV_BLOCK, r.order, r.epoch, r))
+
+    def _step(self) -> None:
+        cfg = self.cfg
+        s = self.step_index = self.step_index + 1
+        self._preempted_this_step = False
+        events = self._events
+
+        # 1. Decodes first: each running decode needs one token, some need a new block.
+        while events and events[0][0] == s and events[0][1] == _EV_BLOCK:
+            _, _, _, epoch, r = heapq.heappop(events)
+            if r.epoch == epoch and r.phase == _DECODE:
+                self._grow_decode(r, s)
+        budget = cfg.max_num_batched_tokens - self._n_decode
+
+        # 2. Running chunked prefills, in admission order.
+        chunks: list[tuple[_Req, int, int]] = []
+        if self._prefilling and budget > 0:
+            for r in list(self._prefilling.values()):
+                if budget <= 0:
+                    break
+                if r.phase != _PREFILL:  # preempted by an earlier request in this loop
+                    continue
+                n = min(r.target - r.computed, budget)
+                if not self._ensure_blocks(r, r.computed + n):
+                    continue
+                chunks.append((r, r.computed, n))
+                r.computed += n
+                budget -= n
+
+        # 3. Waiting requests, FCFS with head-of-line blocking; none after a preemption.
+        if not self._preempted_this_step:
+            waiting, running, max_seqs = self.waiting, self.running, cfg.max_num_seqs
+            while budget > 0 and waiting and len(running) < max_seqs:
+                r = waiting[0]
+                n = self._admit(r, budget)
+                if n == 0:
+                    break
+                waiting.popleft()
+                chunks.append((r, r.computed, n))
+                r.computed += n
+                budget -= n
+
+        # 4. How long the step takes.
+        n_decode = self._n_decode
+        dt, gpu_s, tensor_s, dram_s, comm_s, comm_bytes = self._step_time(s, n_decode, chunks)
+        t_start = self.now
+        self.now = t_end = t_start + dt
+        st = self.stats
+        st.steps += 1
+        st.step_time_s += dt
+        st.comm_time_s += comm_s
+        st.comm_bytes += comm_bytes
+        st.gpu_busy_s += gpu_s
+        bins = st.gpu_bins
+        sec = int(t_start)
+        if not bins or bins[-1].second != sec:
+            bins.append(GpuBin(second=sec))
+        b = bins[-1]
+        b.busy_s += gpu_s
+        b.tensor_s += tensor_s
+        b.dram_s += dram_s
+        b.comm_bytes += comm_bytes
+
+        # 5. Outputs at the end of the step.
+        outputs = n_decode
+        prompt_computed = 0
+        if n_decode:
+            # Every decode emitted one token; its previous output was at the previous step's
+            # end, which is this step's start (the engine never idles while decodes run).
+            st.inter_token_latency.observe(dt, n_decode)
+        for r, _, _ in chunks:
+            if r.phase != _PREFILL:
+                continue
+            if r.computed < r.target:
+                self._register(r, r.computed)
+                continue
+            self._register(r, r.computed)
+            outputs += 1
+            r.num_tokens += 1
+            r.generated += 1
+            if r.t_first < 0:
+                r.t_first = t_end
+                st.time_to_first_token.observe(t_end - r.spec.arrival)
+                st.prompt_tokens += r.prompt_len
+                st.prompt_tokens_local_cache_hit += r.hits_first
+                st.prompt_tokens_local_compute += r.prompt_len - r.hits_first
+                prompt_computed += r.prompt_len - r.hits_first
+            else:
+                # First output after a recompute: one long gap in the stream.
+                st.inter_token_latency.observe(t_end - r.t_last_out)
+            r.t_last_out = t_end
+            if r.generated >= r.out_len:
+                del self._prefilling[r.rid]
+                del self.running[r.rid]
+                self._finish(r)
+            else:
+                self._enter_decode(r, s)
+        st.generation_tokens += outputs
+        while events and events[0][0] == s and events[0][1] == _EV_FINISH:
+            _, _, _, epoch, r = heapq.heappop(events)
+            if r.epoch == epoch and r.phase == _DECODE:
+                r.num_tokens = r.t0 + (s - r.s0) + 1
+                r.generated = r.g0 + (s - r.s0) + 1
+                r.t_last_out = t_end
+                self._n_decode -= 1
+                self._ctx_base -= r.t0 - r.s0
+                del self.running[r.rid]
+                self._finish(r)
+        if outputs:
+            st.iteration_tokens.observe(prompt_computed + outputs)
+            self._frontend_outputs(outputs)
+
+    def _finish(self, r: _Req) -> None:
+        st, t = self.stats, self.now
+        r.phase = _DONE
+        self._free_blocks(r)
+        spec = r.spec
+        e2e = t - spec.arrival
+        st.request_success[spec.finished_reason] += 1
+        st.e2e_request_latency.observe(e2e)
+        st.request_queue_time.observe(r.t_sched - r.t_engine)
+        st.request_prefill_time.observe(r.t_first - r.t_sched)
+        st.request_decode_time.observe(r.t_last_out - r.t_first)
+        st.request_inference_time.observe(r.t_last_out - r.t_sched)
+        tpot = (r.t_last_out - r.t_first) / (r.generated - 1) if r.generated > 1 else 0.0
+        st.request_time_per_output_token.observe(tpot)
+        st.request_prompt_tokens.observe(r.prompt_len)
+        st.request_generation_tokens.observe(r.generated)
+        st.request_max_num_generation_tokens.observe(r.generated)
+        st.request_params_n.observe(1)
+        if spec.max_tokens is not None:
+            st.request_params_max_tokens.observe(spec.max_tokens)
+        st.request_prefill_kv_computed_tokens.observe(r.prompt_len - r.hits_first)
+        st.request_num_preemptions.observe(r.preemptions)
+        # The HTTP layer sees the whole stream plus a little routing overhead.
+        if st.http_first_request_at is None:
+            st.http_first_request_at = t
+        st.http_requests += 1
+        st.http_request_size_sum += 4.0 * r.prompt_len + 310.0
+        st.http_duration.observe(e2e + 0.0015)
+        st.http_duration_highr.observe(e2e + 0.0015)
+
+    # ----------------------------------------------------------------- step-time model
+
+    def _prep_costs(self) -> None:
+        cfg, m, g, c = self.cfg, self.cfg.model, self.cfg.gpu, self.cfg.costs
+        tp = cfg.tensor_parallel_size
+        self._flops_per_token = 2.0 * m.params / tp
+        self._attn_flops_per_pair = 4.0 * m.n_layers * m.hidden / tp
+        self._weight_s = m.weight_bytes / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
+        self._kv_s_per_token = m.kv_bytes_per_token / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
+        self._flop_rate = g.peak_flops * c.compute_efficiency
+        self._n_allreduce = 2 * m.n_layers if tp > 1 else 0
+        self._ar_bytes_per_token = m.hidden * m.dtype_bytes
+        self._ring = 2.0 * (tp - 1) / tp if tp > 1 else 0.0
+        self._cpu_fixed = (c.step_cpu_s + c.tp_step_cpu_s * (tp - 1)) / cfg.cpu_share
+        self._cpu_per_seq = c.seq_cpu_s / cfg.cpu_share
+
+    def _step_time(
+        self, s: int, n_decode: int, chunks: list[tuple[_Req, int, int]]
+    ) -> tuple[float, float, float, float, float, float]:
+        """Returns (step wall time, GPU busy, tensor-active, DRAM-active, comm time, comm bytes)."""
+        ctx = self._ctx_base + n_decode * s  # tokens attended by the decodes
+        tokens = n_decode
+        pairs = float(ctx)
+        kv_tokens = ctx
+        for _, k, c in chunks:
+            tokens += c
+            pairs += c * (k + c / 2.0)
+            kv_tokens += k + c
+        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        compute_s = flops / self._flop_rate
+        dram_s = self._weight_s + self._kv_s_per_token * kv_tokens
+        gpu_s = max(compute_s, dram_s) + self.cfg.costs.gpu_step_fixed_s
+        comm_s = comm_bytes = 0.0
+        if self._n_allreduce:
+            per_ar = tokens * self._ar_bytes_per_token * self._ring
+            comm_bytes = per_ar * self._n_allreduce
+            comm_s = self._n_allreduce * self.cfg.gpu.allreduce_latency_s + comm_bytes / self.cfg.gpu.link_bandwidth
+        cpu_s = self._cpu_fixed + self._cpu_per_seq * (n_decode + len(chunks))
+        # NCCL kernels keep the GPU "utilised" in DCGM's eyes while they wait on the link.
+        return cpu_s + gpu_s + comm_s, gpu_s + comm_s, compute_s, dram_s, comm_s, comm_bytes

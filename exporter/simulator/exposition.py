@@ -1,0 +1,507 @@
+"""Render the simulated engine as vLLM 0.32's ``/metrics`` text, and GPUs as dcgm-exporter's.
+
+The vLLM exposition copies a real vLLM 0.32 capture (``fixtures/vllm-0.32-cpu``): the same
+families in the same order, the same HELP/TYPE lines (trailing spaces included), ``_created``
+twins for every counter and histogram child, labels sorted alphabetically as prometheus_client
+prints them, every per-engine child pre-created at zero, HTTP children created on the first
+request, ``vllm:cache_config_info`` with the 0.32 label set and the simulated values. Bucket
+boundaries are vLLM's (``vllm/v1/metrics/buckets.py``, reference vllm-metrics.md section 1.4).
+Values are printed with prometheus_client's own float formatter.
+
+The DCGM exposition follows dcgm-exporter's default + DCP counters (its CSV help texts, its
+label order, integers for integer fields).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from prometheus_client.utils import floatToGoString
+
+if TYPE_CHECKING:  # engine imports this module for the bucket lists
+    from exporter.simulator.engine import Engine, Histogram
+
+# --------------------------------------------------------------------------------------------
+# vLLM 0.32 bucket families
+# --------------------------------------------------------------------------------------------
+
+REQUEST_LATENCY_BUCKETS: Final = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
+    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
+)
+TIME_TO_FIRST_TOKEN_BUCKETS: Final = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
+    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)
+INTER_TOKEN_LATENCY_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0,
+)
+ITERATION_TOKENS_BUCKETS: Final = (
+    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
+)
+REQUEST_PARAMS_N_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0)
+REQUEST_NUM_PREEMPTIONS_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
+HTTP_DURATION_HIGHR_BUCKETS: Final = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
+    5.0, 7.5, 10.0, 30.0, 60.0,
+)
+HTTP_DURATION_BUCKETS: Final = (0.1, 0.5, 1.0)
+
+FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
+WAITING_REASONS: Final = ("capacity", "deferred")
+SLEEP_STATES: Final = ("awake", "weights_offloaded", "discard_all")
+PROMPT_SOURCES: Final = ("local_compute", "local_cache_hit", "external_kv_transfer")
+CACHED_SOURCES: Final = ("device", "host", "p2p", "disk", "external_unspecified")
+ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
+
+HTTP_HANDLER: Final = "/v1/chat/completions"
+CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
+
+
+def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
+    """vLLM's ``build_1_2_5_buckets(max_model_len)``: 1, 2, 5, 10, ... while <= the max."""
+    out: list[float] = []
+    exponent = 0
+    while True:
+        for mantissa in (1, 2, 5):
+            value = mantissa * 10**exponent
+            if value > max_model_len:
+                return tuple(out)
+            out.append(float(value))
+        exponent += 1
+
+
+# --------------------------------------------------------------------------------------------
+# HELP texts, verbatim from the 0.32 capture
+# --------------------------------------------------------------------------------------------
+
+_MFU = "(for Model Flops Utilization calculations)."
+_HTTP_SIZE = (
+    "Content length of {} by handler. Only value of header is respected. Otherwise ignored. "
+    "No percentile calculated. "
+)
+HELP: Final[dict[str, str]] = {
+    "vllm:estimated_flops_per_gpu": f"Estimated number of floating point operations per GPU {_MFU}",
+    "vllm:estimated_read_bytes_per_gpu": f"Estimated number of bytes read from memory per GPU {_MFU}",
+    "vllm:estimated_write_bytes_per_gpu": f"Estimated number of bytes written to memory per GPU {_MFU}",
+    "vllm:num_requests_running": "Number of requests in model execution batches.",
+    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
+    "vllm:num_requests_waiting_by_reason": (
+        "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+        "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+        "status). Sum of all reasons equals vllm:num_requests_waiting."
+    ),
+    "vllm:engine_sleep_state": (
+        "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+        "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
+    ),
+    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
+    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
+    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
+    "vllm:external_prefix_cache_queries": (
+        "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
+        "number of queried tokens."
+    ),
+    "vllm:external_prefix_cache_hits": (
+        "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+        "number of cached tokens."
+    ),
+    "vllm:mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
+    "vllm:mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
+    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
+    "vllm:prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:prompt_tokens_by_source": "Number of prompt tokens by source.",
+    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
+    "vllm:prompt_tokens_cached_by_source": (
+        "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+        "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
+        "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
+        "vllm:external_prefix_cache_hits."
+    ),
+    "vllm:generation_tokens": "Number of generation tokens processed.",
+    "vllm:request_success": "Count of successfully processed requests.",
+    "vllm:admission_rejections": "Number of admission attempts rejected by a queue limit, by reason.",
+    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
+    "vllm:request_generation_tokens": "Number of generation tokens processed.",
+    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
+    "vllm:request_max_num_generation_tokens": "Histogram of maximum number of requested generation tokens.",
+    "vllm:request_params_n": "Histogram of the n request parameter.",
+    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
+    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
+    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
+    "vllm:request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per request.",
+    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
+    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
+    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
+    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
+    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
+    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
+    "vllm:request_prefill_kv_computed_tokens": (
+        "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
+    ),
+    "vllm:cache_config_info": "Information of the LLMEngine CacheConfig",
+    "http_requests": "Total number of requests by method, status and handler.",
+    "http_request_size_bytes": _HTTP_SIZE.format("incoming requests"),
+    "http_response_size_bytes": _HTTP_SIZE.format("outgoing responses"),
+    "http_request_duration_highr_seconds": (
+        "Latency with many buckets but no API specific labels. Made for more accurate percentile "
+        "calculations. "
+    ),
+    "http_request_duration_seconds": (
+        "Latency with only few buckets by handler. Made to be only used if aggregation by handler "
+        "is important. "
+    ),
+}
+
+# Histograms in exposition order: (family, EngineStats attribute).
+_VLLM_HISTOGRAMS: Final = (
+    ("vllm:request_prompt_tokens", "request_prompt_tokens"),
+    ("vllm:request_generation_tokens", "request_generation_tokens"),
+    ("vllm:iteration_tokens_total", "iteration_tokens"),
+    ("vllm:request_max_num_generation_tokens", "request_max_num_generation_tokens"),
+    ("vllm:request_params_n", "request_params_n"),
+    ("vllm:request_params_max_tokens", "request_params_max_tokens"),
+    ("vllm:time_to_first_token_seconds", "time_to_first_token"),
+    ("vllm:inter_token_latency_seconds", "inter_token_latency"),
+    ("vllm:request_time_per_output_token_seconds", "request_time_per_output_token"),
+    ("vllm:e2e_request_latency_seconds", "e2e_request_latency"),
+    ("vllm:request_queue_time_seconds", "request_queue_time"),
+    ("vllm:request_inference_time_seconds", "request_inference_time"),
+    ("vllm:request_prefill_time_seconds", "request_prefill_time"),
+    ("vllm:request_decode_time_seconds", "request_decode_time"),
+    ("vllm:request_num_preemptions", "request_num_preemptions"),
+    ("vllm:request_prefill_kv_computed_tokens", "request_prefill_kv_computed_tokens"),
+)
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(labels: dict[str, str]) -> str:
+    if not labels:
+        return ""
+    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return "{" + inner + "}"
+
+
+class _Text:
+    """Accumulates exposition lines; every ``_created`` value comes from one creation clock."""
+
+    def __init__(self, created_at: float) -> None:
+        self.lines: list[str] = []
+        self._created_at = created_at
+        self._created_seq = 0
+
+    def header(self, name: str, help_text: str, kind: str) -> None:
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+
+    def sample(self, name: str, labels: dict[str, str], value: float) -> None:
+        self.lines.append(f"{name}{_labels(labels)} {floatToGoString(value)}")
+
+    def created(self, base: str, help_text: str, children: list[dict[str, str]], at: float | None = None) -> None:
+        """The ``<base>_created`` gauge family prometheus_client adds in single-process mode."""
+        self.header(f"{base}_created", help_text, "gauge")
+        for labels in children:
+            # Children are created one after another at start-up; keep their spacing.
+            self._created_seq += 1
+            when = (at if at is not None else self._created_at) + self._created_seq * 1.3e-5
+            self.sample(f"{base}_created", labels, when)
+
+    def counter(self, base: str, children: list[tuple[dict[str, str], float]], at: float | None = None) -> None:
+        help_text = HELP[base]
+        self.header(f"{base}_total", help_text, "counter")
+        for labels, value in children:
+            self.sample(f"{base}_total", labels, value)
+        self.created(base, help_text, [labels for labels, _ in children], at)
+
+    def histogram(self, name: str, help_text: str, labels: dict[str, str], hist: Histogram, at: float | None = None) -> None:
+        self.header(name, help_text, "histogram")
+        self.histogram_child(name, labels, hist)
+        self.created(name, help_text, [labels], at)
+
+    def histogram_child(self, name: str, labels: dict[str, str], hist: Histogram) -> None:
+        cumulative = hist.cumulative()
+        for bound, count in zip(hist.bounds, cumulative):
+            self.sample(f"{name}_bucket", {**labels, "le": floatToGoString(bound)}, count)
+        self.sample(f"{name}_bucket", {**labels, "le": "+Inf"}, cumulative[-1])
+        self.sample(f"{name}_count", labels, hist.count)
+        self.sample(f"{name}_sum", labels, hist.sum)
+
+
+def cache_config_labels(engine: Engine) -> dict[str, str]:
+    """``vllm:cache_config_info`` labels: vLLM 0.32's CacheConfig fields, simulated values."""
+    cfg = engine.cfg
+    tokens = engine.num_gpu_blocks * cfg.block_size
+    override = cfg.num_gpu_blocks_override
+    return {
+        "_block_size_resolved": "True",
+        "block_size": str(cfg.block_size),
+        "cache_dtype": "auto",
+        "cache_hit_alignment_tokens": "None",
+        "effective_attention_block_size": str(cfg.block_size),
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": str(cfg.enable_prefix_caching),
+        "engine": "0",
+        "gpu_memory_utilization": str(cfg.gpu_memory_utilization),
+        "hash_block_size": "None",
+        "is_attention_free": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "kv_cache_layout": "None",
+        "kv_cache_max_concurrency": str(round(tokens / cfg.max_model_len, 2)),
+        "kv_cache_memory_bytes": "None",
+        "kv_cache_size_tokens": str(tokens),
+        "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_sharing_fast_prefill": "False",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "mamba_page_size_padded": "None",
+        "mamba_ssm_cache_dtype": "auto",
+        "num_cpu_blocks": "None",
+        "num_gpu_blocks": str(engine.num_gpu_blocks),
+        "num_gpu_blocks_override": "None" if override is None else str(override),
+        "prefix_cache_retention_interval": "0",
+        "prefix_caching_hash_algo": "sha256",
+        "prefix_match_unit": "None",
+        "replayssm_buffer_len": "16",
+        "skip_page_size_padded": "None",
+        "sliding_window": "None",
+        "swa_bounded_replay": "True",
+        "use_kda_recoverssm": "False",
+        "use_replayssm": "False",
+        "user_specified_block_size": "False",
+    }
+
+
+def render_vllm(engine: Engine, *, start_unix: float) -> str:
+    """The API server's ``/metrics`` at the engine's current simulated time.
+
+    ``start_unix`` is the unix time of simulated second 0 (when the engine became ready).
+    """
+    st = engine.stats
+    now = engine.now
+    base = {"engine": "0", "model_name": engine.cfg.model_name}
+    out = _Text(created_at=start_unix - 0.6)  # loggers are built just before serving starts
+    finished = sum(st.request_success.values())
+
+    # prometheus_client's default collectors (API-server process only).
+    gc_collected = (12000 + 9 * finished, 2500 + finished // 3, 480 + finished // 40)
+    gc_collections = (1400 + finished // 2, 127 + finished // 25, 9 + finished // 400)
+    out.header("python_gc_objects_collected_total", "Objects collected during gc", "counter")
+    for gen, v in enumerate(gc_collected):
+        out.sample("python_gc_objects_collected_total", {"generation": str(gen)}, v)
+    out.header("python_gc_objects_uncollectable_total", "Uncollectable objects found during GC", "counter")
+    for gen in range(3):
+        out.sample("python_gc_objects_uncollectable_total", {"generation": str(gen)}, 0)
+    out.header("python_gc_collections_total", "Number of times this generation was collected", "counter")
+    for gen, v in enumerate(gc_collections):
+        out.sample("python_gc_collections_total", {"generation": str(gen)}, v)
+    out.header("python_info", "Python platform information", "gauge")
+    out.sample(
+        "python_info",
+        {"implementation": "CPython", "major": "3", "minor": "12", "patchlevel": "11", "version": "3.12.11"},
+        1.0,
+    )
+    out.header("process_virtual_memory_bytes", "Virtual memory size in bytes.", "gauge")
+    out.sample("process_virtual_memory_bytes", {}, 1.1876e10)
+    out.header("process_resident_memory_bytes", "Resident memory size in bytes.", "gauge")
+    out.sample("process_resident_memory_bytes", {}, 1.41e9 + 4096.0 * min(finished, 100000))
+    out.header("process_start_time_seconds", "Start time of the process since unix epoch in seconds.", "gauge")
+    out.sample("process_start_time_seconds", {}, round(start_unix - 48.0, 2))
+    out.header("process_cpu_seconds_total", "Total user and system CPU time spent in seconds.", "counter")
+    # Start-up (tokenizer load, engine handshake) + idle loop + the work the frontend did.
+    idle = engine.cfg.costs.frontend_idle_cpu * engine.cfg.cpu_share * now
+    out.sample("process_cpu_seconds_total", {}, round(14.2 + idle + st.frontend_cpu_s, 2))
+    out.header("process_open_fds", "Number of open file descriptors.", "gauge")
+    out.sample("process_open_fds", {}, 61 + min(engine.num_running + engine.num_waiting, 4000))
+    out.header("process_max_fds", "Maximum number of open file descriptors.", "gauge")
+    out.sample("process_max_fds", {}, 1048576)
+
+    # vLLM engine families, in the order the 0.32 logger registers them.
+    out.counter("vllm:estimated_flops_per_gpu", [(base, 0)])
+    out.counter("vllm:estimated_read_bytes_per_gpu", [(base, 0)])
+    out.counter("vllm:estimated_write_bytes_per_gpu", [(base, 0)])
+    out.header("vllm:num_requests_running", HELP["vllm:num_requests_running"], "gauge")
+    out.sample("vllm:num_requests_running", base, engine.num_running)
+    out.header("vllm:num_requests_waiting", HELP["vllm:num_requests_waiting"], "gauge")
+    out.sample("vllm:num_requests_waiting", base, engine.num_waiting)
+    out.header("vllm:num_requests_waiting_by_reason", HELP["vllm:num_requests_waiting_by_reason"], "gauge")
+    # The model has no LoRA, KV transfer or blocked states: everything waits for capacity.
+    for reason in WAITING_REASONS:
+        waiting = engine.num_waiting if reason == "capacity" else 0
+        out.sample("vllm:num_requests_waiting_by_reason", {**base, "reason": reason}, waiting)
+    out.header("vllm:engine_sleep_state", HELP["vllm:engine_sleep_state"], "gauge")
+    for state in SLEEP_STATES:
+        out.sample("vllm:engine_sleep_state", {**base, "sleep_state": state}, 1 if state == "awake" else 0)
+    out.header("vllm:kv_cache_usage_perc", HELP["vllm:kv_cache_usage_perc"], "gauge")
+    out.sample("vllm:kv_cache_usage_perc", base, engine.kv_cache_usage)
+    out.counter("vllm:prefix_cache_queries", [(base, st.prefix_cache_queries)])
+    out.counter("vllm:prefix_cache_hits", [(base, st.prefix_cache_hits)])
+    out.counter("vllm:external_prefix_cache_queries", [(base, 0)])
+    out.counter("vllm:external_prefix_cache_hits", [(base, 0)])
+    out.counter("vllm:mm_cache_queries", [(base, 0)])
+    out.counter("vllm:mm_cache_hits", [(base, 0)])
+    out.counter("vllm:num_preemptions", [(base, st.num_preemptions)])
+    out.counter("vllm:prompt_tokens", [(base, st.prompt_tokens)])
+    by_source = {
+        "local_compute": st.prompt_tokens_local_compute,
+        "local_cache_hit": st.prompt_tokens_local_cache_hit,
+        "external_kv_transfer": 0,
+    }
+    out.counter("vllm:prompt_tokens_by_source", [({**base, "source": s}, by_source[s]) for s in PROMPT_SOURCES])
+    out.counter("vllm:prompt_tokens_cached", [(base, st.prompt_tokens_local_cache_hit)])
+    out.counter(
+        "vllm:prompt_tokens_cached_by_source",
+        [({**base, "source": s}, st.prefix_cache_hits if s == "device" else 0) for s in CACHED_SOURCES],
+    )
+    out.counter("vllm:generation_tokens", [(base, st.generation_tokens)])
+    out.counter(
+        "vllm:request_success",
+        [({**base, "finished_reason": r}, st.request_success[r]) for r in FINISHED_REASONS],
+    )
+    # Admission control lives in the API server: no `engine` label.
+    out.counter(
+        "vllm:admission_rejections",
+        [({"model_name": engine.cfg.model_name, "reason": r}, 0) for r in ADMISSION_REASONS],
+    )
+    for family, attr in _VLLM_HISTOGRAMS:
+        out.histogram(family, HELP[family], base, getattr(st, attr))
+    out.header("vllm:cache_config_info", HELP["vllm:cache_config_info"], "gauge")
+    out.sample("vllm:cache_config_info", cache_config_labels(engine), 1.0)
+
+    # prometheus_fastapi_instrumentator. Per-handler children appear with the first request.
+    first = st.http_first_request_at
+    first_unix = None if first is None else start_unix + first
+    handler = {"handler": HTTP_HANDLER}
+    handler_children = [] if first is None else [handler]
+    out.header("http_requests_total", HELP["http_requests"], "counter")
+    if first is not None:
+        out.sample("http_requests_total", {**handler, "method": "POST", "status": "2xx"}, st.http_requests)
+        out.created("http_requests", HELP["http_requests"], [{**handler, "method": "POST", "status": "2xx"}], first_unix)
+    for fam, total in (
+        ("http_request_size_bytes", st.http_request_size_sum),
+        ("http_response_size_bytes", 0.0),  # streamed responses carry no Content-Length
+    ):
+        out.header(fam, HELP[fam], "summary")
+        for labels in handler_children:
+            out.sample(f"{fam}_count", labels, st.http_requests)
+            out.sample(f"{fam}_sum", labels, total)
+        if first is not None:
+            out.created(fam, HELP[fam], handler_children, first_unix)
+    fam = "http_request_duration_highr_seconds"
+    out.histogram(fam, HELP[fam], {}, st.http_duration_highr, at=start_unix - 0.4)
+    fam = "http_request_duration_seconds"
+    out.header(fam, HELP[fam], "histogram")
+    if first is not None:
+        labels = {**handler, "method": "POST"}
+        out.histogram_child(fam, labels, st.http_duration)
+        out.created(fam, HELP[fam], [labels], first_unix)
+    return "\n".join(out.lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# dcgm-exporter
+# --------------------------------------------------------------------------------------------
+
+DCGM_HELP: Final[tuple[tuple[str, str, str], ...]] = (
+    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
+    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
+    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
+    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
+    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
+    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
+    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
+    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
+    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
+    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
+    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
+    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
+    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
+    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
+    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
+    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
+    (
+        "DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
+        "Ratio of cycles the device memory interface is active sending or receiving data.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+    ),
+    (
+        "DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+        "The rate of data received over the PCIe bus - including both protocol headers and data "
+        "payloads - in bytes per second.",
+    ),
+)
+DCGM_DRIVER_VERSION: Final = "570.124.06"
+DCGM_HOSTNAME: Final = "gpu-node-0"
+
+
+def render_dcgm(engine: Engine) -> str:
+    """dcgm-exporter's ``/metrics`` for the engine's GPUs (TP x PP of them).
+
+    Utilisation gauges cover the last complete simulated second, as DCGM samples them. Every
+    TP rank runs the same kernels in lock step, so ranks report the same activity.
+    """
+    cfg, st, gpu = engine.cfg, engine.stats, engine.cfg.gpu
+    n_gpus = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
+    win = engine.gpu_window(1)
+    busy = min(1.0, win.busy_s)
+    total_mib = int(gpu.memory_bytes / 2**20)
+    reserved_mib = 563
+    used_mib = min(total_mib - reserved_mib, int(gpu.memory_bytes * cfg.gpu_memory_utilization / 2**20) + 520)
+    power = gpu.idle_power_w + (gpu.max_power_w - gpu.idle_power_w) * (0.35 * busy + 0.5 * min(1.0, win.tensor_s))
+    energy_mj = 1000.0 * (gpu.idle_power_w * engine.now + (gpu.max_power_w - gpu.idle_power_w) * 0.6 * st.gpu_busy_s)
+    comm = win.comm_bytes  # bytes each GPU moved over its link in the last second
+    values: dict[str, str] = {
+        "DCGM_FI_DEV_SM_CLOCK": str(gpu.sm_clock_mhz if busy > 0 else 345),
+        "DCGM_FI_DEV_MEM_CLOCK": str(gpu.mem_clock_mhz),
+        "DCGM_FI_DEV_MEMORY_TEMP": str(int(38 + 30 * busy)),
+        "DCGM_FI_DEV_GPU_TEMP": str(int(33 + 35 * busy)),
+        "DCGM_FI_DEV_POWER_USAGE": f"{power:.3f}",
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": str(int(energy_mj)),
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "0",
+        "DCGM_FI_DEV_GPU_UTIL": str(int(round(100 * busy))),
+        "DCGM_FI_DEV_MEM_COPY_UTIL": str(int(round(100 * min(1.0, win.dram_s)))),
+        "DCGM_FI_DEV_ENC_UTIL": "0",
+        "DCGM_FI_DEV_DEC_UTIL": "0",
+        "DCGM_FI_DEV_XID_ERRORS": "0",
+        "DCGM_FI_DEV_FB_FREE": str(total_mib - reserved_mib - used_mib),
+        "DCGM_FI_DEV_FB_USED": str(used_mib),
+        "DCGM_FI_DEV_FB_RESERVED": str(reserved_mib),
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": str(int(st.comm_bytes / 1024) if gpu.nvlink else 0),
+        "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "0",
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "0",
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "0",
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": "0",
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": f"{busy:.6f}",
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": f"{min(1.0, win.tensor_s) * 0.8:.6f}",
+        "DCGM_FI_PROF_DRAM_ACTIVE": f"{min(1.0, win.dram_s):.6f}",
+        "DCGM_FI_PROF_PCIE_TX_BYTES": str(int(2.4e6 + (0 if gpu.nvlink else comm))),
+        "DCGM_FI_PROF_PCIE_RX_BYTES": str(int(3.1e6 + (0 if gpu.nvlink else comm))),
+    }
+    lines: list[str] = []
+    for name, kind, help_text in DCGM_HELP:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+        for i in range(n_gpus):
+            # dcgm-exporter prints labels in its own (not alphabetical) order.
+            labels = (
+                f'gpu="{i}",UUID="GPU-5e1f0c2a-7d3b-4c9e-a1f0-{i:012d}",pci_bus_id="00000000:{0x18 + 0x10 * i:02X}:00.0",'
+                f'device="nvidia{i}",modelName="{gpu.model_name}",Hostname="{DCGM_HOSTNAME}",'
+                f'DCGM_FI_DRIVER_VERSION="{DCGM_DRIVER_VERSION}"'
+            )
+            lines.append(f"{name}{{{labels}}} {values[name]}")
+    return "\n".join(lines) + "\n"

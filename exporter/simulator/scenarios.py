@@ -1,0 +1,516 @@
+"""Named scenarios: a deployment, its traffic, and the diagnosis the method expects for it.
+
+Each scenario is one frozen dataclass: the engine configuration (including the facts vLLM
+does not export: token budget, max_num_seqs, TP size, GPU, CPU cores and CPU contention),
+the workload, and the expected diagnosis (verdict layer, symptom ids, cause ids) from the
+layered method (``reference/diagnosis-method.md``). ``docs/scenarios.md`` is the table of all
+of them; ``tests/simulator`` checks the physics each one relies on.
+
+Numbers are production-scale: Llama-3.1-8B on one H100 unless said otherwise.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from types import MappingProxyType
+from typing import Any, Final
+
+from exporter.simulator.engine import (
+    H100_PCIE_NO_P2P,
+    LLAMA_3_2_3B,
+    Engine,
+    EngineConfig,
+)
+from exporter.simulator.workload import (
+    Arrivals,
+    LengthDist,
+    PrefixSpec,
+    RequestClass,
+    Workload,
+)
+
+LAYERS: Final = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
+
+
+@dataclass(frozen=True, slots=True)
+class Expected:
+    """What a correct layered diagnosis says about the scenario once its window is full.
+
+    ``symptoms``/``causes`` must be active; ``also_possible`` may co-fire without the
+    diagnosis being wrong (the method's classes overlap, e.g. KV pressure also makes the
+    scheduler conservative). ``verdict`` is a layer id or ``none``.
+    """
+
+    verdict: str
+    symptoms: tuple[str, ...] = ()
+    causes: tuple[str, ...] = ()
+    also_possible: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.verdict not in (*LAYERS, "none"):
+            raise ValueError(f"unknown verdict layer {self.verdict!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    name: str
+    description: str  # what it models, one or two sentences
+    knobs: str  # the settings that make it what it is (for the docs table)
+    engine: EngineConfig
+    workload: Workload
+    expected: Expected
+    case: str = ""  # symptom class / worked case it demonstrates, e.g. "A1" or "case 3"
+    dcgm: bool = True  # also serve DCGM-style GPU series
+    seed: int = 0
+
+    @property
+    def cpu_share(self) -> float:
+        """CPU contention: the share of CPU time vLLM's processes get (1.0 = none)."""
+        return self.engine.cpu_share
+
+    @property
+    def tensor_parallel_size(self) -> int:
+        return self.engine.tensor_parallel_size
+
+    def engine_facts(self) -> dict[str, Any]:
+        """The engine facts vLLM does not export, keyed as in the sidecar's config."""
+        e = self.engine
+        return {
+            "max_num_batched_tokens": e.max_num_batched_tokens,
+            "max_num_seqs": e.max_num_seqs,
+            "tensor_parallel_size": e.tensor_parallel_size,
+            "pipeline_parallel_size": e.pipeline_parallel_size,
+            "gpu": e.gpu.name,
+            "cpu_cores": e.cpu_cores,
+        }
+
+    def build(self, seed: int | None = None) -> Engine:
+        """A fresh engine at simulated time 0."""
+        return Engine(self.engine, self.workload, self.seed if seed is None else seed)
+
+    def with_engine(self, **changes: Any) -> Scenario:
+        """The same scenario with engine settings changed (physics tests, what-ifs)."""
+        return replace(self, engine=replace(self.engine, **changes))
+
+    def with_workload(self, workload: Workload) -> Scenario:
+        return replace(self, workload=workload)
+
+
+# --------------------------------------------------------------------------------------------
+# Building blocks
+# --------------------------------------------------------------------------------------------
+
+
+def _lognormal(mean: float, sigma: float, lo: int = 1, hi: int = 1_000_000) -> LengthDist:
+    return LengthDist("lognormal", mean, sigma, lo, hi)
+
+
+def _chat(
+    rate: float,
+    *,
+    prompt: LengthDist | None = None,
+    output: LengthDist | None = None,
+    prefix: PrefixSpec | None = None,
+    arrivals: Arrivals | None = None,
+    max_tokens: int | None = 1024,
+    name: str = "chat",
+) -> RequestClass:
+    """Interactive chat: a shared system prompt, a few hundred tokens of user text."""
+    return RequestClass(
+        name=name,
+        arrivals=arrivals or Arrivals("steady", rate=rate),
+        prompt=prompt or _lognormal(300, 0.6, 10, 4000),
+        output=output or _lognormal(250, 0.7, 5, 2000),
+        prefix=prefix if prefix is not None else PrefixSpec(groups=4, shared_len=1200, zipf_s=0.5),
+        max_tokens=max_tokens,
+    )
+
+
+def _one(*classes: RequestClass) -> Workload:
+    return Workload(classes=classes)
+
+
+# --------------------------------------------------------------------------------------------
+# The scenarios
+# --------------------------------------------------------------------------------------------
+
+_HEALTHY = Scenario(
+    name="healthy",
+    description=(
+        "Moderate steady chat traffic on a well-sized deployment: short queue, ample KV, "
+        "stable system prompts that the prefix cache reuses."
+    ),
+    knobs="4 req/s Poisson; 1200-token shared system prompt (4 groups) + ~300 user tokens; "
+    "~250 output; budget 8192, max_num_seqs 256, 0.92 memory",
+    engine=EngineConfig(),
+    workload=_one(_chat(4.0)),
+    expected=Expected(verdict="none"),
+    case="healthy",
+)
+
+_LONG_PROMPTS = Scenario(
+    name="long-prompts",
+    description=(
+        "Document QA with ~28k-token prompts at a low rate: TTFT is high because prefilling a "
+        "long prompt takes that long, not because anything waits."
+    ),
+    knobs="0.12 req/s; prompts lognormal mean 28k (8k-60k), no shared prefix; 200 output; "
+    "max_model_len 65536; budget 8192",
+    engine=EngineConfig(max_model_len=65536),
+    workload=_one(
+        RequestClass(
+            name="docqa",
+            arrivals=Arrivals("steady", rate=0.12),
+            prompt=_lognormal(28000, 0.3, 8000, 60000),
+            output=_lognormal(200, 0.5, 20, 1000),
+            max_tokens=1024,
+        )
+    ),
+    expected=Expected(verdict="request", symptoms=("A",), causes=("A1",)),
+    case="A1",
+)
+
+_SMALL_BUDGET = Scenario(
+    name="small-token-budget",
+    description=(
+        "max_num_batched_tokens far below the prompt length: every prompt is chopped into many "
+        "chunks that share each step's budget with a large decode batch, so prefill crawls, the "
+        "queue builds and TTFT climbs while the KV cache stays mostly free."
+    ),
+    knobs="budget 512 (max_num_seqs 256); 3 req/s; ~3000-token prompts, ~500 output",
+    engine=EngineConfig(max_num_batched_tokens=512, max_num_seqs=256),
+    workload=_one(
+        _chat(
+            3.0,
+            prompt=_lognormal(1800, 0.4, 200, 12000),
+            output=_lognormal(500, 0.5, 20, 2000),
+        )
+    ),
+    expected=Expected(
+        verdict="scheduler", symptoms=("A",), causes=("A4",), also_possible=("A2",)
+    ),
+    case="A4",
+)
+
+_QUEUE_BACKLOG = Scenario(
+    name="queue-backlog",
+    description=(
+        "Arrivals above what the concurrency cap can serve: max_num_seqs is full, the waiting "
+        "queue grows without bound, and the KV cache is nowhere near full."
+    ),
+    knobs="max_num_seqs 32; 4 req/s with ~800-token outputs (capacity ~3 req/s); KV ~15 % used",
+    engine=EngineConfig(max_num_seqs=32),
+    workload=_one(_chat(4.0, output=_lognormal(800, 0.4, 50, 3000), max_tokens=4096)),
+    expected=Expected(verdict="scheduler", symptoms=("A",), causes=("A2",)),
+    case="A2",
+)
+
+_CPU_STARVED = Scenario(
+    name="cpu-starved",
+    description=(
+        "Two cores shared with noisy neighbours (vLLM gets ~25 % of the CPU it asks for) and a "
+        "heavy chat template: tokenisation queues in the API server, the engine core steps "
+        "slowly, and the GPU idles between steps."
+    ),
+    knobs="cpu_share 0.25, cpu_cores 2, frontend_cost_scale 8 (tools + long template); "
+    "3 req/s, ~1500-token prompts",
+    engine=EngineConfig(cpu_cores=2, cpu_share=0.25, frontend_cost_scale=8.0),
+    workload=_one(_chat(3.0)),
+    expected=Expected(
+        verdict="cpu", symptoms=("A", "C"), causes=("A3", "C1"), also_possible=("B",)
+    ),
+    case="A3/C1",
+)
+
+_ITL_STUTTER = Scenario(
+    name="itl-stutter",
+    description=(
+        "A huge token budget (throughput-style tuning) with a steady trickle of 12k-token "
+        "prompts next to interactive chat: each long prefill lands in one step and every "
+        "decoding stream stalls for it. ITL tail high, TTFT fine."
+    ),
+    knobs="budget 16384; chat 6 req/s + documents 0.4 req/s of ~12k tokens",
+    engine=EngineConfig(max_num_batched_tokens=16384),
+    workload=_one(
+        _chat(6.0),
+        RequestClass(
+            name="documents",
+            arrivals=Arrivals("steady", rate=0.4),
+            prompt=_lognormal(12000, 0.25, 4000, 30000),
+            output=_lognormal(120, 0.5, 10, 600),
+            max_tokens=512,
+        ),
+    ),
+    expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B1", "B2")),
+    case="B1/B2",
+)
+
+_SPARSE = Scenario(
+    name="sparse-traffic",
+    description=(
+        "A few requests a minute: batches of one, the GPU idles most of the time and throughput "
+        "is low. Nothing to tune; the workload does not batch."
+    ),
+    knobs="0.1 req/s Poisson; ~400-token prompts, ~150 output",
+    engine=EngineConfig(),
+    workload=_one(
+        _chat(
+            0.1,
+            prompt=_lognormal(400, 0.5, 20, 3000),
+            output=_lognormal(150, 0.5, 5, 1000),
+            prefix=PrefixSpec(),
+        )
+    ),
+    expected=Expected(verdict="request", symptoms=("C",), causes=("C2",)),
+    case="C2",
+)
+
+_KV_PRESSURE = Scenario(
+    name="kv-pressure",
+    description=(
+        "Long generations, many at once, and a KV cache squeezed by a low "
+        "gpu_memory_utilization (GPU shared with another model): blocks run out, requests are "
+        "preempted and recomputed over and over, and concurrency is capped by cache space."
+    ),
+    knobs="gpu_memory_utilization 0.33 (~3.2k blocks); 1.5 req/s; ~1500 prompt, ~1500 output",
+    engine=EngineConfig(gpu_memory_utilization=0.33),
+    workload=_one(
+        _chat(
+            1.5,
+            prompt=_lognormal(1500, 0.5, 100, 8000),
+            output=_lognormal(1500, 0.6, 100, 8000),
+            prefix=PrefixSpec(),
+            max_tokens=None,
+        )
+    ),
+    expected=Expected(
+        verdict="kv_cache", symptoms=("D", "C"), causes=("D", "C3"), also_possible=("A", "A2", "E")
+    ),
+    case="D, C3",
+)
+
+_HEADROOM = Scenario(
+    name="headroom-risk",
+    description=(
+        "Unbounded, heavy-tailed outputs keep the KV cache pinned near 100 % most of the time; "
+        "preemptions are still rare, so nothing looks broken yet, but there is no headroom for "
+        "a burst or a long outlier."
+    ),
+    knobs="gpu_memory_utilization 0.36; max_num_seqs 24; 0.5 req/s; outputs lognormal mean "
+    "1500 (sigma 0.9), max_tokens unset",
+    engine=EngineConfig(gpu_memory_utilization=0.36, max_num_seqs=24),
+    workload=_one(
+        _chat(
+            0.5,
+            prompt=_lognormal(2000, 0.3, 200, 6000),
+            output=_lognormal(1500, 0.9, 50, 20000),
+            prefix=PrefixSpec(),
+            max_tokens=None,
+        )
+    ),
+    expected=Expected(verdict="kv_cache", symptoms=("E",), causes=("E",), also_possible=("A2",)),
+    case="E",
+)
+
+_TEMPLATE = Scenario(
+    name="template-instability",
+    description=(
+        "Every request carries the same 2000-token system prompt, except that a request id is "
+        "injected 24 tokens in: the hash chain breaks at the second block, so prompts span "
+        "many full blocks yet almost nothing hits."
+    ),
+    knobs="4 groups x 2000-token system prompt; instability 0.9 (request id at token 24); "
+    "3 req/s",
+    engine=EngineConfig(),
+    workload=_one(
+        _chat(
+            3.0,
+            prefix=PrefixSpec(
+                groups=4, shared_len=2000, zipf_s=0.5, instability=0.9, dynamic_pos=24, dynamic_len=12
+            ),
+        )
+    ),
+    expected=Expected(verdict="request", symptoms=("F",), causes=("F",), also_possible=("A", "A5")),
+    case="F",
+)
+
+_EVICTION = Scenario(
+    name="cache-eviction",
+    description=(
+        "Stable prompts, but hundreds of distinct 3000-token prefixes (per-tenant instructions) "
+        "against a KV cache that running requests mostly occupy: the LRU evicts a prefix long "
+        "before it is asked for again."
+    ),
+    knobs="gpu_memory_utilization 0.5 (~9k blocks); 200 prefix groups x 3000 tokens, uniform; "
+    "3 req/s, ~600 output",
+    engine=EngineConfig(gpu_memory_utilization=0.5),
+    workload=_one(
+        _chat(
+            3.0,
+            prompt=_lognormal(200, 0.5, 10, 2000),
+            output=_lognormal(600, 0.5, 20, 3000),
+            prefix=PrefixSpec(groups=200, shared_len=3000),
+            max_tokens=4096,
+        )
+    ),
+    expected=Expected(
+        verdict="kv_cache", symptoms=("F",), causes=("F6",), also_possible=("D", "A", "A5")
+    ),
+    case="F6",
+)
+
+_TP = Scenario(
+    name="tp-overhead",
+    description=(
+        "A 3B model that fits on one GPU served with TP=4 over PCIe without peer-to-peer: "
+        "two all-reduces per layer per step cost more than the weight reads they save, so "
+        "steps and ITL are slower than with TP=1."
+    ),
+    knobs="Llama-3.2-3B, tensor_parallel_size 4 on H100 PCIe (no NVLink/P2P, ~100 us per "
+    "all-reduce); 5 req/s chat",
+    engine=EngineConfig(model=LLAMA_3_2_3B, gpu=H100_PCIE_NO_P2P, tensor_parallel_size=4),
+    workload=_one(_chat(5.0)),
+    expected=Expected(verdict="distributed", symptoms=("G",), causes=("G",), also_possible=("B",)),
+    case="G",
+)
+
+# The five worked cases of the method.
+
+_CASE1 = Scenario(
+    name="case1-slow-first-token",
+    description=(
+        "Case 1: slow first token, generation fine. Bursts of 6k-token prompts against a 2048 "
+        "budget: TTFT rises, ITL stays normal, GPU medium, the waiting queue builds during "
+        "bursts and drains after."
+    ),
+    knobs="budget 2048; bursty 0.4 -> 2.5 req/s for 20 s every 120 s; ~6000-token prompts",
+    engine=EngineConfig(max_num_batched_tokens=2048),
+    workload=_one(
+        RequestClass(
+            name="analysis",
+            arrivals=Arrivals("bursty", rate=0.4, burst_rate=2.5, burst_s=20.0, period_s=120.0),
+            prompt=_lognormal(6000, 0.35, 1000, 20000),
+            output=_lognormal(200, 0.5, 10, 1000),
+            prefix=PrefixSpec(groups=2, shared_len=400),
+            max_tokens=1024,
+        )
+    ),
+    expected=Expected(
+        verdict="scheduler", symptoms=("A",), causes=("A4",), also_possible=("A1", "A2")
+    ),
+    case="case 1",
+)
+
+_CASE2 = Scenario(
+    name="case2-stutter",
+    description=(
+        "Case 2: stuttering tokens, total throughput fine. Interactive chat shares a pool "
+        "tuned for throughput (budget 16384) with an offline batch of 8k-token summaries; "
+        "ITL worsens with concurrency."
+    ),
+    knobs="budget 16384, max_num_seqs 512; chat 10 req/s + batch 0.6 req/s of ~8k tokens",
+    engine=EngineConfig(max_num_batched_tokens=16384, max_num_seqs=512),
+    workload=_one(
+        _chat(10.0),
+        RequestClass(
+            name="batch",
+            arrivals=Arrivals("steady", rate=0.6),
+            prompt=_lognormal(8000, 0.3, 2000, 24000),
+            output=_lognormal(300, 0.5, 20, 1000),
+            max_tokens=1024,
+        ),
+    ),
+    expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B2",), also_possible=("B1", "B3")),
+    case="case 2",
+)
+
+_CASE3 = Scenario(
+    name="case3-gpu-40pct",
+    description=(
+        "Case 3: GPU at ~40 %. Four cores for API server + engine core under contention; many "
+        "short streamed requests make detokenisation and streaming eat the API server's CPU; "
+        "few requests run at once."
+    ),
+    knobs="cpu_cores 4, cpu_share 0.35, frontend_cost_scale 3; 8 req/s, ~300-token prompts, "
+    "~120 output",
+    engine=EngineConfig(cpu_cores=4, cpu_share=0.35, frontend_cost_scale=3.0),
+    workload=_one(
+        _chat(
+            8.0,
+            prompt=_lognormal(300, 0.5, 10, 2000),
+            output=_lognormal(120, 0.5, 5, 800),
+            prefix=PrefixSpec(groups=2, shared_len=200),
+        )
+    ),
+    expected=Expected(verdict="cpu", symptoms=("C",), causes=("C1",), also_possible=("A", "A3")),
+    case="case 3",
+)
+
+_CASE4 = Scenario(
+    name="case4-peak-jitter",
+    description=(
+        "Case 4: latency jitter at peak. Mean latency is fine, but traffic peaks with unbounded "
+        "output tails exhaust a modest KV cache: preemptions cluster in the peaks and P95/P99 "
+        "blow up."
+    ),
+    knobs="gpu_memory_utilization 0.4; bursty 0.8 -> 4 req/s for 30 s every 180 s; outputs "
+    "lognormal mean 700 (sigma 1.0), max_tokens unset",
+    engine=EngineConfig(gpu_memory_utilization=0.4),
+    workload=_one(
+        _chat(
+            0.8,
+            arrivals=Arrivals("bursty", rate=0.8, burst_rate=4.0, burst_s=30.0, period_s=180.0),
+            prompt=_lognormal(1200, 0.5, 50, 8000),
+            output=_lognormal(700, 1.0, 10, 16000),
+            prefix=PrefixSpec(),
+            max_tokens=None,
+        )
+    ),
+    expected=Expected(verdict="kv_cache", symptoms=("D",), causes=("D",), also_possible=("E", "A", "A2", "C3")),
+    case="case 4",
+)
+
+_CASE5 = Scenario(
+    name="case5-low-prefix-hit",
+    description=(
+        "Case 5: low prefix hit. Many similar requests, but the few-shot examples come in one "
+        "of six orders and half the requests stamp the current minute into the system prompt: "
+        "no TTFT gain from caching."
+    ),
+    knobs="3 groups x 1500 tokens; variants 6 (few-shot order); instability 0.5 with a "
+    "minute-resolution timestamp at token 200; 4 req/s",
+    engine=EngineConfig(),
+    workload=_one(
+        _chat(
+            4.0,
+            prefix=PrefixSpec(
+                groups=3, shared_len=1500, variants=6, instability=0.5, dynamic_pos=200,
+                dynamic_len=10, dynamic_period_s=60.0,
+            ),
+        )
+    ),
+    expected=Expected(verdict="request", symptoms=("F",), causes=("F",), also_possible=("A", "A5")),
+    case="case 5",
+)
+
+SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
+    {
+        s.name: s
+        for s in (
+            _HEALTHY, _LONG_PROMPTS, _SMALL_BUDGET, _QUEUE_BACKLOG, _CPU_STARVED, _ITL_STUTTER,
+            _SPARSE, _KV_PRESSURE, _HEADROOM, _TEMPLATE, _EVICTION, _TP,
+            _CASE1, _CASE2, _CASE3, _CASE4, _CASE5,
+        )
+    }
+)
+
+
+def scenario_names() -> tuple[str, ...]:
+    return tuple(SCENARIOS)
+
+
+def get_scenario(name: str) -> Scenario:
+    try:
+        return SCENARIOS[name]
+    except KeyError:
+        raise KeyError(f"unknown scenario {name!r}; known: {', '.join(SCENARIOS)}") from None

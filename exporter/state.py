@@ -1,0 +1,125 @@
+"""The immutable published state: what /metrics, JSON, HTML and CLI text all render.
+
+Each evaluation builds a new :class:`TargetState` and swaps it in whole; readers never see
+a half-updated diagnosis and nothing is computed when someone scrapes us.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+from exporter.catalog.symptoms import LAYERS, Action
+from exporter.signals import Signals
+
+TargetStatus = Literal["ok", "insufficient_evidence", "down"]
+SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
+
+
+@dataclass(frozen=True, slots=True)
+class CauseResult:
+    id: str
+    symptom: str
+    layer: str
+    title: str
+    strength: float
+    evidence: tuple[str, ...]
+    actions: tuple[Action, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "layer": self.layer,
+            "title": self.title,
+            "strength": round(self.strength, 3),
+            "evidence": list(self.evidence),
+            "actions": [{"action": a.action, "gain": a.gain, "cost": a.cost} for a in self.actions],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SymptomResult:
+    id: str
+    title: str
+    severity: str
+    causes: tuple[CauseResult, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "title": self.title, "severity": self.severity,
+                "causes": [c.to_dict() for c in self.causes]}
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    layer: str  # one of LAYERS, "none" or "unknown"
+    score: float
+    since: float
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnosis:
+    verdict: Verdict
+    layer_scores: Mapping[str, float]
+    symptoms: tuple[SymptomResult, ...]
+    abstained: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # cause id -> what it lacked
+    rule_errors: tuple[str, ...] = ()
+
+    @property
+    def active_causes(self) -> tuple[CauseResult, ...]:
+        return tuple(c for s in self.symptoms for c in s.causes)
+
+
+def unknown_diagnosis(since: float) -> Diagnosis:
+    return Diagnosis(Verdict("unknown", 0.0, since), {layer: 0.0 for layer in LAYERS}, ())
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapeHealth:
+    up: bool = False
+    last_duration_seconds: float | None = None
+    last_success_timestamp: float | None = None
+    last_error: str | None = None
+    errors_total: Mapping[str, int] = field(default_factory=lambda: {r: 0 for r in SCRAPE_ERROR_REASONS})
+    scrapes_total: int = 0
+    dropped_samples_total: int = 0
+    restarts_total: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class TargetState:
+    target: str
+    url: str
+    status: TargetStatus
+    window_seconds: float
+    evaluated_at: float
+    health: ScrapeHealth
+    diagnosis: Diagnosis
+    model_name: str = ""
+    signals: Signals | None = None
+    missing: tuple[str, ...] = ()
+    last_scrape_at: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.diagnosis
+        signals = self.signals.to_dict() if self.signals is not None else {}
+        return {
+            "target": self.target,
+            "model_name": self.model_name,
+            "state": self.status,
+            "window_seconds": self.window_seconds,
+            "evaluated_at": self.evaluated_at,
+            "last_scrape_at": self.last_scrape_at,
+            "verdict": {"layer": d.verdict.layer, "score": round(d.verdict.score, 3), "since": d.verdict.since},
+            "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
+            "symptoms": [s.to_dict() for s in d.symptoms],
+            "signals": signals,
+            "missing": list(self.missing),
+            "abstained": {k: list(v) for k, v in d.abstained.items()},
+            "scrape": {
+                "up": self.health.up,
+                "last_duration_seconds": self.health.last_duration_seconds,
+                "last_success_timestamp": self.health.last_success_timestamp,
+                "last_error": self.health.last_error,
+                "errors_total": dict(self.health.errors_total),
+            },
+        }

@@ -1,0 +1,290 @@
+"""Per-target ring buffer of snapshots and the reset-safe arithmetic over it.
+
+Each push stores the step delta against the previous snapshot, so a window query is a sum
+over stored steps (no re-walk of raw snapshots) and a counter reset is decided once, where
+it happens: a counter that went down restarted from zero, so its step increase is its new
+value, never a negative or a huge number. A vLLM restart (``process_start_time_seconds``
+changed) resets every counter of that step the same way.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+from typing import Callable, Iterable, Literal
+
+from exporter.snapshot import HistogramSample, LabelSet, Snapshot
+
+LabelFilter = Callable[[LabelSet], bool] | None
+GaugeAgg = Literal["sum", "max", "min", "mean"]
+
+
+@dataclass(frozen=True, slots=True)
+class HistogramDelta:
+    """Observations that landed in a histogram during an interval (cumulative per bound)."""
+
+    bounds: tuple[float, ...]
+    cumulative: tuple[float, ...]
+    sum: float
+    count: float
+
+    def mean(self) -> float | None:
+        if self.count <= 0 or math.isnan(self.sum):
+            return None
+        return self.sum / self.count
+
+    def quantile(self, q: float) -> float | None:
+        """Prometheus ``histogram_quantile`` semantics: linear inside the bucket.
+
+        A rank in the +Inf bucket returns the highest finite bound (a lower bound on the
+        truth); a rank in the first bucket interpolates from 0 (see :meth:`resolves`).
+        """
+        total = self.cumulative[-1] if self.cumulative else 0.0
+        if total <= 0:
+            return None
+        rank = q * total
+        for i, (bound, cum) in enumerate(zip(self.bounds, self.cumulative)):
+            if cum >= rank:
+                if math.isinf(bound):
+                    return self.bounds[i - 1] if i > 0 else None
+                lower = self.bounds[i - 1] if i > 0 else min(0.0, bound)
+                below = self.cumulative[i - 1] if i > 0 else 0.0
+                in_bucket = cum - below
+                if in_bucket <= 0:
+                    return bound
+                return lower + (bound - lower) * (rank - below) / in_bucket
+        return None
+
+    def resolves(self, q: float) -> bool:
+        """True when the q-quantile lies above the first bucket, i.e. the buckets say something.
+
+        vLLM's latency buckets start at 0.3 s; a quantile interpolated inside the first bucket
+        can hide a real value of microseconds (diagnosis-method.md, "Bucket resolution").
+        """
+        total = self.cumulative[-1] if self.cumulative else 0.0
+        return total > 0 and self.cumulative[0] < q * total
+
+    def share_above(self, threshold: float) -> float | None:
+        """Share of observations above the smallest bound >= threshold (exact at a bound)."""
+        total = self.cumulative[-1] if self.cumulative else 0.0
+        if total <= 0:
+            return None
+        for bound, cum in zip(self.bounds, self.cumulative):
+            if bound >= threshold:
+                return (total - cum) / total
+        return 0.0
+
+    @staticmethod
+    def merge(parts: Iterable["HistogramDelta"]) -> "HistogramDelta | None":
+        """Sum histograms (e.g. across engines). Bounds present in all parts are kept."""
+        parts = list(parts)
+        if not parts:
+            return None
+        common = set(parts[0].bounds)
+        for part in parts[1:]:
+            common &= set(part.bounds)
+        bounds = tuple(sorted(common))
+        cumulative = []
+        for bound in bounds:
+            cumulative.append(sum(p.cumulative[p.bounds.index(bound)] for p in parts))
+        return HistogramDelta(
+            bounds=bounds,
+            cumulative=tuple(cumulative),
+            sum=math.fsum(p.sum for p in parts),
+            count=math.fsum(p.count for p in parts),
+        )
+
+
+def _histogram_step(old: HistogramSample | None, new: HistogramSample, reset: bool) -> HistogramDelta:
+    if old is None:
+        # A series that appears mid-window has no known start: it contributes nothing yet.
+        zeros = tuple(0.0 for _ in new.bounds)
+        return HistogramDelta(new.bounds, zeros, 0.0, 0.0)
+    went_down = new.count < old.count or any(n < o for n, o in zip(new.cumulative, old.cumulative))
+    if reset or went_down or old.bounds != new.bounds:
+        return HistogramDelta(new.bounds, new.cumulative, new.sum, new.count)
+    return HistogramDelta(
+        new.bounds,
+        tuple(n - o for n, o in zip(new.cumulative, old.cumulative)),
+        new.sum - old.sum,
+        new.count - old.count,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What happened between two consecutive snapshots."""
+
+    start: float
+    end: float
+    counters: dict[str, dict[LabelSet, float]]
+    histograms: dict[str, dict[LabelSet, HistogramDelta]]
+    restarted: bool  # process restart or any counter reset: the step was re-based, not spiked
+
+
+def _start_time(snapshot: Snapshot) -> float | None:
+    series = snapshot.scalars.get("process_start_time_seconds")
+    if not series:
+        return None
+    return max(series.values())
+
+
+def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
+    """Reset-safe step delta from ``old`` to ``new``."""
+    old_start, new_start = _start_time(old), _start_time(new)
+    restarted = old_start is not None and new_start is not None and new_start != old_start
+    counters: dict[str, dict[LabelSet, float]] = {}
+    for name in counter_names:
+        new_series = new.scalars.get(name)
+        if not new_series:
+            continue
+        old_series = old.scalars.get(name, {})
+        deltas: dict[LabelSet, float] = {}
+        for key, value in new_series.items():
+            before = old_series.get(key)
+            if before is None:
+                deltas[key] = 0.0  # new series: no known start inside this step
+            elif restarted or value < before:
+                restarted = restarted or value < before
+                deltas[key] = value
+            else:
+                deltas[key] = value - before
+        counters[name] = deltas
+    histograms: dict[str, dict[LabelSet, HistogramDelta]] = {}
+    for name, new_series in new.histograms.items():
+        old_series = old.histograms.get(name, {})
+        histograms[name] = {
+            key: _histogram_step(old_series.get(key), sample, restarted) for key, sample in new_series.items()
+        }
+    return Step(old.timestamp, new.timestamp, counters, histograms, restarted)
+
+
+class Window:
+    """The last ``span_seconds`` of one target's snapshots, with their step deltas.
+
+    ``steps[i]`` lies between ``snapshots[i]`` and ``snapshots[i + 1]``.
+    """
+
+    def __init__(self, span_seconds: float, counter_names: Iterable[str]) -> None:
+        if span_seconds <= 0:
+            raise ValueError("window span must be positive")
+        self.span_seconds = span_seconds
+        self._counter_names = frozenset(counter_names)
+        self.snapshots: deque[Snapshot] = deque()
+        self.steps: deque[Step] = deque()
+
+    def clear(self) -> None:
+        self.snapshots.clear()
+        self.steps.clear()
+
+    def push(self, snapshot: Snapshot) -> Step | None:
+        """Add a scrape. A timestamp that does not move forward (clock jump) restarts the window."""
+        if self.snapshots and snapshot.timestamp <= self.snapshots[-1].timestamp:
+            self.clear()
+        step = diff(self.snapshots[-1], snapshot, self._counter_names) if self.snapshots else None
+        self.snapshots.append(snapshot)
+        if step is not None:
+            self.steps.append(step)
+        horizon = snapshot.timestamp - self.span_seconds
+        # keep the newest snapshot at or before the horizon, so the window covers the full span
+        while len(self.snapshots) > 1 and self.snapshots[1].timestamp <= horizon:
+            self.snapshots.popleft()
+            self.steps.popleft()
+        return step
+
+    # -- shape ---------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self.snapshots)
+
+    @property
+    def latest(self) -> Snapshot | None:
+        return self.snapshots[-1] if self.snapshots else None
+
+    @property
+    def duration(self) -> float:
+        """Seconds covered by the stored steps."""
+        if len(self.snapshots) < 2:
+            return 0.0
+        return self.snapshots[-1].timestamp - self.snapshots[0].timestamp
+
+    @property
+    def restarts(self) -> int:
+        return sum(1 for step in self.steps if step.restarted)
+
+    def present(self, name: str) -> bool:
+        latest = self.latest
+        return latest is not None and latest.has(name)
+
+    # -- counters ------------------------------------------------------------------------
+    def increase(self, name: str, match: LabelFilter = None) -> float | None:
+        """Reset-safe increase over the window, summed over matching series; None if absent."""
+        if not self.steps or not self.present(name):
+            return None
+        total = 0.0
+        for step in self.steps:
+            for key, delta in step.counters.get(name, {}).items():
+                if match is None or match(key):
+                    total += delta
+        return total
+
+    def rate(self, name: str, match: LabelFilter = None) -> float | None:
+        increase = self.increase(name, match)
+        if increase is None or self.duration <= 0:
+            return None
+        return increase / self.duration
+
+    # -- histograms ----------------------------------------------------------------------
+    def histogram(self, name: str, match: LabelFilter = None) -> HistogramDelta | None:
+        """Observations over the window, merged across matching series (engines)."""
+        if not self.steps or not self.present(name):
+            return None
+        per_series: dict[LabelSet, list[HistogramDelta]] = {}
+        for step in self.steps:
+            for key, delta in step.histograms.get(name, {}).items():
+                if match is None or match(key):
+                    per_series.setdefault(key, []).append(delta)
+        merged = [_sum_same_series(parts) for parts in per_series.values()]
+        return HistogramDelta.merge(m for m in merged if m is not None)
+
+    # -- gauges --------------------------------------------------------------------------
+    @staticmethod
+    def _aggregate(values: list[float], agg: GaugeAgg) -> float | None:
+        if not values:
+            return None
+        if agg == "sum":
+            return math.fsum(values)
+        if agg == "max":
+            return max(values)
+        if agg == "min":
+            return min(values)
+        return math.fsum(values) / len(values)
+
+    def gauge_at(self, snapshot: Snapshot, name: str, agg: GaugeAgg = "sum", match: LabelFilter = None) -> float | None:
+        series = snapshot.scalars.get(name)
+        if series is None:
+            return None
+        return self._aggregate([v for k, v in series.items() if match is None or match(k)], agg)
+
+    def gauge(self, name: str, agg: GaugeAgg = "sum", match: LabelFilter = None) -> float | None:
+        """Latest value, aggregated across series (``sum`` for counts, ``max`` for usage)."""
+        latest = self.latest
+        return None if latest is None else self.gauge_at(latest, name, agg, match)
+
+    def gauge_series(self, name: str, agg: GaugeAgg = "sum", match: LabelFilter = None) -> list[float]:
+        """The gauge at every snapshot of the window that carries it, oldest first."""
+        values = (self.gauge_at(s, name, agg, match) for s in self.snapshots)
+        return [v for v in values if v is not None]
+
+
+def _sum_same_series(parts: list[HistogramDelta]) -> HistogramDelta | None:
+    """Add the step deltas of one series; steps whose bounds changed are re-based on the latest."""
+    if not parts:
+        return None
+    bounds = parts[-1].bounds
+    same = [p for p in parts if p.bounds == bounds]
+    cumulative = [0.0] * len(bounds)
+    for part in same:
+        for i, value in enumerate(part.cumulative):
+            cumulative[i] += value
+    return HistogramDelta(bounds, tuple(cumulative), math.fsum(p.sum for p in same), math.fsum(p.count for p in same))

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The test command: installs the real components the tests use, then runs the whole suite.
+# pytest's exit code 5 (no test collected) is a failure here.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ -x .venv/bin/python ] || bash scripts/install.sh
+bash scripts/install-test-infra.sh || { echo "test infrastructure install failed" >&2; exit 1; }
+.venv/bin/python -m pytest -p no:cacheprovider "$@"
+code=$?
+if [ "$code" -eq 5 ]; then
+  echo "pytest collected no tests: failing" >&2
+  exit 1
+fi
+exit "$code"

@@ -1,0 +1,135 @@
+"""Make the tiny random-weight Llama model that the real-vLLM tests serve.
+
+Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
+
+    ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR
+
+Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
+generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
+
+`corpus_words()` is stdlib-only so that the harness (project venv, no torch) can build prompts
+from the same words the tokenizer learned as single tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sys
+from pathlib import Path
+
+# Set before transformers is imported: it reads these at import time.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+SEED = 1234
+VOCAB_SIZE = 2048
+N_WORDS = 512
+SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, matching the Llama config below
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "<|{{ message['role'] }}|>\n{{ message['content'] }}</s>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+
+_CONSONANTS = "bdfgklmnprstvz"
+_VOWELS = "aeiou"
+
+
+def corpus_words(n: int = N_WORDS) -> list[str]:
+    """Deterministic pseudo-words of 2-3 syllables; each becomes one token (with its leading space)."""
+    rng = random.Random(SEED)
+    words: list[str] = []
+    seen: set[str] = set()
+    while len(words) < n:
+        word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 3))))
+        if word not in seen:
+            seen.add(word)
+            words.append(word)
+    return words
+
+
+def _training_text(words: list[str], lines: int = 4000) -> list[str]:
+    rng = random.Random(SEED + 1)
+    text = []
+    for _ in range(lines):
+        sentence = " ".join(rng.choice(words) for _ in range(rng.randint(8, 24)))
+        text.append(sentence.capitalize() + ".")
+    return text
+
+
+def make_tokenizer(out_dir: Path) -> int:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        # Every byte is in the vocab, so any text (UTF-8, punctuation) encodes without <unk>.
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_training_text(corpus_words()), trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        bos_token="<s>",
+        eos_token="</s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        model_max_length=2048,
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out_dir)
+    return len(fast)
+
+
+def make_model(out_dir: Path, vocab_size: int) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(SEED)
+    config = LlamaConfig(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=2048,
+        rms_norm_eps=1e-5,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=3,
+        tie_word_embeddings=True,
+    )
+    config.dtype = torch.float32  # written to config.json ("dtype") so vLLM sees float32
+    model = LlamaForCausalLM(config).to(torch.float32).eval()
+    model.save_pretrained(out_dir, safe_serialization=True)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 2:
+        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
+        return 2
+    out_dir = Path(argv[1])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    vocab_size = make_tokenizer(out_dir)
+    make_model(out_dir, vocab_size)
+    # Sanity check: the words the harness uses are single tokens, so prompt length ~= word count.
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(out_dir)
+    sample = " " + " ".join(corpus_words()[:100])
+    n = len(tok(sample, add_special_tokens=False)["input_ids"])
+    print(f"tiny model in {out_dir}: vocab={vocab_size}, 100 words -> {n} tokens")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,65 @@
+"""Configuration: file, environment and flags, and one clear line per bad field."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from exporter.config import ConfigError, load_settings
+
+GOOD = """
+listen: "127.0.0.1:9999"
+window_seconds: 60
+slo: {ttft_p95_seconds: 1.5, itl_p95_seconds: 0.05}
+thresholds: {kv_usage_high: 0.95}
+targets:
+  - name: vllm-0
+    url: http://127.0.0.1:8000/metrics
+    scrape_interval: 5
+    timeout: 3
+    engine: {max_num_batched_tokens: 8192, max_num_seqs: 256, tensor_parallel_size: 1,
+             pipeline_parallel_size: 1, gpu: H100, cpu_cores: 8}
+    cpu: {match: "vllm serve"}
+"""
+
+
+def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD)
+    settings = load_settings(path)
+    assert settings.slo.ttft_p95_seconds == 1.5 and settings.targets[0].engine.max_num_seqs == 256
+    assert settings.resolved_thresholds().kv_usage_high == 0.95
+    monkeypatch.setenv("VLLM_DIAG_WINDOW_SECONDS", "120")
+    assert load_settings(path).window_seconds == 120
+    assert load_settings(path, {"window_seconds": 90}).window_seconds == 90
+
+
+@pytest.mark.parametrize(
+    "patch, fragment",
+    [
+        (("timeout: 3", "timeout: -1"), "targets.0.timeout"),
+        (("timeout: 3", "timeout: 30"), "exceeds scrape_interval"),
+        (("url: http://127.0.0.1:8000/metrics", "url: ftp://x"), "targets.0.url"),
+        (("kv_usage_high: 0.95", "kv_usage_hihg: 0.95"), "unknown threshold 'kv_usage_hihg'"),
+        (("kv_usage_high: 0.95", "kv_usage_high: 7"), "out of range"),
+        (('cpu: {match: "vllm serve"}', "cpu: {pid: 1, match: x}"), "exactly one"),
+        (("max_num_seqs: 256", "max_num_seqs: zero"), "targets.0.engine.max_num_seqs"),
+    ],
+)
+def test_invalid_config_names_field_and_reason(tmp_path, patch, fragment):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD.replace(*patch))
+    with pytest.raises(ConfigError) as info:
+        load_settings(path)
+    assert fragment in str(info.value)
+
+
+def test_cli_exits_non_zero_with_the_field(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text(GOOD.replace("timeout: 3", "timeout: -1"))
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "serve", "--config", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "targets.0.timeout" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

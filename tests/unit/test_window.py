@@ -1,0 +1,96 @@
+"""Window arithmetic: resets, restarts, histogram merging and quantiles."""
+
+from __future__ import annotations
+
+import math
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from exporter.parse import parse
+from exporter.pipeline import COUNTERS
+from exporter.window import HistogramDelta, Window
+
+
+def _counter(t: float, value: float, start: float = 1000.0) -> str:
+    return f"process_start_time_seconds {start}\nvllm:num_preemptions_total{{engine=\"0\"}} {value}\n"
+
+
+def test_counter_reset_between_scrapes_is_not_negative():
+    window = Window(600, COUNTERS)
+    for t, value in ((0, 100), (10, 120), (20, 5), (30, 15)):
+        window.push(parse(_counter(t, value), t))
+    # 20 before the reset, then the counter restarted from 0: 5, then 10 more
+    assert window.increase("vllm:num_preemptions_total") == 35
+    assert window.restarts == 1
+
+
+def test_restart_detected_by_start_time_even_without_a_decrease():
+    window = Window(600, COUNTERS)
+    window.push(parse(_counter(0, 10, start=1000), 0))
+    window.push(parse(_counter(10, 12, start=1005), 10))
+    assert window.increase("vllm:num_preemptions_total") == 12
+    assert window.restarts == 1
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0, max_value=1e9, allow_nan=False), min_size=2, max_size=20))
+def test_arbitrary_counter_sequences_never_give_negative_rates(values):
+    window = Window(10_000, COUNTERS)
+    for i, value in enumerate(values):
+        window.push(parse(_counter(i, value), float(i)))
+    rate = window.rate("vllm:num_preemptions_total")
+    assert rate is not None and rate >= 0 and math.isfinite(rate)
+
+
+def _hist(engine: str, buckets: dict[str, float], total: float) -> str:
+    lines = [f'vllm:time_to_first_token_seconds_bucket{{engine="{engine}",le="{le}"}} {v}' for le, v in buckets.items()]
+    count = list(buckets.values())[-1]
+    lines.append(f'vllm:time_to_first_token_seconds_count{{engine="{engine}"}} {count}')
+    lines.append(f'vllm:time_to_first_token_seconds_sum{{engine="{engine}"}} {total}')
+    return "\n".join(lines) + "\n"
+
+
+def test_quantile_merged_across_two_engines_matches_hand_computation():
+    zero = {"0.1": 0, "0.5": 0, "1.0": 0, "+Inf": 0}
+    window = Window(600, COUNTERS)
+    window.push(parse(_hist("0", zero, 0) + _hist("1", zero, 0), 0))
+    # engine 0: 10 obs <= 0.1, 10 in (0.1, 0.5]; engine 1: 0 <= 0.1, 20 in (0.5, 1.0]
+    e0 = {"0.1": 10, "0.5": 20, "1.0": 20, "+Inf": 20}
+    e1 = {"0.1": 0, "0.5": 0, "1.0": 20, "+Inf": 20}
+    window.push(parse(_hist("0", e0, 4.0) + _hist("1", e1, 15.0), 10))
+    merged = window.histogram("vllm:time_to_first_token_seconds")
+    assert merged is not None
+    assert merged.cumulative == (10, 20, 40, 40) and merged.count == 40
+    # p50: rank 20 -> exactly the 0.5 bound; p90: rank 36 -> 0.5 + 0.5 * (36 - 20) / 20 = 0.9
+    assert math.isclose(merged.quantile(0.5), 0.5)
+    assert math.isclose(merged.quantile(0.9), 0.9)
+    assert math.isclose(merged.mean(), 19.0 / 40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(st.integers(min_value=0, max_value=1000), min_size=3, max_size=3),
+    st.floats(min_value=0.01, max_value=0.99),
+)
+def test_quantiles_stay_within_bucket_bounds(counts, q):
+    bounds = (0.1, 1.0, 10.0, math.inf)
+    cumulative, running = [], 0
+    for c in [*counts, 0]:
+        running += c
+        cumulative.append(float(running))
+    hist = HistogramDelta(bounds, tuple(cumulative), 0.0, cumulative[-1])
+    value = hist.quantile(q)
+    if cumulative[-1] == 0:
+        assert value is None
+    else:
+        assert value is not None and 0.0 <= value <= 10.0
+
+
+def test_window_prunes_by_time_and_clock_jump_restarts_it():
+    window = Window(20, COUNTERS)
+    for t in range(0, 100, 10):
+        window.push(parse(_counter(t, t), float(t)))
+    assert window.duration == 20 and len(window) == 3
+    window.push(parse(_counter(0, 200), 5.0))  # clock went backwards
+    assert len(window) == 1 and window.increase("vllm:num_preemptions_total") is None
