@@ -217,12 +217,15 @@ def cpu_starvation(
         "cfs_throttling": _scale(inputs.get("cfs_throttled_share"), 0.0, thresholds.cpu_throttled_full),
         "psi": _scale(inputs.get("psi_some_share"), 0.0, thresholds.cpu_psi_full),
     }
-    indirect = {
-        "frontend_share": _scale(inputs.get("frontend_share"), thresholds.frontend_share / 3,
-                                 min(1.0, thresholds.frontend_share * 5 / 3)),
-        "api_server_cpu": _scale(inputs.get("api_server_cpu_cores"), thresholds.api_server_busy_cores / 2,
-                                 thresholds.api_server_busy_cores),
-    }
+    frontend = _scale(inputs.get("frontend_share"), thresholds.frontend_share / 3,
+                      min(1.0, thresholds.frontend_share * 5 / 3))
+    api = _scale(inputs.get("api_server_cpu_cores"), thresholds.api_server_busy_cores / 2,
+                 thresholds.api_server_busy_cores)
+    # A busy API server matters only when requests do spend time in the frontend; alone it
+    # may just be a fast engine streaming many tokens.
+    if api is not None and not frontend:
+        api = 0.0
+    indirect = {"frontend_share": frontend, "api_server_cpu": api}
     per_input.update({k: v for k, v in (*direct.items(), *indirect.items()) if v is not None})
     direct_scores = [v for v in direct.values() if v is not None]
     if direct_scores:

@@ -134,7 +134,7 @@ class CostModel:
     tp_step_cpu_s: float = 0.0004  # engine core, per extra TP worker per step (broadcast, gather)
     tokenize_base_s: float = 0.0010  # frontend: request parsing + chat template, per request
     tokenize_per_token_s: float = 1.5e-6  # frontend: tokenizer, per prompt token
-    output_per_token_s: float = 0.00006  # frontend: detokenise + stream one output (SSE chunk)
+    output_per_token_s: float = 0.00012  # frontend: detokenise + stream one output (SSE chunk)
     frontend_idle_cpu: float = 0.02  # frontend event loop / IPC polling, in cores
     activation_reserve_bytes: float = 3.0e9  # non-KV memory besides weights (graphs, workspace)
     activation_per_batched_token_bytes: float = 2.0e5  # profiling peak grows with the budget
