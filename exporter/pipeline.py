@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable
@@ -40,6 +41,7 @@ class TargetPipeline:
         self.window = Window(settings.window_seconds, COUNTERS)
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
+        self._gpu: deque[tuple[float, float]] = deque()  # (time, utilisation 0..1) from DCGM
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.state = TargetState(
@@ -83,8 +85,18 @@ class TargetPipeline:
         )
         return self.evaluate(result.started_at)
 
+    def observe_gpu(self, timestamp: float, utilization: float | None) -> None:
+        """Record a DCGM reading; readings older than the window are dropped."""
+        if utilization is not None:
+            self._gpu.append((timestamp, utilization))
+        while self._gpu and self._gpu[0][0] < timestamp - self.settings.window_seconds:
+            self._gpu.popleft()
+
     def evaluate(self, now: float) -> TargetState:
-        host = self.host_probe(now) if self.host_probe is not None else None
+        host = self.host_probe(now) if self.host_probe is not None else HostInputs()
+        if self._gpu:
+            gpu = sum(u for _, u in self._gpu) / len(self._gpu)
+            host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
         signals = compute(self.window, self.thresholds, host)
         latest = self.window.latest
         model = ",".join(latest.model_names()) if latest is not None else ""

@@ -22,6 +22,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from exporter import __version__
 from exporter.config import Settings, Target
+from exporter.dcgm import gpu_utilization
 from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
 from exporter.publish import document, html, text
@@ -55,8 +56,20 @@ class Sidecar:
         pipeline = self.pipelines[name]
         target = pipeline.target
         assert self.session is not None, "scrape before startup"
-        result = await fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes,
-                             user_agent=f"vllm-diag/{__version__}")
+        agent = f"vllm-diag/{__version__}"
+        if target.dcgm_url is not None:
+            result, gpu = await asyncio.gather(
+                fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes, user_agent=agent),
+                fetch(self.session, target.dcgm_url, timeout=target.timeout, max_bytes=target.max_bytes,
+                      user_agent=agent),
+            )
+            reading = gpu_utilization(gpu.body.decode("utf-8", "replace")) if gpu.body is not None else None
+            if gpu.body is None:
+                log.info("DCGM source of %s failed: %s", name, gpu.error)
+            pipeline.observe_gpu(result.started_at, reading)
+        else:
+            result = await fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes,
+                                 user_agent=agent)
         if result.body is not None and len(result.body) > OFFLOAD_BYTES:
             state = await asyncio.get_running_loop().run_in_executor(None, pipeline.ingest, result)
         else:
