@@ -21,6 +21,7 @@ from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
 from exporter.publish import document, text
+from exporter.render import cli as render
 
 EXIT_BAD_INPUT = 2
 
@@ -149,6 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--format", choices=("text", "json"), default="text")
     diag.set_defaults(func=cmd_diagnose)
 
+    render.register(sub)
     return parser
 
 

@@ -34,15 +34,19 @@ class HostProbe:
         self._warned: set[str] = set()
 
     def _throttle_reader(self) -> Reader:
-        if self._throttle is None:
-            if self._cgroup_dir is not None:
-                self._throttle = CgroupThrottleReader(self._cgroup_dir)
-            else:
-                pids = self._pids()
-                if not pids:
-                    raise NoData("no vLLM process")
-                self._throttle = find_throttle_reader(pids[0], self._proc)
-        return self._throttle
+        if self._cgroup_dir is not None:
+            return CgroupThrottleReader(self._cgroup_dir)
+        # Resolved at every read: vLLM restarts, and processes can be moved between cgroups.
+        pids = self._pids()
+        if not pids:
+            raise NoData("no vLLM process")
+        reader = find_throttle_reader(pids[-1], self._proc)
+        if self._throttle is not None and reader.directory != self._throttle.directory:
+            # Counters of another cgroup are not comparable: restart the history of this source.
+            for _, readings in self._history:
+                readings.pop("cgroup", None)
+        self._throttle = reader
+        return reader
 
     def _read(self, name: str, get_reader: Callable[[], Reader]) -> dict[str, float] | None:
         try:

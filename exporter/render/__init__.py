@@ -123,7 +123,10 @@ def render(what: str) -> dict[str, str]:
 
 
 def write(root: Path, outputs: Outputs, what: str) -> list[str]:
-    """Write the outputs under ``root`` and remove orphans in the owned directories; return what changed."""
+    """Write the outputs that differ under ``root``; return what was written.
+
+    Orphans are reported by ``check`` but never deleted here: a stray file may be someone's work.
+    """
     changed: list[str] = []
     for rel, content in sorted(outputs.items()):
         path = root / rel
@@ -131,9 +134,6 @@ def write(root: Path, outputs: Outputs, what: str) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(content, encoding="utf-8")
             changed.append(f"wrote {rel}")
-    for rel in orphans(root, outputs, what):
-        (root / rel).unlink()
-        changed.append(f"removed orphan {rel}")
     return changed
 
 
@@ -163,5 +163,5 @@ def check(root: Path, outputs: Outputs, what: str) -> list[str]:
         elif path.read_text(encoding="utf-8") != content:
             problems.append(f"{rel}: differs from the generated output (run `{fix}`)")
     for rel in orphans(root, outputs, what):
-        problems.append(f"{rel}: orphan, no generator produces it (delete it, or run `{fix}`)")
+        problems.append(f"{rel}: orphan, no generator produces it (delete it: `git rm {rel}`)")
     return problems

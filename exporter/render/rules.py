@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import jinja2
 
@@ -73,6 +73,12 @@ class Recording:
     help: str  # rendered as a comment above the rule and used in the runbooks/dashboards
 
 
+def frontend_overhead(q: PromQL, window: str) -> str:
+    """mean(e2e) - mean(queue) - mean(inference): per-request time outside the engine (same population)."""
+    return "\n-\n".join(f"({q.mean(h, window)})" for h in (
+        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds"))
+
+
 def recording_rules() -> list[Recording]:
     w = RATE_WINDOW
     finished = RAW.sum_rate("vllm:request_success_total", w, drop=("finished_reason",))
@@ -99,9 +105,7 @@ def recording_rules() -> list[Recording]:
                   f"sum {RAW._without()} (deriv(vllm:num_requests_waiting[{w}]))",
                   "Queue growth: waiting requests added per second (positive = the queue builds up)."),
         Recording(f"model:vllm_frontend_overhead_seconds:mean_rate{w}",
-                  "\n-\n".join(f"({RAW.mean(h, w)})" for h in (
-                      "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-                      "vllm:request_inference_time_seconds")),
+                  frontend_overhead(RAW, w),
                   "Mean time per request outside the engine: e2e - queue - inference (tokenization, templates, "
                   "IPC, output handling; the CPU path)."),
     ]
@@ -250,7 +254,7 @@ def root_cause_alerts() -> list[Alert]:
             severity="page", symptom="D", layer="kv_cache",
             summary="vLLM is short of KV cache: requests are preempted and recomputed.",
             description=(f"{{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) preempts "
-                         f"{{{{ $value | humanize }}}} times per finished request (threshold {fmt(ppr)}) while KV "
+                         f"{{{{ $value | printf \"%.2f\" }}}} times per finished request (threshold {fmt(ppr)}) while KV "
                          f"usage peaked above {fmt(kv_high)} in the window: latency rises and GPU work is wasted."),
             meaning=("Root cause, not a symptom: KV cache space is the bottleneck. Preemption is frequent "
                      f"(over {fmt(ppr)} per finished request) and KV usage reached {fmt(kv_high)} in the same "
@@ -265,7 +269,7 @@ def root_cause_alerts() -> list[Alert]:
             severity="page", symptom="C", layer="cpu",
             summary="vLLM's processes are short of CPU: the engine loop or the frontend stalls.",
             description=(f"CPU-starvation score of {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) "
-                         f"is {{{{ $value | humanize }}}} (threshold {fmt(cpu)}): run-queue wait, CFS throttling "
+                         f"is {{{{ $value | printf \"%.2f\" }}}} (threshold {fmt(cpu)}): run-queue wait, CFS throttling "
                          "or CPU pressure keep the engine from feeding the accelerator."),
             meaning=("Root cause, not a symptom: the CPU layer holds vLLM back. The score combines run-queue wait "
                      "of the vLLM threads, cgroup throttling, CPU PSI and API-server CPU, whichever are available "
@@ -275,7 +279,7 @@ def root_cause_alerts() -> list[Alert]:
                     Verify("each input of the score", "vllm_diag_cpu_signal"),
                     Verify("API-server CPU in cores", "vllm_diag_api_server_cpu_cores"),
                     Verify("raw frontend overhead per request (e2e - queue - inference)",
-                           recording_rules()[-1].expr)),
+                           frontend_overhead(RAW, RATE_WINDOW))),
         ),
     ]
 
@@ -328,9 +332,9 @@ def ops_alerts() -> list[Alert]:
             severity="ticket", symptom="none", layer="unknown",
             summary="Prometheus cannot scrape the vllm-diag sidecar.",
             # No `target` label here: the sidecar watches all targets; absent() carries no labels at all.
-            description=("The vllm-diag sidecar (job {{ $labels.job }}, instance {{ $labels.instance }}) is down "
-                         "or absent from Prometheus' targets (value {{ $value }}); no diagnosis alert can fire "
-                         "while it is gone."),
+            description=("{{ if $labels.instance }}The vllm-diag sidecar {{ $labels.instance }} (job {{ $labels.job }}) "
+                         "is down{{ else }}No vllm-diag sidecar is among Prometheus' targets{{ end }} "
+                         "(value {{ $value }}): no diagnosis alert can fire while it is gone."),
             meaning=("Prometheus has no healthy scrape of the sidecar: either a sidecar instance is scraped and "
                      "down (`up == 0`, one alert per instance), or no job matching "
                      f"`{SIDECAR_JOB_REGEX}` exists at all (`absent(...)`: discovery lost it, or the scrape config "
@@ -428,7 +432,7 @@ def alert_rule(a: Alert) -> dict[str, Any]:
     }
 
 
-ALERT_GROUPS: tuple[tuple[str, Any], ...] = (
+ALERT_GROUPS: tuple[tuple[str, Callable[[], list[Alert]]], ...] = (
     ("vllm-diag.symptoms", lambda: [symptom_alert(s) for s in SYMPTOMS]),
     ("vllm-diag.root-causes", root_cause_alerts),
     ("vllm-diag.operations", ops_alerts),

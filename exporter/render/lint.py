@@ -1,0 +1,99 @@
+"""Catalog lint: every series a generated rule, runbook or dashboard queries must exist.
+
+Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must resolve to
+- the vLLM name catalog (``exporter.catalog.metrics.wire_names()``) or ``EXTRA_VLLM_NAMES``
+  below (real vLLM names the catalog does not need; a test checks each against a real capture),
+- a ``vllm_diag_*`` family the collector really emits (its ``describe()``, ``_total`` on counters),
+- a recording rule we generate, or
+- a Prometheus built-in series (``up``).
+A typo in a panel or rule then fails the test suite instead of showing "No data" in production.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+from prometheus_client.core import CounterMetricFamily
+
+from exporter.catalog.metrics import wire_names
+
+# Real vLLM sample names used by the generators that the parsing catalog does not list.
+# Every entry must appear in the real vLLM 0.32 capture (tests/render/test_render.py checks).
+EXTRA_VLLM_NAMES: frozenset[str] = frozenset()
+
+# Series Prometheus itself provides.
+BUILTIN_SERIES: frozenset[str] = frozenset({"up"})
+
+_KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
+                       "bool", "offset", "inf", "nan"})
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'')
+_BRACES = re.compile(r"\{[^{}]*\}")
+_RANGE = re.compile(r"\[[^\]]*\]")
+_LABEL_LIST = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^()]*\)")
+_IDENT = re.compile(r"(?<![\w:.$])([A-Za-z_:][A-Za-z0-9_:]*)(\s*\()?")
+
+
+def metric_names(expr: str) -> set[str]:
+    """Series names a PromQL expression reads (functions, keywords and label names excluded)."""
+    text = _STRING.sub('""', expr)
+    text = _BRACES.sub("", text)  # label matchers
+    text = _RANGE.sub("", text)  # [5m], [$__rate_interval]
+    text = _LABEL_LIST.sub("", text)  # by (...), on (...), group_left (...)
+    names: set[str] = set()
+    for match in _IDENT.finditer(text):
+        name, call = match.group(1), match.group(2)
+        if call or name.lower() in _KEYWORDS:
+            continue
+        names.add(name)
+    return names
+
+
+def variable_query_expr(query: str) -> str:
+    """The series selector inside a Grafana ``label_values(selector, label)`` variable query."""
+    match = re.fullmatch(r"\s*label_values\((.*),\s*[A-Za-z_][A-Za-z0-9_]*\s*\)\s*", query, re.S)
+    return match.group(1) if match else query
+
+
+def diag_names() -> frozenset[str]:
+    """Sample names of the families the sidecar's collector emits."""
+    from exporter.publish.collector import DiagnosisCollector
+
+    names: set[str] = set()
+    for family in DiagnosisCollector(lambda: {}).describe():
+        names.add(family.name + "_total" if isinstance(family, CounterMetricFamily) or family.type == "counter"
+                  else family.name)
+    return frozenset(names)
+
+
+def known_names() -> frozenset[str]:
+    from exporter.render import rules
+
+    return wire_names() | EXTRA_VLLM_NAMES | diag_names() | rules.recording_names() | BUILTIN_SERIES
+
+
+def all_expressions() -> dict[str, list[str]]:
+    """Every generated PromQL expression, by where it comes from."""
+    from exporter.render import dashboards, rules, runbooks
+
+    return {
+        "rules": rules.all_expressions(),
+        "runbooks": runbooks.verify_expressions(),
+        "dashboards": dashboards.raw_queries(),
+        "dashboard variables": [variable_query_expr(q) for q in dashboards.variable_queries()],
+    }
+
+
+def used_names() -> frozenset[str]:
+    return frozenset(n for exprs in all_expressions().values() for e in exprs for n in metric_names(e))
+
+
+def lint(expressions: dict[str, list[str]] | None = None, known: Iterable[str] | None = None) -> list[str]:
+    """One line per unknown series name: ``<source>: <name> in <expr>``. Empty when clean."""
+    known_set = frozenset(known) if known is not None else known_names()
+    problems: list[str] = []
+    for source, exprs in (expressions if expressions is not None else all_expressions()).items():
+        for expr in exprs:
+            for name in sorted(metric_names(expr) - known_set):
+                problems.append(f"{source}: unknown series {name!r} in {expr!r}")
+    return problems

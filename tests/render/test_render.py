@@ -1,0 +1,335 @@
+"""Generated artefacts: drift check, runbooks, catalog-only numbers, name lint, dashboard structure."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+import yaml
+
+from exporter.catalog.symptoms import SYMPTOMS
+from exporter.catalog.thresholds import DEFAULTS
+from exporter.config import Settings, Slo
+from exporter.render import check, render, write
+from exporter.render import dashboards, lint, rules
+from exporter.render.cli import register
+
+REPO = Path(__file__).resolve().parents[2]
+SEVERITIES = {"page", "ticket", "info"}
+
+
+def _alert_rules() -> list[dict[str, Any]]:
+    """The alert rules as deployed: parsed from the committed file, not from the generator."""
+    doc = yaml.safe_load((REPO / rules.ALERTS_FILE).read_text())
+    return [r for g in doc["groups"] for r in g["rules"] if "alert" in r]
+
+
+def _all_rules() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((REPO / "alert_rules").glob("*.yml")):
+        out += [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+    return out
+
+
+def _run_cli(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="vllm-diag")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(argv)
+    return args.func(args)
+
+
+# ------------------------------------------------------------------ render / check
+
+
+def test_committed_files_match_the_generators() -> None:
+    assert check(REPO, render("all"), "all") == []
+
+
+def test_check_passes_on_a_fresh_render(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run_cli(["render", "all", "--root", str(tmp_path)]) == 0
+    assert _run_cli(["render", "all", "--check", "--root", str(tmp_path)]) == 0
+
+
+def test_check_lists_every_drift_and_orphan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    outputs = render("all")
+    write(tmp_path, outputs, "all")
+    (tmp_path / rules.ALERTS_FILE).write_text((tmp_path / rules.ALERTS_FILE).read_text().replace("for: 5m", "for: 1m"))
+    (tmp_path / "dashboards/vllm-diag-fleet.json").unlink()
+    (tmp_path / "alert_rules/hand-written.yml").write_text("groups: []\n")
+    (tmp_path / "docs/runbooks/old-alert.md").write_text("# gone\n")
+    capsys.readouterr()
+
+    assert _run_cli(["render", "all", "--check", "--root", str(tmp_path)]) == 1
+    err = capsys.readouterr().err
+    assert f"{rules.ALERTS_FILE}: differs" in err
+    assert "dashboards/vllm-diag-fleet.json: missing" in err
+    assert "alert_rules/hand-written.yml: orphan" in err
+    assert "docs/runbooks/old-alert.md: orphan" in err
+    assert "vllm-diag render all" in err  # the command that fixes it
+
+    # a partial check only looks at its own outputs
+    assert _run_cli(["render", "dashboards", "--check", "--root", str(tmp_path)]) == 1
+    assert "alert_rules" not in capsys.readouterr().err
+
+
+def test_check_detects_a_one_byte_change(tmp_path: Path) -> None:
+    write(tmp_path, render("dashboards"), "dashboards")
+    path = tmp_path / "dashboards/vllm-diag-overview.json"
+    path.write_text(path.read_text()[:-1])  # drop the trailing newline
+    assert check(tmp_path, render("dashboards"), "dashboards") == [
+        "dashboards/vllm-diag-overview.json: differs from the generated output (run `vllm-diag render dashboards`)"]
+
+
+def test_rendering_is_deterministic() -> None:
+    assert render("all") == render("all")
+
+
+# ------------------------------------------------------------------ alerts
+
+
+def test_one_alert_per_symptom_class_firing_on_the_sidecar_gauge() -> None:
+    by_name = {r["alert"]: r for r in _alert_rules()}
+    for s in SYMPTOMS:
+        rule = by_name[s.alert]
+        assert rule["expr"].strip() == f'vllm_diag_symptom_active{{symptom="{s.id}"}} == 1'
+        assert rule["labels"]["severity"] == s.severity
+        assert rule["labels"]["symptom"] == s.id
+
+
+def test_every_alert_has_labels_annotations_and_for() -> None:
+    names = [r["alert"] for r in _alert_rules()]
+    assert len(names) == len(set(names))
+    expected = {s.alert for s in SYMPTOMS} | {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMTailLatencyHigh",
+                                               "VLLMTargetDown", "VLLMDiagSidecarDown", "VLLMDiagnosisStale"}
+    assert set(names) == expected
+    for rule in _alert_rules():
+        assert rule["for"], rule["alert"]
+        assert rule["labels"]["severity"] in SEVERITIES
+        assert {"severity", "symptom", "layer"} <= set(rule["labels"])
+        ann = rule["annotations"]
+        assert {"summary", "description", "runbook_url", "action", "tradeoff"} <= set(ann), rule["alert"]
+        assert "{{" not in ann["summary"], "summary is static"
+        assert "$value" in ann["description"], rule["alert"]
+        assert all(ann[k].strip() for k in ("action", "tradeoff")), rule["alert"]
+    pages = {r["alert"] for r in _alert_rules() if r["labels"]["severity"] == "page"}
+    assert {"VLLMKVCachePressure", "VLLMCPUStarvation"} <= pages
+
+
+def test_runbook_urls_point_at_existing_runbooks_and_back() -> None:
+    alerts = {r["alert"]: r["annotations"]["runbook_url"] for r in _alert_rules()}
+    for name, url in alerts.items():
+        assert url == f"{rules.RUNBOOK_BASE_URL}/{name.lower()}.md"
+        assert (REPO / rules.RUNBOOK_DIR / f"{name.lower()}.md").is_file(), name
+    pages = {p.stem for p in (REPO / rules.RUNBOOK_DIR).glob("*.md") if p.name != "README.md"}
+    assert pages == {n.lower() for n in alerts}, "every runbook page has an alert"
+
+
+def test_runbooks_carry_catalog_actions_and_costs() -> None:
+    text = (REPO / rules.runbook_file("VLLMKVCachePressure")).read_text()
+    from exporter.catalog.symptoms import CAUSE_BY_ID
+
+    for action in CAUSE_BY_ID["D"].actions:
+        assert f"| {action.action} | {action.gain} | {action.cost} |" in text
+
+
+# Allowed comparison literals: catalog thresholds, SLO and config defaults. Two structural
+# exceptions: `== 0/1` on 0/1 state series, and the `> 0` guard on a ratio's denominator.
+CATALOG_NUMBERS = {*DEFAULTS.values(), *Slo().model_dump().values(), Settings.model_fields["window_seconds"].default}
+STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up"}
+_COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
+_LHS = re.compile(r"([A-Za-z_:][\w:]*)(?:\{[^{}]*\})?\s*$")
+
+
+def _comparisons(expr: str) -> Iterator[tuple[str, str, float]]:
+    for match in _COMPARISON.finditer(expr):
+        lhs = _LHS.search(expr[:match.start()])
+        yield (lhs.group(1) if lhs else expr[:match.start()].rstrip()[-1:]), match.group(1), float(match.group(2))
+
+
+def test_no_comparison_literal_outside_the_catalog() -> None:
+    seen = 0
+    for rule in _all_rules():
+        for lhs, op, value in _comparisons(rule["expr"]):
+            seen += 1
+            if value in CATALOG_NUMBERS:
+                continue
+            if op == "==" and value in (0, 1) and lhs in STATE_SERIES:
+                continue
+            if op == ">" and value == 0 and lhs == ")":  # (denominator) > 0
+                continue
+            pytest.fail(f"{rule.get('alert') or rule.get('record')}: literal {op} {value:g} is not a catalog value")
+    assert seen > len(SYMPTOMS)
+
+
+def test_literal_check_catches_a_hand_typed_threshold() -> None:
+    assert [c for c in _comparisons("vllm_diag_cpu_starvation_score >= 0.42") if c[2] not in CATALOG_NUMBERS]
+
+
+def test_thresholds_follow_the_catalog() -> None:
+    """Overriding the catalog default moves the alert: the number is read, not typed."""
+    exprs = {r["alert"]: r["expr"] for r in _alert_rules()}
+    assert f"> {DEFAULTS['preemptions_per_request']:g}" in exprs["VLLMKVCachePressure"]
+    assert f"> {DEFAULTS['kv_usage_high']:g}" in exprs["VLLMKVCachePressure"]
+    assert f">= {DEFAULTS['cpu_starvation_score']:g}" in exprs["VLLMCPUStarvation"]
+    assert f"> {Slo().ttft_p95_seconds:g}" in exprs["VLLMTailLatencyHigh"]
+
+
+def test_recording_rules_follow_level_metric_operations() -> None:
+    records = [r["record"] for r in _all_rules() if "record" in r]
+    assert records and all(re.fullmatch(r"model:vllm_[a-z0-9_]+:[a-z0-9_]+", r) for r in records)
+    for rule in _all_rules():
+        if "record" in rule and "/" in rule["expr"]:
+            assert "> 0)" in rule["expr"], f"{rule['record']}: guard the denominator"
+
+
+def test_alertmanager_inhibitions_name_real_alerts() -> None:
+    config = yaml.safe_load((REPO / rules.ALERTMANAGER_FILE).read_text())
+    names = {r["alert"] for r in _alert_rules()}
+    assert config["route"]["group_by"] == ["alertname", "target", "model_name"]
+    assert {r["matchers"][0] for r in config["route"]["routes"]} == {f'severity="{s}"' for s in SEVERITIES}
+    sources = {}
+    for rule in config["inhibit_rules"]:
+        assert rule["equal"] == ["target"]
+        source = re.fullmatch(r'alertname="(\w+)"', rule["source_matchers"][0]).group(1)
+        targets = re.fullmatch(r'alertname=~"([\w|]+)"', rule["target_matchers"][0]).group(1).split("|")
+        assert source in names and set(targets) <= names
+        sources[source] = set(targets)
+    alert = {s.id: s.alert for s in SYMPTOMS}
+    assert sources["VLLMKVCachePressure"] == {alert[s] for s in "ACDEF"}
+    assert sources["VLLMCPUStarvation"] == {alert[s] for s in "ABC"}
+    assert sources["VLLMTargetDown"] == set(alert.values()) | {"VLLMKVCachePressure", "VLLMCPUStarvation"}
+
+
+def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:
+    doc = yaml.safe_load((REPO / "tests/render/promtool/alerts_test.yml").read_text())
+    pairs: dict[str, list[bool]] = {}
+    for test in doc["tests"]:
+        for case in test["alert_rule_test"]:
+            pairs.setdefault(case["alertname"], []).append(bool(case["exp_alerts"]))
+    assert set(pairs) == {r["alert"] for r in _alert_rules()}
+    for name, fired in pairs.items():
+        assert False in fired and True in fired, f"{name}: needs a silent and a firing evaluation"
+    recording = yaml.safe_load((REPO / "tests/render/promtool/recording_test.yml").read_text())
+    tested = {case["expr"] for t in recording["tests"] for case in t["promql_expr_test"]}
+    assert tested == {r["record"] for r in _all_rules() if "record" in r}
+
+
+# ------------------------------------------------------------------ lint
+
+
+def test_every_generated_query_names_existing_series() -> None:
+    assert lint.lint() == []
+
+
+def test_lint_flags_an_unknown_series() -> None:
+    problems = lint.lint({"dashboards": ['sum(rate(vllm:num_preemption_total{model_name=~"$model"}[5m]))',
+                                         "vllm_diag_kv_usage > 0.9"]})
+    assert len(problems) == 2
+    assert "vllm:num_preemption_total" in problems[0] and "vllm_diag_kv_usage" in problems[1]
+
+
+def test_lint_parser_skips_functions_labels_and_keywords() -> None:
+    expr = ('histogram_quantile(0.95, sum without (engine, le) (rate(vllm:x_bucket{a="b:c"}[$__rate_interval])))'
+            ' / ignoring (quantile) group_left (layer) (time() - y offset 5m) and on (target) absent(up)')
+    assert lint.metric_names(expr) == {"vllm:x_bucket", "y", "up"}
+
+
+def _capture_names(path: Path) -> set[str]:
+    return {re.split(r"[{ ]", line, maxsplit=1)[0] for line in path.read_text().splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_every_vllm_name_used_is_in_a_real_capture(fixtures_dir: Path) -> None:
+    on_wire = _capture_names(fixtures_dir / "snapshot-pressure-during.txt")
+    used = {n for n in lint.used_names() if n.startswith("vllm:")} | set(lint.EXTRA_VLLM_NAMES)
+    assert used, "the generators read raw vLLM series"
+    assert used - on_wire == set()
+
+
+def test_every_diag_name_used_is_emitted_by_the_collector() -> None:
+    used = {n for n in lint.used_names() if n.startswith("vllm_diag_")}
+    assert used and used <= lint.diag_names()
+
+
+# ------------------------------------------------------------------ dashboards
+
+
+def _dashboards() -> dict[str, dict[str, Any]]:
+    return {p.name: json.loads(p.read_text()) for p in sorted((REPO / "dashboards").glob("*.json"))}
+
+
+def test_dashboards_are_stable_json() -> None:
+    for path in sorted((REPO / "dashboards").glob("*.json")):
+        text = path.read_text()
+        assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n", path.name
+
+
+def test_dashboard_structure() -> None:
+    assert set(_dashboards()) == set(dashboards.DASHBOARDS)
+    for name, data in _dashboards().items():
+        panels = list(dashboards.iter_panels(data["panels"]))
+        ids = [p["id"] for p in panels]
+        assert len(ids) == len(set(ids)) and None not in ids, name
+        boxes = []
+        for p in data["panels"]:
+            pos = p["gridPos"]
+            assert 0 < pos["w"] <= 24 and pos["x"] >= 0 and pos["x"] + pos["w"] <= 24 and pos["h"] > 0, p["title"]
+            box = (pos["x"], pos["y"], pos["x"] + pos["w"], pos["y"] + pos["h"])
+            for other in boxes:
+                overlap = box[0] < other[2] and other[0] < box[2] and box[1] < other[3] and other[1] < box[3]
+                assert not overlap, f"{name}: {p['title']} overlaps another panel"
+            boxes.append(box)
+            for target in p.get("targets", []):
+                assert target["refId"] and target["expr"], p["title"]
+                assert isinstance(target["datasource"], dict) and target["datasource"]["uid"], p["title"]
+            ref_ids = [t["refId"] for t in p.get("targets", [])]
+            assert len(ref_ids) == len(set(ref_ids))
+            if p["type"] != "row":
+                assert p.get("targets"), f"{name}: {p['title']} has no query"
+                assert "Reads:" in (p.get("description") or ""), f"{name}: {p['title']} must name its metrics"
+
+
+def test_dashboard_variables_exist_and_are_used() -> None:
+    for name, data in _dashboards().items():
+        variables = [v["name"] for v in data["templating"]["list"]]
+        assert {"datasource", "target", "model"} <= set(variables), name
+        body = json.dumps(data["panels"])
+        for var in variables:
+            assert f"${var}" in body or f"${{{var}}}" in body, f"{name}: variable {var} is never used"
+
+
+def test_overview_rows_follow_the_layer_order() -> None:
+    from exporter.catalog.symptoms import LAYERS
+
+    data = _dashboards()["vllm-diag-overview.json"]
+    rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
+    assert rows == [f"Layer: {layer}" for layer in LAYERS]
+    types = {p["type"] for p in data["panels"]}
+    assert {"stat", "timeseries", "state-timeline", "table"} <= types
+    verdict = next(p for p in data["panels"] if p["type"] == "stat")
+    assert "vllm_diag_layer_verdict" in verdict["targets"][0]["expr"]
+
+
+def test_dashboard_threshold_steps_come_from_the_catalog() -> None:
+    allowed = {*DEFAULTS.values(), *Slo().model_dump().values(), 0.0}
+    steps = 0
+    for data in _dashboards().values():
+        for p in dashboards.iter_panels(data["panels"]):
+            for step in p.get("fieldConfig", {}).get("defaults", {}).get("thresholds", {}).get("steps", []):
+                if step["value"] is not None:
+                    steps += 1
+                    assert step["value"] in allowed, f"{p['title']}: threshold {step['value']} is not a catalog value"
+    assert steps > 5
+
+
+def test_all_queries_are_runnable_promql() -> None:
+    queries = dashboards.all_queries()
+    assert len(queries) >= 20
+    assert len(queries) == len(set(queries))
+    for q in queries:
+        assert "$" not in q, q
+        assert q.count("(") == q.count(")") and q.count("{") == q.count("}"), q
