@@ -52,6 +52,39 @@ def _labels(block: str, lineno: int) -> dict[str, str]:
     return labels
 
 
+# Label blocks repeat across lines, families and scrapes (same engine, model and le values), so
+# parsed blocks are memoised; the cache is bounded and simply cleared when full.
+_BLOCK_CACHE: dict[str, tuple[LabelSet, str | None, tuple[tuple[str, str], ...]]] = {}
+_BLOCK_CACHE_MAX = 8192
+
+
+def _label_block(block: str, lineno: int) -> tuple[LabelSet, str | None, tuple[tuple[str, str], ...]]:
+    """(sorted labels without le, the le text, all labels) for one label block."""
+    cached = _BLOCK_CACHE.get(block)
+    if cached is not None:
+        return cached
+    labels = _labels(block, lineno)
+    le = labels.pop("le", None)
+    key: LabelSet = tuple(sorted(labels.items()))
+    everything = tuple(labels.items()) + ((("le", le),) if le is not None else ())
+    if len(_BLOCK_CACHE) >= _BLOCK_CACHE_MAX:
+        _BLOCK_CACHE.clear()
+    _BLOCK_CACHE[block] = result = (key, le, everything)
+    return result
+
+
+_TIMESTAMP = re.compile(r"-?[0-9][0-9.eE+-]*")
+
+
+def _valid_tail(extra: list[str]) -> bool:
+    """After the value: an optional timestamp, then an optional OpenMetrics exemplar."""
+    if extra and extra[0] != "#":
+        if _TIMESTAMP.fullmatch(extra[0]) is None:
+            return False
+        extra = extra[1:]
+    return not extra or extra[0] == "#"
+
+
 def _value(text: str, lineno: int) -> float:
     try:
         return float(text)
@@ -77,20 +110,28 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     seen_eof = False
 
     for lineno, line in enumerate(text.split("\n"), 1):
-        if not line or line.isspace():
+        if not line:
             continue
-        if seen_eof:
-            raise ParseError(f"line {lineno}: content after # EOF")
-        if line[0] == "#":
+        first = line[0]
+        if first == "#":
+            if seen_eof:
+                raise ParseError(f"line {lineno}: content after # EOF")
             if line.rstrip() == "# EOF":
                 seen_eof = True
             continue
-        match = _LINE.fullmatch(line.rstrip("\r"))
-        if match is None:
-            raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
-        entry = SAMPLE_INDEX.get(match.group(1))
+        if seen_eof:
+            if line.isspace():
+                continue
+            raise ParseError(f"line {lineno}: content after # EOF")
+        brace = line.find("{")
+        space = line.find(" ")
+        end = brace if brace != -1 and (space == -1 or brace < space) else space
+        entry = SAMPLE_INDEX.get(line[:end]) if end > 0 else None
         if entry is None:
-            continue  # a family the diagnosis does not read (incl. *_created twins)
+            # A family the diagnosis does not read (incl. *_created twins): validated, not kept.
+            if not line.isspace() and _LINE.fullmatch(line.rstrip("\r")) is None:
+                raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+            continue
         canonical, part, rank = entry
         best = alias_rank.get(canonical)
         if best is not None and rank > best:
@@ -99,15 +140,30 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             alias_rank[canonical] = rank
             for store in (scalars, buckets, sums, counts, info):
                 store.pop(canonical, None)
-        raw_labels = _labels(match.group(2), lineno) if match.group(2) else {}
-        value = _value(match.group(3), lineno)
+        if end == brace:
+            if " # " in line:  # an exemplar may hold braces too: let the full grammar split it
+                match = _LINE.fullmatch(line.rstrip("\r"))
+                if match is None:
+                    raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+                close = match.end(2)
+            else:
+                close = line.rfind("}")
+                if close < brace:
+                    raise ParseError(f"line {lineno}: unterminated label block: {line[:80]!r}")
+            key, le_text, everything = _label_block(line[brace + 1:close], lineno)
+            rest = line[close + 1:]
+        else:
+            key, le_text, everything = (), None, ()
+            rest = line[end:]
+        fields = rest.split()
+        if not fields or rest[:1] not in (" ", "\t") or not _valid_tail(fields[1:]):
+            raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+        value = _value(fields[0], lineno)
 
         metric = BY_NAME[canonical]
         if metric.kind is Kind.INFO:
-            info.setdefault(canonical, []).append(raw_labels)
+            info.setdefault(canonical, []).append(dict(everything))
             continue
-        le_text = raw_labels.pop("le", None) if part == "bucket" else None
-        key: LabelSet = tuple(sorted(raw_labels.items()))
         if part == "bucket":
             if le_text is None:
                 raise ParseError(f"line {lineno}: histogram bucket without le")
@@ -123,10 +179,12 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                 raise ParseError(f"line {lineno}: duplicate bucket le={le_text}")
             series[le] = value
             continue
+        if le_text is not None:
+            key = tuple(sorted((*key, ("le", le_text))))
         store = scalars if part == "value" else sums if part == "sum" else counts
         family_values = store.setdefault(canonical, {})
         if key in family_values:
-            raise ParseError(f"line {lineno}: duplicate series {match.group(1)}{dict(key)}")
+            raise ParseError(f"line {lineno}: duplicate series {line[:end]}{dict(key)}")
         if len(family_values) >= max_series_per_family:
             dropped += 1
             continue

@@ -94,3 +94,12 @@ def test_cardinality_cap_counts_drops():
     snap = parse(lines, 0, max_series_per_family=10)
     assert len(snap.scalars["vllm:num_requests_running"]) == 10
     assert snap.dropped_samples == 40
+
+
+def test_timestamps_and_exemplars_are_accepted_and_trailing_junk_is_not():
+    ok = ('vllm:num_requests_running{engine="0"} 2 1700000000000\n'
+          'vllm:num_preemptions_total{engine="0"} 3 # {trace_id="x"} 1\n')
+    snap = parse(ok, 0)
+    assert snap.scalars["vllm:num_preemptions_total"][(("engine", "0"),)] == 3
+    with pytest.raises(ParseError):
+        parse('vllm:num_requests_running{engine="0"} 2 junk here\n', 0)
