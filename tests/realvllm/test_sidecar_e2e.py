@@ -1,0 +1,146 @@
+"""End to end: a real vLLM (CPU build) -> the sidecar -> its metrics, JSON and verdicts.
+
+Each test drives one load phase of the harness against the session's real vLLM and reads
+the sidecar's own endpoints while the load runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .harness import RealVLLM, start_phase
+from .sidecar import RunningSidecar, sidecar_settings
+from .starve import cpu_quota
+
+pytestmark = pytest.mark.realvllm
+
+SYMPTOM = "vllm_diag_symptom_active"
+
+
+def _active(doc: dict) -> dict[str, list[str]]:
+    return {s["id"]: [c["id"] for c in s["causes"]] for s in doc["symptoms"]}
+
+
+async def test_kv_pressure_preempts_and_offline_replay_matches_live(real_vllm: RealVLLM, tmp_path: Path) -> None:
+    record = tmp_path / "captures"
+    settings = sidecar_settings(real_vllm, window=20, interval=1.0, record_dir=str(record))
+    preemption_rates, kv_max, verdicts = [], [], []
+    async with RunningSidecar(settings) as sidecar:
+        first = await sidecar.wait_scrapes(1)
+        # One scrape is no evidence: no rate exists yet, so nothing may be diagnosed.
+        assert first["state"] == "insufficient_evidence" and first["verdict"]["layer"] == "unknown"
+        load = start_phase(real_vllm.base_url, "pressure", duration_s=35)
+        while not load.done():
+            await asyncio.sleep(1)
+            samples = await sidecar.samples()
+            preemption_rates.append(samples.get(("vllm_diag_preemption_rate", ()), 0.0))
+            kv_max.append(samples.get(("vllm_diag_kv_cache_usage_ratio", (("stat", "max"),)), 0.0))
+            doc = await sidecar.doc()
+            verdicts.append(doc["verdict"]["layer"])
+            if len(verdicts) == 30:
+                under_pressure = doc
+        summary = await load
+    live = sidecar.final_state()
+
+    assert summary.completed > 0, summary
+    assert max(preemption_rates) > 0, preemption_rates
+    assert max(kv_max) >= 0.9, kv_max
+    # Sustained KV pressure: symptom D, verdict kv_cache (after the window filled with it).
+    assert "D" in _active(under_pressure), under_pressure["symptoms"]
+    assert under_pressure["verdict"]["layer"] == "kv_cache", under_pressure["layer_scores"]
+
+    # The same scrapes, replayed offline through `vllm-diag diagnose`, give the same signals.
+    files = sorted(record.iterdir(), key=lambda p: float(p.stem.rsplit("-", 1)[1]))
+    files = [f for f in files if float(f.stem.rsplit("-", 1)[1]) <= live["last_scrape_at"]]
+    proc = subprocess.run(
+        [sys.executable, "-m", "exporter.cli", "diagnose", *map(str, files), "--interval", "1", "--window", "20",
+         "--format", "json"],
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    offline = json.loads(proc.stdout)["targets"][0]
+    assert offline["last_scrape_at"] == live["last_scrape_at"]
+    assert offline["signals"] == live["signals"]
+
+
+async def test_shared_prefix_hits_the_cache(real_vllm: RealVLLM) -> None:
+    ratios = []
+    async with RunningSidecar(sidecar_settings(real_vllm, window=10, interval=1.0)) as sidecar:
+        load = start_phase(real_vllm.base_url, "prefix", duration_s=15)
+        while not load.done():
+            await asyncio.sleep(1)
+            value = (await sidecar.samples()).get(("vllm_diag_prefix_cache_hit_ratio", ()))
+            if value is not None:
+                ratios.append(value)
+        await load
+    assert ratios and max(ratios) >= 0.5, ratios
+
+
+async def test_light_steady_load_is_healthy_and_the_verdict_does_not_flap(real_vllm: RealVLLM) -> None:
+    verdicts, docs = [], []
+    async with RunningSidecar(sidecar_settings(real_vllm, window=15, interval=1.0)) as sidecar:
+        load = start_phase(real_vllm.base_url, "steady", duration_s=32)
+        await sidecar.wait_scrapes(3)
+        while not load.done():
+            await asyncio.sleep(1)
+            doc = await sidecar.doc()
+            if doc["state"] == "ok":
+                verdicts.append(doc["verdict"]["layer"])
+                docs.append(doc)
+        await load
+    assert len(verdicts) >= 20, verdicts
+    changes = sum(1 for a, b in zip(verdicts, verdicts[1:]) if a != b)
+    assert changes <= 1, verdicts
+    settled = docs[-1]
+    assert settled["verdict"]["layer"] == "none", (settled["layer_scores"], settled["symptoms"])
+    assert settled["symptoms"] == []
+
+
+async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm: RealVLLM) -> None:
+    async with RunningSidecar(sidecar_settings(real_vllm, window=15, interval=1.0)) as sidecar:
+        load = start_phase(real_vllm.base_url, "chunked", duration_s=25)
+        seen = []
+        while not load.done():
+            await asyncio.sleep(1)
+            seen.append(await sidecar.doc())
+        await load
+    late = [d for d in seen[-8:] if d["state"] == "ok"]
+    assert late
+    for doc in late:
+        active = _active(doc)
+        assert "D" not in active, active
+    assert any(set(_active(d).get("A", [])) & {"A1", "A4"} for d in late), [d["symptoms"] for d in late]
+
+
+async def _cpu_run(vllm: RealVLLM, seconds: float) -> list[dict]:
+    settings = sidecar_settings(vllm, window=12, interval=1.0, cpu={"pid": vllm.pid})
+    docs = []
+    async with RunningSidecar(settings) as sidecar:
+        load = start_phase(vllm.base_url, "steady", duration_s=seconds)
+        while not load.done():
+            await asyncio.sleep(1)
+            docs.append(await sidecar.doc())
+        await load
+    return [d for d in docs if d["state"] == "ok"]
+
+
+async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: RealVLLM) -> None:
+    calm = await _cpu_run(real_vllm, 20)
+    calm_scores = [d["signals"]["cpu_starvation_score"] for d in calm[-6:]]
+    assert calm_scores and all(s is not None and s <= 0.2 for s in calm_scores), \
+        [(d["signals"]["cpu_inputs"], d["signals"]["cpu_starvation_score"]) for d in calm[-6:]]
+
+    with cpu_quota(real_vllm.pids(), cpus=0.2):
+        starved = await _cpu_run(real_vllm, 25)
+    late = starved[-6:]
+    assert late
+    scores = [d["signals"]["cpu_starvation_score"] for d in late]
+    assert all(s is not None and s >= 0.5 for s in scores), [d["signals"]["cpu_inputs"] for d in late]
+    assert late[-1]["verdict"]["layer"] == "cpu", (late[-1]["layer_scores"], late[-1]["symptoms"])
+    assert "run_queue_wait_share" in late[-1]["signals"]["cpu_inputs"]
