@@ -21,6 +21,7 @@ from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
 from exporter.publish import document, text
+from exporter import demo, simulator
 from exporter.render import cli as render
 
 EXIT_BAD_INPUT = 2
@@ -78,7 +79,10 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         target = _diagnose_target(base, str(files[0]))
         target.update(scrape_interval=args.interval, timeout=min(target.get("timeout", 3.0), args.interval))
         settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]})
-        state = replay(files, TargetPipeline(settings.targets[0], settings), args.interval)
+        if args.dcgm is not None and not Path(args.dcgm).is_dir():
+            raise BadInput(f"{args.dcgm}: not a directory")
+        state = replay(files, TargetPipeline(settings.targets[0], settings), args.interval,
+                       dcgm_dir=Path(args.dcgm) if args.dcgm else None)
     _emit(document.build([state]), args.format)
     return 0
 
@@ -148,14 +152,31 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--window", type=float, help="window seconds (default: all captures)")
     diag.add_argument("--config", help="YAML configuration: first target's engine facts, SLOs, thresholds")
     diag.add_argument("--format", choices=("text", "json"), default="text")
+    diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
     diag.set_defaults(func=cmd_diagnose)
+
+    simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario")
+    simulator.configure_parser(simulate)
+    simulate.set_defaults(func=simulator.run)
+
+    demo_parser = sub.add_parser("demo", help="simulated vLLM engines plus the sidecar, for a first look")
+    demo.configure_parser(demo_parser)
+    demo_parser.set_defaults(func=_demo)
 
     render.register(sub)
     return parser
 
 
+def _demo(args: argparse.Namespace) -> int:
+    try:
+        return demo.run(args)
+    except KeyError as exc:
+        raise BadInput(str(exc.args[0])) from None
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)

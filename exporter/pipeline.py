@@ -15,6 +15,7 @@ from typing import Callable
 
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
+from exporter.dcgm import gpu_utilization
 from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.diagnosis.rules import Context
 from exporter.parse import ParseError, parse
@@ -141,19 +142,21 @@ def capture_timestamp(text: str) -> float | None:
     return None
 
 
-def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0) -> TargetState:
+def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0,
+           dcgm_dir: Path | None = None) -> TargetState:
     """Feed saved captures, in order, through the live code path.
 
     A capture recorded by the sidecar carries its scrape time; plain captures are spaced
-    ``interval`` seconds apart.
+    ``interval`` seconds apart. With ``dcgm_dir``, a DCGM capture of the same file name taken
+    at the same instant feeds the GPU-utilisation evidence, as a live DCGM source would.
     """
     state = pipeline.state
     for index, path in enumerate(files):
         body = path.read_bytes()
-        try:
-            stamp = capture_timestamp(body[:200].decode("utf-8", "replace"))
-        except ValueError:
-            stamp = None
+        stamp = capture_timestamp(body[:200].decode("utf-8", "replace"))
         started = stamp if stamp is not None else start + index * interval
+        if dcgm_dir is not None and (dcgm_dir / path.name).is_file():
+            gpu = gpu_utilization((dcgm_dir / path.name).read_text(encoding="utf-8", errors="replace"))
+            pipeline.observe_gpu(started, gpu)
         state = pipeline.ingest(ScrapeResult(started_at=started, duration=0.0, body=body))
     return state

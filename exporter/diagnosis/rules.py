@@ -211,7 +211,12 @@ def rule_a3(ctx: Context) -> Finding:
         return abstain(*breach.missing)
     if not breach.breached:
         return clear(breach.evidence)
-    score, share = s.cpu_starvation_score, s.ttft_frontend_share
+    score = s.cpu_starvation_score
+    # TTFT and queue/prefill are observed on different populations (first token vs finish);
+    # the e2e-based estimate is same-population. Both must agree before blaming the frontend.
+    share = None
+    if s.ttft_frontend_mean is not None and s.e2e_frontend_mean is not None and s.ttft_mean:
+        share = min(s.ttft_frontend_mean, s.e2e_frontend_mean) / s.ttft_mean
     if score is None and share is None:
         return abstain("CPU source (cpu.pid/cgroup/match)", "vllm:request_queue_time_seconds")
     starving = score is not None and score >= t.cpu_starvation_score
@@ -221,7 +226,7 @@ def rule_a3(ctx: Context) -> Finding:
                      f"frontend share {_pct(share or 0)}")
     evidence = [breach.evidence]
     if frontend:
-        evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s(s.ttft_frontend_mean or 0)}) is spent outside "
+        evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s((share or 0) * (s.ttft_mean or 0))}) is spent outside "
                         "the engine (tokenization, templates, IPC)")
     if starving:
         evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu_inputs))}")
@@ -265,6 +270,10 @@ def rule_a5(ctx: Context) -> Finding:
     low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
+    if not s.prefix_cache_hit_ratio:
+        # Nothing is shared at all: the prompts may be unique by design, and then the prefill
+        # cost is intrinsic (A1), not a cache failure.
+        return clear("no prompt shares a cached block: nothing to blame on the cache")
     if s.ttft_prefill_share is None or s.ttft_prefill_share < t.ttft_prefill_share:
         return clear("TTFT is not prefill-bound")
     return fired(low.strength, breach.evidence, *low.evidence,
@@ -337,8 +346,12 @@ def rule_b3(ctx: Context) -> Finding:
     fill = s.running_mean / seqs if seqs and s.running_mean is not None else None
     if fill is None and s.gpu_utilization is None:
         return abstain("engine.max_num_seqs (not exported by vLLM: configure it)", "DCGM GPU utilisation")
-    busy = (fill is not None and fill >= t.batch_fill_high) or (
-        s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_high)
+    # A full batch is the throughput-oriented set-up B3 names; GPU utilisation stands in only
+    # when max_num_seqs is unknown (a busy GPU with a small batch may be communication, see G).
+    if fill is not None:
+        busy = fill >= t.batch_fill_high
+    else:
+        busy = s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_high
     if not busy:
         return clear("batch is not full and the GPU is not busy")
     evidence = [breach.evidence, f"ITL uniformly slow (p99/p50 {tail:.1f})"]
@@ -456,10 +469,13 @@ def rule_f(ctx: Context) -> Finding:
         return low
     if _eviction_shaped(ctx):
         return clear("KV is full and some prefixes do hit: capacity eviction (F6) explains the misses")
-    # Below the verdict threshold on its own: a cache miss costs TTFT only when A5 says so, and
-    # metrics cannot tell prompts unique by design from a broken shared prefix.
-    return fired(min(low.strength, INFO_STRENGTH), *low.evidence,
-                 "no exact shared token prefix: prompts are unique by design, or the shared part is broken early")
+    if not ctx.signals.prefix_cache_hit_ratio:
+        # Zero hits: metrics cannot tell prompts unique by design from a prefix broken at its
+        # first block, so this stays informational and never makes the verdict alone.
+        return fired(min(low.strength, INFO_STRENGTH), *low.evidence,
+                     "no prompt shares even one cached block: unique by design, or broken in the first block")
+    return fired(low.strength, *low.evidence,
+                 "some blocks hit, so prompts do share a prefix that breaks early (template, timestamps, order)")
 
 
 def _eviction_shaped(ctx: Context) -> bool:

@@ -15,7 +15,8 @@ def cgroup_dirs_for(pid: int, proc: Path = Path("/proc"), root: Path = Path("/sy
         controllers, _, path = rest.partition(":")
         rel = path.lstrip("/")
         if hierarchy == "0" and controllers == "":
-            dirs.insert(0, root / rel)  # unified (v2)
+            # unified (v2): mounted at the root, or under unified/ on hybrid hosts
+            dirs[0:0] = [root / rel, root / "unified" / rel]
         elif "cpu" in controllers.split(","):
             for mount in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
                 dirs.append(root / mount / rel)
@@ -48,3 +49,15 @@ def find_throttle_reader(pid: int, proc: Path = Path("/proc"), root: Path = Path
             continue
         return reader
     raise NoData(f"no cgroup cpu.stat with CFS counters for pid {pid}")
+
+
+def v2_dir_for(pid: int, proc: Path = Path("/proc"), root: Path = Path("/sys/fs/cgroup")) -> Path:
+    """The process's own cgroup-v2 directory (not the root: root pressure is the whole host's)."""
+    for line in read_text(proc / str(pid) / "cgroup").splitlines():
+        hierarchy, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if hierarchy == "0" and controllers == "" and path.strip("/"):
+            for base in (root, root / "unified"):
+                if (base / path.lstrip("/") / "cpu.pressure").exists():
+                    return base / path.lstrip("/")
+    raise NoData(f"pid {pid} has no cgroup-v2 cpu.pressure of its own")

@@ -9,7 +9,7 @@ from typing import Callable
 
 from exporter.config import Target
 from exporter.hostcpu.base import NoData, Reader
-from exporter.hostcpu.cgroup import CgroupThrottleReader, find_throttle_reader
+from exporter.hostcpu.cgroup import CgroupThrottleReader, find_throttle_reader, v2_dir_for
 from exporter.hostcpu.processes import cgroup_members, descendants, matching
 from exporter.hostcpu.psi import PsiReader
 from exporter.hostcpu.schedstat import SchedstatReader
@@ -22,14 +22,14 @@ class HostProbe:
     """Reads every available CPU source at each evaluation and keeps ``span`` seconds of deltas."""
 
     def __init__(self, pids: Callable[[], list[int]], span_seconds: float, *, cgroup_dir: Path | None = None,
-                 proc: Path = Path("/proc"), psi_path: Path = Path("/proc/pressure/cpu")) -> None:
+                 proc: Path = Path("/proc"), psi_path: Path | None = None) -> None:
         self._pids = pids
         self._proc = proc
         self.span = span_seconds
         self._schedstat = SchedstatReader(pids, proc)
         self._cgroup_dir = cgroup_dir
         self._throttle: CgroupThrottleReader | None = None
-        self._psi = PsiReader(psi_path)
+        self._psi_path = psi_path
         self._history: deque[tuple[float, dict[str, dict[str, float]]]] = deque()
         self._warned: set[str] = set()
 
@@ -48,6 +48,18 @@ class HostProbe:
         self._throttle = reader
         return reader
 
+    def _psi_reader(self) -> Reader:
+        """PSI of the vLLM cgroup only: host-wide pressure blames vLLM for anyone's load."""
+        if self._psi_path is not None:
+            return PsiReader(self._psi_path)
+        directory = self._cgroup_dir
+        if directory is None:
+            pids = self._pids()
+            if not pids:
+                raise NoData("no vLLM process")
+            directory = v2_dir_for(pids[-1], self._proc)
+        return PsiReader(directory / "cpu.pressure")
+
     def _read(self, name: str, get_reader: Callable[[], Reader]) -> dict[str, float] | None:
         try:
             return get_reader().read()
@@ -60,7 +72,7 @@ class HostProbe:
     def __call__(self, now: float) -> HostInputs:
         readings = {}
         for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
-                             ("psi", lambda: self._psi)):
+                             ("psi", self._psi_reader)):
             value = self._read(name, reader)
             if value is not None:
                 readings[name] = value

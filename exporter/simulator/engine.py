@@ -103,22 +103,17 @@ LLAMA_3_1_8B: Final = ModelSpec(
     name="meta-llama/Llama-3.1-8B-Instruct", params=8.03e9, n_layers=32, hidden=4096,
     n_kv_heads=8, head_dim=128,
 )
-LLAMA_3_2_3B: Final = ModelSpec(
-    name="meta-llama/Llama-3.2-3B-Instruct", params=3.21e9, n_layers=28, hidden=3072,
-    n_kv_heads=8, head_dim=128,
-)
-
 H100_SXM: Final = GpuSpec(
     name="H100", model_name="NVIDIA H100 80GB HBM3", memory_bytes=80e9, hbm_bandwidth=3.35e12,
     peak_flops=989e12, link_bandwidth=450e9, allreduce_latency_s=12e-6, nvlink=True,
     idle_power_w=70.0, max_power_w=700.0, sm_clock_mhz=1980, mem_clock_mhz=2619,
 )
-# H100 PCIe cards in a cloud VM without NVLink bridges or peer-to-peer: NCCL goes through the
-# host, so every all-reduce pays ~100 us. This is the setup where TP costs more than it saves.
-H100_PCIE_NO_P2P: Final = GpuSpec(
-    name="H100-PCIe", model_name="NVIDIA H100 PCIe", memory_bytes=80e9, hbm_bandwidth=2.0e12,
-    peak_flops=756e12, link_bandwidth=20e9, allreduce_latency_s=100e-6, nvlink=False,
-    idle_power_w=50.0, max_power_w=350.0, sm_clock_mhz=1755, mem_clock_mhz=1593,
+# TP=4 split over two nodes joined by a virtualised 50 GbE network (NCCL over TCP sockets, no
+# RDMA): ~1.2 ms per all-reduce. The textbook way to make a model that fits on one GPU slower.
+H100_TP_ACROSS_NODES_TCP: Final = GpuSpec(
+    name="H100", model_name="NVIDIA H100 80GB HBM3", memory_bytes=80e9, hbm_bandwidth=3.35e12,
+    peak_flops=989e12, link_bandwidth=5e9, allreduce_latency_s=1.2e-3, nvlink=False,
+    idle_power_w=70.0, max_power_w=700.0, sm_clock_mhz=1980, mem_clock_mhz=2619,
 )
 
 
@@ -196,10 +191,6 @@ class EngineConfig:
         kv_bytes = budget - self.model.weight_bytes / tp - reserve
         per_block = self.model.kv_bytes_per_token / tp * self.block_size
         return max(0, int(kv_bytes // per_block))
-
-    @property
-    def kv_cache_bytes_per_gpu(self) -> float:
-        return self.num_gpu_blocks * self.block_size * self.model.kv_bytes_per_token / self.tensor_parallel_size
 
 
 # --------------------------------------------------------------------------------------------
@@ -288,8 +279,7 @@ class EngineStats:
         self.comm_time_s = 0.0
         self.comm_bytes = 0.0
         self.gpu_busy_s = 0.0
-        self.frontend_wait_s = 0.0  # sum over requests: frontend arrival -> engine queued
-        self.frontend_requests = 0
+        self.client_aborts = 0  # requests the client gave up on before they were scheduled
         self.gpu_bins: deque[GpuBin] = deque(maxlen=600)
 
 
@@ -351,6 +341,7 @@ class Engine:
         self.num_gpu_blocks = config.num_gpu_blocks
         self._bs = config.block_size
         self._specs = generate(workload, seed, config.max_model_len)
+        self._client_timeout = workload.client_timeout_s
         self._next_spec: RequestSpec | None = next(self._specs, None)
         # frontend
         self._frontend_free = 0.0
@@ -414,6 +405,7 @@ class Engine:
             pending = self._pending
             while pending and pending[0].t_engine <= self.now:
                 self.waiting.append(pending.popleft())
+            self._drop_timed_out()
             if self.running or self.waiting:
                 self._step()
                 continue
@@ -440,31 +432,39 @@ class Engine:
             start = max(spec.arrival, self._frontend_free)
             self._frontend_free = start + work / cfg.cpu_share
             self.stats.frontend_cpu_s += work
-            self.stats.frontend_wait_s += self._frontend_free - spec.arrival
-            self.stats.frontend_requests += 1
             self._pending.append(_Req(spec, self._frontend_free))
             spec = next(self._specs, None)
         self._next_spec = spec
 
-    def _frontend_outputs(self, n_outputs: int) -> None:
-        """Output processing shares the API server's single event loop with tokenisation."""
+    def _frontend_outputs(self, n_outputs: int) -> float:
+        """Process one step's outputs in the API server; returns when clients see them.
+
+        Output processing (detokenise, stream) shares the API server's single event loop with
+        tokenisation, so a busy or CPU-starved frontend delays what the frontend clock
+        measures (TTFT, e2e) while the engine-clock intervals (queue, prefill, decode,
+        inference) stay as they were.
+        """
         work = n_outputs * self.cfg.costs.output_per_token_s
         self._frontend_free = max(self._frontend_free, self.now) + work / self.cfg.cpu_share
         self.stats.frontend_cpu_s += work
+        return self._frontend_free
+
+    def _drop_timed_out(self) -> None:
+        """Clients hang up on requests that waited too long; vLLM records them nowhere."""
+        waiting, deadline = self.waiting, self.now - self._client_timeout
+        while waiting and not waiting[0].admitted_once and waiting[0].spec.arrival <= deadline:
+            waiting.popleft()
+            self.stats.client_aborts += 1
 
     # ----------------------------------------------------------------- KV cache
 
-    def _block_hash(self, r: _Req, i: int) -> tuple[int, int]:
-        """Hash of block ``i`` of ``r``: the chain key of the content up to the block's end."""
-        end = (i + 1) * self._bs
-        ends = r.seg_ends
-        j = 0
-        while ends[j] < end:
-            j += 1
-        return (r.seg_keys[j], i)
-
     def _lookup(self, r: _Req) -> list[int]:
-        """Longest run of cached leading blocks, whole blocks only, < num_tokens tokens."""
+        """Longest run of cached leading blocks, whole blocks only, < num_tokens tokens.
+
+        Block ``i``'s hash is ``(chain key of the segment holding its last token, i)``: two
+        requests share it exactly when their content up to the block's end is identical,
+        which is what vLLM's hash chain over block tokens decides.
+        """
         if not self.cfg.enable_prefix_caching:
             return []
         hits: list[int] = []
@@ -490,8 +490,14 @@ class Engine:
         if full <= r.n_hashed:
             return
         cached, bhash, blocks = self._cached, self._bhash, r.blocks
+        ends, keys, bs = r.seg_ends, r.seg_keys, self._bs
+        j = 0
         for i in range(r.n_hashed, full):
-            h = self._block_hash(r, i)
+            # A block's hash is the chain key of the content up to the block's end.
+            end = (i + 1) * bs
+            while ends[j] < end:
+                j += 1
+            h = (keys[j], i)
             if h not in cached:  # another request may have computed the same block already
                 bid = blocks[i]
                 cached[h] = bid
@@ -685,8 +691,13 @@ class Engine:
         b.dram_s += dram_s
         b.comm_bytes += comm_bytes
 
-        # 5. Outputs at the end of the step.
-        outputs = n_decode
+        # 5. Outputs at the end of the step. The API server ran concurrently with the step:
+        # requests that arrived meanwhile were tokenised as they came, before it sees this
+        # step's outputs, which clients receive at `seen`.
+        self._pull_arrivals(t_end)
+        completing = sum(1 for r, _, _ in chunks if r.phase == _PREFILL and r.computed >= r.target)
+        outputs = n_decode + completing
+        seen = self._frontend_outputs(outputs) if outputs else t_end
         prompt_computed = 0
         if n_decode:
             # Every decode emitted one token; its previous output was at the previous step's
@@ -699,12 +710,11 @@ class Engine:
                 self._register(r, r.computed)
                 continue
             self._register(r, r.computed)
-            outputs += 1
             r.num_tokens += 1
             r.generated += 1
             if r.t_first < 0:
                 r.t_first = t_end
-                st.time_to_first_token.observe(t_end - r.spec.arrival)
+                st.time_to_first_token.observe(seen - r.spec.arrival)
                 st.prompt_tokens += r.prompt_len
                 st.prompt_tokens_local_cache_hit += r.hits_first
                 st.prompt_tokens_local_compute += r.prompt_len - r.hits_first
@@ -716,7 +726,7 @@ class Engine:
             if r.generated >= r.out_len:
                 del self._prefilling[r.rid]
                 del self.running[r.rid]
-                self._finish(r)
+                self._finish(r, seen)
             else:
                 self._enter_decode(r, s)
         st.generation_tokens += outputs
@@ -729,17 +739,17 @@ class Engine:
                 self._n_decode -= 1
                 self._ctx_base -= r.t0 - r.s0
                 del self.running[r.rid]
-                self._finish(r)
+                self._finish(r, seen)
         if outputs:
             st.iteration_tokens.observe(prompt_computed + outputs)
-            self._frontend_outputs(outputs)
 
-    def _finish(self, r: _Req) -> None:
-        st, t = self.stats, self.now
+    def _finish(self, r: _Req, seen: float) -> None:
+        """``r`` produced its last token; its client saw it at ``seen`` (frontend clock)."""
+        st = self.stats
         r.phase = _DONE
         self._free_blocks(r)
         spec = r.spec
-        e2e = t - spec.arrival
+        e2e = seen - spec.arrival
         st.request_success[spec.finished_reason] += 1
         st.e2e_request_latency.observe(e2e)
         st.request_queue_time.observe(r.t_sched - r.t_engine)
@@ -758,7 +768,7 @@ class Engine:
         st.request_num_preemptions.observe(r.preemptions)
         # The HTTP layer sees the whole stream plus a little routing overhead.
         if st.http_first_request_at is None:
-            st.http_first_request_at = t
+            st.http_first_request_at = seen
         st.http_requests += 1
         st.http_request_size_sum += 4.0 * r.prompt_len + 310.0
         st.http_duration.observe(e2e + 0.0015)

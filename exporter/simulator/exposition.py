@@ -277,10 +277,11 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
-def render_vllm(engine: Engine, *, start_unix: float) -> str:
+def render_vllm(engine: Engine, *, start_unix: float, speed: float = 1.0) -> str:
     """The API server's ``/metrics`` at the engine's current simulated time.
 
-    ``start_unix`` is the unix time of simulated second 0 (when the engine became ready).
+    ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);
+    ``speed`` is simulated seconds per wall second, so that timestamps stay on the wall clock.
     """
     st = engine.stats
     now = engine.now
@@ -375,7 +376,7 @@ def render_vllm(engine: Engine, *, start_unix: float) -> str:
 
     # prometheus_fastapi_instrumentator. Per-handler children appear with the first request.
     first = st.http_first_request_at
-    first_unix = None if first is None else start_unix + first
+    first_unix = None if first is None else start_unix + first / speed
     handler = {"handler": HTTP_HANDLER}
     handler_children = [] if first is None else [handler]
     out.header("http_requests_total", HELP["http_requests"], "counter")

@@ -74,6 +74,7 @@ class Arrivals:
     burst_s: float = 0.0
     period_s: float = 0.0
     start_s: float = 0.0  # no arrivals before this simulated time
+    stop_s: float = math.inf  # nor after this one (phases, drain tests)
 
     def rate_at(self, t: float) -> float:
         if self.kind == "bursty" and self.period_s > 0 and (t % self.period_s) < self.burst_s:
@@ -81,15 +82,16 @@ class Arrivals:
         return self.rate
 
     def times(self, rng: random.Random) -> Iterator[float]:
-        """Arrival times in increasing order, forever."""
+        """Arrival times in increasing order, until ``stop_s``."""
         t = self.start_s
-        while True:
+        while t < self.stop_s:
             rate = self.rate_at(t)
             if self.kind != "bursty" or self.period_s <= 0:
                 if rate <= 0:
                     return
                 t += rng.expovariate(rate)
-                yield t
+                if t < self.stop_s:
+                    yield t
                 continue
             # Piecewise-constant rate: draw within the current phase; if the draw crosses the
             # phase boundary, restart at the boundary (the exponential is memoryless).
@@ -99,7 +101,8 @@ class Arrivals:
             gap = rng.expovariate(rate) if rate > 0 else math.inf
             if t + gap < boundary:
                 t += gap
-                yield t
+                if t < self.stop_s:
+                    yield t
             else:
                 t = boundary
 
@@ -143,7 +146,16 @@ class RequestClass:
 
 @dataclass(frozen=True, slots=True)
 class Workload:
+    """Traffic classes plus client behaviour.
+
+    ``client_timeout_s``: clients give up on a request that has not been scheduled after
+    this long (the OpenAI client's default is 600 s). vLLM counts such aborts nowhere, so
+    they vanish from the metrics; the timeout only keeps overloaded scenarios bounded when a
+    server runs for hours.
+    """
+
     classes: tuple[RequestClass, ...]
+    client_timeout_s: float = 600.0
 
 
 @dataclass(slots=True)

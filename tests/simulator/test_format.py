@@ -1,0 +1,241 @@
+"""Acceptance 1: every scenario speaks exactly vLLM 0.32's exposition format.
+
+The reference is a real ``vllm serve`` capture (``fixtures/vllm-0.32-cpu/snapshot-steady.txt``):
+same families in the same order with the same TYPE and HELP lines, the same label names per
+series, the same ``le`` lists per histogram (the request_tokens family depends on
+max_model_len, so it is checked against vLLM's 1-2-5 formula, which is itself checked
+against the capture). Plus: prometheus_client parses the output, histograms are consistent,
+the idle exposition matches the idle capture, captures on disk are deterministic.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from exporter.simulator import SCENARIOS, main, write_captures
+from exporter.simulator.exposition import render_dcgm, render_vllm, request_token_buckets
+
+START = 1_800_000_000.0
+SIM_SECONDS = 120.0  # long enough for every scenario to finish some requests
+REQUEST_TOKEN_FAMILIES = {
+    "vllm:request_prompt_tokens",
+    "vllm:request_generation_tokens",
+    "vllm:request_max_num_generation_tokens",
+    "vllm:request_params_max_tokens",
+    "vllm:request_prefill_kv_computed_tokens",
+}
+
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(.*)\})? (\S+)$")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass
+class Exposition:
+    """The structure of an exposition text: what acceptance 1 compares."""
+
+    types: list[tuple[str, str]] = field(default_factory=list)
+    helps: dict[str, str] = field(default_factory=dict)
+    label_names: dict[str, set[tuple[str, ...]]] = field(default_factory=dict)
+    les: dict[str, list[str]] = field(default_factory=dict)  # per histogram family (first child)
+    values: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
+
+
+def parse(text: str) -> Exposition:
+    out = Exposition()
+    for line in text.splitlines():
+        if line.startswith("# TYPE "):
+            _, _, name, kind = line.split(" ", 3)
+            out.types.append((name, kind))
+        elif line.startswith("# HELP "):
+            _, _, name, help_text = line.split(" ", 3)
+            out.helps[name] = help_text
+        elif line:
+            match = _SAMPLE.match(line)
+            assert match, f"not a sample line: {line!r}"
+            name, block, value = match.groups()
+            labels = tuple(_LABEL.findall(block or ""))
+            names = tuple(k for k, _ in labels)
+            assert list(names) == sorted(names), f"labels not sorted as prometheus_client prints: {line}"
+            out.label_names.setdefault(name, set()).add(names)
+            out.values[(name, labels)] = float(value)
+            if name.endswith("_bucket"):
+                family = name[: -len("_bucket")]
+                le = dict(labels)["le"]
+                if family not in out.les or out.les[family][-1] != "+Inf":
+                    out.les.setdefault(family, []).append(le)
+    return out
+
+
+@cache
+def scenario_text(name: str) -> str:
+    engine = SCENARIOS[name].build()
+    engine.advance_to(SIM_SECONDS)
+    return render_vllm(engine, start_unix=START)
+
+
+@pytest.fixture(scope="module")
+def steady(fixtures_dir: Path) -> Exposition:
+    return parse((fixtures_dir / "snapshot-steady.txt").read_text())
+
+
+def test_request_token_formula_matches_the_capture(steady: Exposition) -> None:
+    # The capture's server ran with --max-model-len 1024.
+    expected = [str(b) for b in request_token_buckets(1024)] + ["+Inf"]
+    assert steady.les["vllm:request_prompt_tokens"] == expected
+    # The reference's worked examples (vllm-metrics.md section 1.4).
+    assert request_token_buckets(8192)[-1] == 5000
+    assert request_token_buckets(32768)[-1] == 20000
+    assert request_token_buckets(131072)[-1] == 100000
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition) -> None:
+    sim = parse(scenario_text(name))
+    assert sim.types == steady.types  # names, types and order
+    assert sim.helps == steady.helps  # HELP lines verbatim (trailing spaces included)
+    assert sim.label_names == steady.label_names
+    max_model_len = SCENARIOS[name].engine.max_model_len
+    token_les = [str(b) for b in request_token_buckets(max_model_len)] + ["+Inf"]
+    assert set(sim.les) == set(steady.les)
+    for family, les in steady.les.items():
+        if family in REQUEST_TOKEN_FAMILIES:
+            assert sim.les[family] == token_les, family
+        else:
+            assert sim.les[family] == les, family
+
+
+@pytest.mark.parametrize("name", list(SCENARIOS))
+def test_exposition_is_consistent(name: str) -> None:
+    text = scenario_text(name)
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # parses at all
+    assert "vllm:num_preemptions" in families
+    sim = parse(text)
+    v = sim.values
+    base = (("engine", "0"), ("model_name", SCENARIOS[name].engine.model_name))
+
+    def one(metric: str, *extra: tuple[str, str]) -> float:
+        return v[(metric, tuple(sorted(base + extra)))]
+
+    # Histograms: cumulative buckets ending in +Inf == _count.
+    for family, les in sim.les.items():
+        rows = [(labels, value) for (n, labels), value in v.items() if n == f"{family}_bucket"]
+        by_child: dict[tuple[tuple[str, str], ...], list[float]] = {}
+        for labels, value in rows:
+            child = tuple(kv for kv in labels if kv[0] != "le")
+            by_child.setdefault(child, []).append(value)
+        for child, counts in by_child.items():
+            assert counts == sorted(counts), family
+            assert counts[-1] == v[(f"{family}_count", child)], family
+    # vLLM's own identities, as seen in the real captures.
+    assert one("vllm:prompt_tokens_total") == (
+        one("vllm:prompt_tokens_by_source_total", ("source", "local_compute"))
+        + one("vllm:prompt_tokens_by_source_total", ("source", "local_cache_hit"))
+    )
+    assert one("vllm:prefix_cache_hits_total") == one(
+        "vllm:prompt_tokens_cached_by_source_total", ("source", "device")
+    )
+    assert one("vllm:prefix_cache_hits_total") <= one("vllm:prefix_cache_queries_total")
+    assert one("vllm:num_requests_waiting") == one("vllm:num_requests_waiting_by_reason", ("reason", "capacity"))
+    assert 0.0 <= one("vllm:kv_cache_usage_perc") <= 1.0
+    finished = sum(
+        one("vllm:request_success_total", ("finished_reason", r)) for r in ("stop", "length")
+    )
+    assert finished > 0, "scenario finished no request in its first two minutes"
+    assert one("vllm:e2e_request_latency_seconds_count") == finished
+    assert one("vllm:request_num_preemptions_sum") <= one("vllm:num_preemptions_total")
+    assert v[("http_requests_total", (("handler", "/v1/chat/completions"), ("method", "POST"), ("status", "2xx")))] == finished
+
+
+def test_idle_exposition_matches_the_idle_capture(fixtures_dir: Path) -> None:
+    """Right after start-up there are no HTTP children yet, exactly as in a real vLLM."""
+    idle = parse((fixtures_dir / "snapshot-idle.txt").read_text())
+    engine = SCENARIOS["healthy"].build()
+    sim = parse(render_vllm(engine, start_unix=START))
+    assert sim.types == idle.types
+    assert sim.label_names == idle.label_names
+
+
+def test_cache_config_info_carries_the_simulated_values() -> None:
+    sc = SCENARIOS["kv-pressure"]
+    engine = sc.build()
+    sim = parse(render_vllm(engine, start_unix=START))
+    [(labels, value)] = [(dict(lb), val) for (n, lb), val in sim.values.items() if n == "vllm:cache_config_info"]
+    assert value == 1.0
+    assert labels["num_gpu_blocks"] == str(engine.num_gpu_blocks)
+    assert labels["block_size"] == str(sc.engine.block_size)
+    assert labels["kv_cache_size_tokens"] == str(engine.num_gpu_blocks * sc.engine.block_size)
+    assert labels["gpu_memory_utilization"] == str(sc.engine.gpu_memory_utilization)
+
+
+@pytest.mark.parametrize("name", [n for n, sc in SCENARIOS.items() if sc.dcgm])
+def test_dcgm_series_per_gpu(name: str) -> None:
+    sc = SCENARIOS[name]
+    engine = sc.build()
+    engine.advance_to(30.0)
+    text = render_dcgm(engine)
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    util = families["DCGM_FI_DEV_GPU_UTIL"].samples
+    assert len(util) == sc.engine.tensor_parallel_size * sc.engine.pipeline_parallel_size
+    assert {s.labels["gpu"] for s in util} == {str(i) for i in range(len(util))}
+    assert all(0 <= s.value <= 100 for s in util)
+    assert "DCGM_FI_DEV_FB_USED" in families and "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in families
+
+
+def test_gpu_utilisation_follows_the_load() -> None:
+    def util(name: str) -> float:
+        engine = SCENARIOS[name].build()
+        engine.advance_to(300.0)
+        return engine.stats.gpu_busy_s / engine.now
+
+    sparse, starved, healthy = util("sparse-traffic"), util("cpu-starved"), util("healthy")
+    assert sparse < 0.35 and starved < 0.55 < healthy, (sparse, starved, healthy)
+
+
+def test_captures_are_written_fast_and_deterministically(tmp_path: Path) -> None:
+    a = write_captures("case4-peak-jitter", tmp_path / "a", duration_s=600, interval_s=15, seed=3)
+    b = write_captures("case4-peak-jitter", tmp_path / "b", duration_s=600, interval_s=15, seed=3)
+    c = write_captures("case4-peak-jitter", tmp_path / "c", duration_s=60, interval_s=15, seed=4)
+    assert [p.name for p in a] == [f"capture-{i:04d}.txt" for i in range(40)]
+    assert all(pa.read_bytes() == pb.read_bytes() for pa, pb in zip(a, b))
+    assert a[3].read_bytes() != c[3].read_bytes()
+    assert (tmp_path / "a" / "dcgm" / "capture-0039.txt").is_file()
+    assert (tmp_path / "a" / "scenario.json").is_file() and (tmp_path / "a" / "vllm-diag.yaml").is_file()
+    # Captures are taken every interval of simulated time: counters move between them.
+    first, last = parse(a[0].read_text()), parse(a[-1].read_text())
+    key = ("vllm:generation_tokens_total", (("engine", "0"), ("model_name", "meta-llama/Llama-3.1-8B-Instruct")))
+    assert last.values[key] > first.values[key] > 0
+
+
+def test_cli_lists_and_writes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["--list"]) == 0
+    assert "kv-pressure" in capsys.readouterr().out
+    assert main(["--scenario", "healthy", "--out", str(tmp_path), "--duration", "60", "--interval", "15"]) == 0
+    assert sorted(p.name for p in tmp_path.glob("capture-*.txt")) == [f"capture-{i:04d}.txt" for i in range(4)]
+    assert main(["--scenario", "no-such-scenario", "--out", str(tmp_path)]) == 2
+
+
+def test_docs_table_matches_the_registry() -> None:
+    """docs/scenarios.md is the one documented table; it must say what the registry says."""
+    doc = Path(__file__).resolve().parents[2] / "docs" / "scenarios.md"
+    rows: dict[str, list[str]] = {}
+    for line in doc.read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0].startswith("`"):
+            rows[cells[0].strip("`")] = cells
+
+    def ids(values: tuple[str, ...]) -> str:
+        return ", ".join(values) if values else "—"
+
+    assert list(rows) == list(SCENARIOS)
+    for name, sc in SCENARIOS.items():
+        _, _, case, verdict, symptoms, causes, also, _ = rows[name]
+        e = sc.expected
+        assert (case, verdict, symptoms, causes, also) == (
+            sc.case, f"`{e.verdict}`", ids(e.symptoms), ids(e.causes), ids(e.also_possible)
+        ), name
