@@ -21,10 +21,11 @@ from .harness import RealVLLM
 TEST_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.25}
 
 
-def sidecar_settings(vllm: RealVLLM, *, window: float = 20.0, interval: float = 1.0, **target: Any) -> Settings:
+def sidecar_settings(vllm: RealVLLM, *, window: float = 20.0, interval: float = 1.0,
+                     slo: dict[str, float] | None = None, **target: Any) -> Settings:
     entry = {"name": "real-vllm", "url": vllm.metrics_url, "scrape_interval": interval,
              "timeout": min(2.0, interval), "engine": vllm.engine_facts(), **target}
-    return load_settings(overrides={"listen": "127.0.0.1:1", "window_seconds": window, "slo": TEST_SLO,
+    return load_settings(overrides={"listen": "127.0.0.1:1", "window_seconds": window, "slo": slo or TEST_SLO,
                                     "targets": [entry]})
 
 

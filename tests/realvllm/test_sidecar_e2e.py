@@ -102,9 +102,14 @@ async def test_light_steady_load_is_healthy_and_the_verdict_does_not_flap(real_v
     assert settled["symptoms"] == []
 
 
-async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm: RealVLLM) -> None:
-    async with RunningSidecar(sidecar_settings(real_vllm, window=15, interval=1.0)) as sidecar:
-        load = start_phase(real_vllm.base_url, "chunked", duration_s=25)
+async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_factory) -> None:
+    # A deployment that wants first tokens within 100 ms, with a 32-token budget: each 900-token
+    # prompt needs about 28 chunks, so the first token waits for many scheduling rounds.
+    small_budget = real_vllm_factory(max_num_batched_tokens=32)
+    settings = sidecar_settings(small_budget, window=15, interval=1.0,
+                                slo={"ttft_p95_seconds": 0.1, "itl_p95_seconds": 0.25})
+    async with RunningSidecar(settings) as sidecar:
+        load = start_phase(small_budget.base_url, "chunked", duration_s=25)
         seen = []
         while not load.done():
             await asyncio.sleep(1)
