@@ -1,0 +1,35 @@
+"""Simulator vs the real thing: every scenario's exposition has the families, label names and
+bucket boundaries of a capture taken now from the harness's real vLLM 0.32."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from exporter.simulator import SCENARIOS
+from exporter.simulator.exposition import request_token_buckets
+from tests.simulator.test_format import REQUEST_TOKEN_FAMILIES, parse, scenario_text
+
+from .harness import RealVLLM, run_phase
+
+pytestmark = pytest.mark.realvllm
+
+
+@pytest.fixture(scope="module")
+def live_capture(real_vllm: RealVLLM):
+    # A little traffic first, so the HTTP families have their children as in any serving vLLM.
+    asyncio.run(run_phase(real_vllm.base_url, "steady", requests=4))
+    return parse(real_vllm.fetch_metrics())
+
+
+@pytest.mark.parametrize("name", sorted(SCENARIOS))
+def test_scenario_exposition_matches_a_live_vllm_capture(name, live_capture):
+    sim = parse(scenario_text(name))
+    assert [n for n, _ in sim.types] == [n for n, _ in live_capture.types]
+    assert dict(sim.types) == dict(live_capture.types)
+    assert sim.label_names == live_capture.label_names
+    assert set(sim.les) == set(live_capture.les)
+    token_les = [str(b) for b in request_token_buckets(SCENARIOS[name].engine.max_model_len)] + ["+Inf"]
+    for family, les in live_capture.les.items():
+        assert sim.les[family] == (token_les if family in REQUEST_TOKEN_FAMILIES else les), family
