@@ -119,6 +119,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
     if args.listen:
         overrides["listen"] = args.listen
+    if args.web_config_file:
+        overrides["web_config_file"] = args.web_config_file
     if args.target:
         overrides["targets"] = [target_from_url(url) for url in args.target]
     settings = _settings(args.config, overrides)
@@ -127,8 +129,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise BadInput("no targets: give --target URL or a config file with targets")
     from exporter.hostcpu import host_probe_for
     from exporter.server import run
+    from exporter.webconfig import WebConfigError
 
-    run(settings, host_probes=host_probe_for)
+    try:
+        run(settings, host_probes=host_probe_for)
+    except WebConfigError as exc:
+        raise BadInput(str(exc)) from None
     return 0
 
 
@@ -141,6 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--config", help="YAML configuration file")
     serve.add_argument("--target", action="append", metavar="URL", help="a vLLM /metrics URL (repeatable)")
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on")
+    serve.add_argument("--web-config-file", metavar="FILE",
+                       help="TLS and basic auth, in the Prometheus exporter-toolkit format")
     serve.set_defaults(func=cmd_serve)
 
     diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while")

@@ -53,6 +53,17 @@ class CpuSource(_Strict):
         return self
 
 
+def redact(url: str) -> str:
+    """The URL without its credentials, for logs and pages."""
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return parts._replace(netloc=f"***@{host}").geturl()
+
+
 def _check_url(value: str) -> str:
     parts = urlsplit(value)
     if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -70,6 +81,8 @@ class Target(_Strict):
     cpu: CpuSource | None = None
     dcgm_url: str | None = None
     record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose")
+    max_series_per_family: int = Field(default=2000, gt=0,
+                                       description="cardinality cap: series beyond it are dropped and counted")
 
     @field_validator("name")
     @classmethod
@@ -82,6 +95,10 @@ class Target(_Strict):
     @classmethod
     def _url(cls, value: str | None) -> str | None:
         return None if value is None else _check_url(value)
+
+    @property
+    def safe_url(self) -> str:
+        return redact(self.url)
 
     @model_validator(mode="after")
     def _timeout_fits(self) -> "Target":
@@ -109,6 +126,7 @@ class Settings(BaseSettings):
     thresholds: dict[str, float] = Field(default_factory=dict)
     targets: list[Target] = Field(default_factory=list)
     log_level: str = "INFO"
+    web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, basic auth")
 
     @field_validator("listen")
     @classmethod

@@ -46,7 +46,7 @@ class TargetPipeline:
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.state = TargetState(
-            target=target.name, url=target.url, status="insufficient_evidence",
+            target=target.name, url=target.safe_url, status="insufficient_evidence",
             window_seconds=settings.window_seconds, evaluated_at=time.time(), health=self._health,
             diagnosis=unknown_diagnosis(time.time()),
         )
@@ -70,7 +70,7 @@ class TargetPipeline:
             return self._fail(result, result.error_reason or "connect", result.error or "scrape failed")
         try:
             text = result.body.decode("utf-8")  # type: ignore[union-attr]
-            snapshot = parse(text, result.started_at)
+            snapshot = parse(text, result.started_at, max_series_per_family=self.target.max_series_per_family)
         except UnicodeDecodeError as exc:
             return self._fail(result, "parse", f"payload is not UTF-8 ({exc.reason} at byte {exc.start})")
         except ParseError as exc:
@@ -110,7 +110,7 @@ class TargetPipeline:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"
         self.state = TargetState(
-            target=self.target.name, url=self.target.url, status=status, window_seconds=self.settings.window_seconds,
+            target=self.target.name, url=self.target.safe_url, status=status, window_seconds=self.settings.window_seconds,
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None,
         )

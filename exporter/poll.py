@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import aiohttp
 
+from exporter.config import redact
+
 ACCEPT = "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1"
 
 
@@ -34,6 +36,8 @@ async def fetch(
     started = time.time()
     clock = time.perf_counter()
 
+    shown = redact(url)  # credentials in a target URL never reach a log line or an error message
+
     def failed(reason: str, message: str) -> ScrapeResult:
         return ScrapeResult(started, time.perf_counter() - clock, error_reason=reason, error=message)
 
@@ -45,7 +49,7 @@ async def fetch(
                 allow_redirects=False,
             ) as response:
                 if response.status != 200:
-                    return failed("http", f"HTTP {response.status} from {url}")
+                    return failed("http", f"HTTP {response.status} from {shown}")
                 declared = response.content_length
                 if declared is not None and declared > max_bytes:
                     return failed("too_large", f"payload of {declared} bytes exceeds the {max_bytes}-byte cap")
@@ -59,10 +63,10 @@ async def fetch(
                     chunks.append(chunk)
                 return ScrapeResult(started, time.perf_counter() - clock, body=b"".join(chunks))
     except TimeoutError:
-        return failed("timeout", f"no complete answer from {url} within {timeout:g}s")
+        return failed("timeout", f"no complete answer from {shown} within {timeout:g}s")
     except aiohttp.ClientConnectorError as exc:
-        return failed("connect", f"cannot connect to {url}: {exc.os_error or exc}")
+        return failed("connect", f"cannot connect to {shown}: {exc.os_error or type(exc).__name__}")
     except (aiohttp.ClientPayloadError, aiohttp.ClientResponseError) as exc:
-        return failed("http", f"bad HTTP response from {url}: {exc}")
+        return failed("http", f"bad HTTP response from {shown}: {type(exc).__name__}")
     except aiohttp.ClientError as exc:
-        return failed("connect", f"{type(exc).__name__} talking to {url}: {exc}")
+        return failed("connect", f"{type(exc).__name__} talking to {shown}")

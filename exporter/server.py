@@ -28,6 +28,7 @@ from exporter.poll import fetch
 from exporter.publish import document, html, text
 from exporter.publish.collector import DiagnosisCollector
 from exporter.state import TargetState
+from exporter.webconfig import load_web_config
 
 log = logging.getLogger(__name__)
 
@@ -148,7 +149,12 @@ def _json_default(value: object) -> object:
 
 def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = None,
                start_polling: bool = True) -> web.Application:
-    app = web.Application(client_max_size=64 * 1024)
+    middlewares = []
+    web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
+    if web_config is not None and web_config.users:
+        middlewares.append(web_config.middleware())
+    # We only ever answer GETs: a small request cap keeps a hostile client from costing memory.
+    app = web.Application(client_max_size=64 * 1024, middlewares=middlewares)
     app[SIDECAR] = Sidecar(settings, host_probes)
     if start_polling:
         app.cleanup_ctx.append(_resources)
@@ -163,5 +169,7 @@ def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = Non
 
 def run(settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
     app = create_app(settings, host_probes=host_probes)
+    ssl_context = load_web_config(settings.web_config_file).ssl_context() if settings.web_config_file else None
     log.info("vllm-diag %s listening on %s (started %s)", __version__, settings.listen, time.strftime("%FT%T"))
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None)
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None,
+                ssl_context=ssl_context)
