@@ -9,6 +9,10 @@ need_apt=()
 command -v prometheus >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v prometheus-alertmanager >/dev/null 2>&1 || need_apt+=(prometheus-alertmanager)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
+command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
+command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   # Debian's maintainer scripts would start these services on 0.0.0.0: forbid that first.
   if [ ! -e /usr/sbin/policy-rc.d ]; then
