@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from exporter.pipeline import capture_timestamp
+
 from .harness import RealVLLM, start_phase
 from .sidecar import RunningSidecar, sidecar_settings
 from .starve import cpu_quota
@@ -56,8 +58,8 @@ async def test_kv_pressure_preempts_and_offline_replay_matches_live(real_vllm: R
     assert under_pressure["verdict"]["layer"] == "kv_cache", under_pressure["layer_scores"]
 
     # The same scrapes, replayed offline through `vllm-diag diagnose`, give the same signals.
-    files = sorted(record.iterdir(), key=lambda p: float(p.stem.rsplit("-", 1)[1]))
-    files = [f for f in files if float(f.stem.rsplit("-", 1)[1]) <= live["last_scrape_at"]]
+    stamped = sorted((capture_timestamp(p.read_text()), p) for p in record.iterdir())
+    files = [path for stamp, path in stamped if stamp is not None and stamp <= live["last_scrape_at"]]
     proc = subprocess.run(
         [sys.executable, "-m", "exporter.cli", "diagnose", *map(str, files), "--interval", "1", "--window", "20",
          "--format", "json"],
