@@ -76,6 +76,15 @@ class Breach:
     missing: tuple[str, ...] = ()
 
 
+def gate(breach: Breach) -> Finding | None:
+    """The common start of outcome-driven rules: abstain without data, clear within the SLO."""
+    if not breach.known:
+        return abstain(*breach.missing)
+    if not breach.breached:
+        return clear(breach.evidence)
+    return None
+
+
 def ttft_breach(ctx: Context) -> Breach:
     s, slo = ctx.signals, ctx.slo.ttft_p95_seconds
     p95 = s.quantile("ttft", 0.95)
@@ -161,10 +170,8 @@ def low_prefix_hit(ctx: Context) -> Finding:
 def rule_a1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if s.ttft_prefill_share is None or s.ttft_queue_share is None or s.prompt_length_mean is None:
         return abstain("vllm:request_prefill_time_seconds", "vllm:request_prompt_tokens")
     if s.ttft_prefill_share < t.ttft_prefill_share or s.ttft_queue_share >= t.ttft_queue_share:
@@ -182,10 +189,8 @@ def rule_a1(ctx: Context) -> Finding:
 def rule_a2(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if s.ttft_queue_share is None or s.waiting_fraction is None:
         return abstain("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
     if s.ttft_queue_share < t.ttft_queue_share or s.waiting_fraction < t.waiting_sustained_fraction:
@@ -207,10 +212,8 @@ def rule_a2(ctx: Context) -> Finding:
 def rule_a3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     score = s.cpu_starvation_score
     # TTFT and queue/prefill are observed on different populations (first token vs finish);
     # the e2e-based estimate is same-population. Both must agree before blaming the frontend.
@@ -240,10 +243,8 @@ def rule_a4(ctx: Context) -> Finding:
     if budget is None:
         return abstain("engine.max_num_batched_tokens (not exported by vLLM: configure it)")
     breach = ttft_breach(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if s.prompt_length_mean is None:
         return abstain("vllm:request_prompt_tokens")
     chunks = s.prompt_length_mean / budget
@@ -263,10 +264,8 @@ def rule_a4(ctx: Context) -> Finding:
 def rule_a5(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
@@ -288,10 +287,8 @@ def _stutter(ctx: Context) -> tuple[Breach, float | None]:
 def rule_b1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach, tail = _stutter(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if tail is None or s.prefill_token_share is None:
         return abstain("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
     if tail < t.itl_tail_ratio:
@@ -312,10 +309,8 @@ def rule_b2(ctx: Context) -> Finding:
     if budget is None:
         return abstain("engine.max_num_batched_tokens (not exported by vLLM: configure it)")
     breach, tail = _stutter(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if tail is None or s.prompt_length_mean is None or s.prompt_length_mean <= 0:
         return abstain("vllm:request_prompt_tokens")
     if tail < t.itl_tail_ratio:
@@ -334,10 +329,8 @@ def rule_b2(ctx: Context) -> Finding:
 def rule_b3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach, tail = _stutter(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if tail is None:
         return abstain("vllm:inter_token_latency_seconds")
     if tail >= t.itl_tail_ratio:
@@ -502,10 +495,8 @@ def rule_g(ctx: Context) -> Finding:
     if degree == 1:
         return clear("single-GPU engine")
     breach, tail = _stutter(ctx)
-    if not breach.known:
-        return abstain(*breach.missing)
-    if not breach.breached:
-        return clear(breach.evidence)
+    if (early := gate(breach)) is not None:
+        return early
     if tail is not None and tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters (p99/p50 {tail:.1f}): a scheduling cause, not communication")
     if s.kv_cache_usage_mean is None:
