@@ -1,0 +1,63 @@
+"""Every dashboard panel query returns series from a real Prometheus.
+
+That Prometheus (tests/e2e/conftest.py) scrapes the sidecar (job ``vllm-diag``) and the three
+simulated vLLM ``/metrics`` directly (job ``vllm``), since dashboards read raw ``vllm:`` series
+next to the ``vllm_diag_*`` ones, and has the generated recording and alerting rules loaded.
+Grafana variables are resolved by ``exporter.render.dashboards.all_queries()``: ``$target`` and
+``$model`` to ``.*`` (the dashboards' "All"), ``$__rate_interval`` to ``1m``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import urllib.parse
+
+import pytest
+import yaml
+
+from exporter.render.dashboards import all_queries, variable_queries
+from tests.e2e.conftest import RULES_DIR, SCENARIOS, Stack, get_json, poll
+
+pytestmark = pytest.mark.prometheus
+
+QUERIES = all_queries()
+RECORDS = [rule["record"] for path in sorted(RULES_DIR.glob("*.yml"))
+           for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"] if "record" in rule]
+# Rate windows need two samples; a query that is still empty this long after the rules were
+# loaded (and every target scraped for seconds) cannot return data.
+DEADLINE_S = 20.0
+
+
+def test_there_are_queries_to_check() -> None:
+    assert len(QUERIES) >= 30, QUERIES
+    assert RECORDS, "no recording rules in alert_rules/"
+
+
+@pytest.mark.parametrize("expr", QUERIES, ids=[f"q{i:02d}" for i in range(len(QUERIES))])
+def test_dashboard_query_returns_series(e2e_stack: Stack, expr: str) -> None:
+    result = poll(lambda: e2e_stack.query(expr), timeout=DEADLINE_S, interval=1.0,
+                  what=f"a series from dashboard query:\n{expr}", diagnostics=e2e_stack.report)
+    assert all("value" in r or "values" in r for r in result), result
+
+
+def test_dashboard_variables_have_values(e2e_stack: Stack) -> None:
+    """$target lists the three sidecar targets; $model the model they serve (label_values queries)."""
+    values = {}
+    for query in variable_queries():
+        m = re.fullmatch(r"label_values\((?P<match>.+), (?P<label>\w+)\)", query)
+        assert m, f"unexpected variable query {query}"
+        match = m.group("match").replace('"$target"', '".*"')
+        url = (f"{e2e_stack.prometheus_url}/api/v1/label/{m.group('label')}/values?"
+               + urllib.parse.urlencode({"match[]": match}))
+        values[m.group("label")] = get_json(url)["data"]
+    assert set(values["target"]) == set(SCENARIOS), json.dumps(values)
+    served = sorted({t["model_name"] for t in e2e_stack.diagnosis().values()})
+    assert served and values["model_name"] == served, json.dumps(values)
+
+
+@pytest.mark.parametrize("record", RECORDS)
+def test_recording_rule_yields_series(e2e_stack: Stack, record: str) -> None:
+    """Each recording rule produces series from the simulated vLLM scrape (what dashboards and rules build on)."""
+    poll(lambda: e2e_stack.query(record), timeout=DEADLINE_S, interval=1.0,
+         what=f"a series recorded as {record}", diagnostics=e2e_stack.report)
