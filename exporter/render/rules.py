@@ -41,7 +41,14 @@ RATE_WINDOW = "5m"
 # `for:` by severity. The sidecar already smooths over its window (default 60 s) and holds its
 # verdict with hysteresis, so `for` only has to outlast a few windows: pages must be sustained but
 # prompt, tickets and info can wait longer to stay quiet on short bursts.
-FOR_BY_SEVERITY: Mapping[str, str] = {"page": "5m", "ticket": "10m", "info": "15m"}
+FOR_BY_SEVERITY: Mapping[str, str] = {"page": "6m", "ticket": "10m", "info": "15m"}
+# Root-cause alerts fire before the symptom alerts they inhibit (their `for` is shorter than any
+# symptom page), and keep firing through a short dip so the symptoms they explain stay inhibited.
+FOR_ROOT_CAUSE = "5m"
+KEEP_FIRING_ROOT_CAUSE = "5m"
+# Root-cause conditions read the sidecar's gauges smoothed over this range: preemptions come in
+# bursts and the per-window ratio dips between them, which would reset `for` again and again.
+SMOOTHING_RANGE = "5m"
 # A vLLM that does not answer breaks serving: page sooner than a diagnosis does.
 FOR_TARGET_DOWN = "3m"
 
@@ -139,6 +146,7 @@ class Alert:
     action: str = ""  # when empty, derived from the causes' catalog actions
     tradeoff: str = ""
     for_: str = ""
+    keep_firing_for: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra/overrides, e.g. runbook_url
 
     @property
@@ -249,9 +257,11 @@ def root_cause_alerts() -> list[Alert]:
     return [
         Alert(
             name="VLLMKVCachePressure",
-            expr=(f"vllm_diag_preemptions_per_request > {fmt(ppr)}\nand on (target, model_name)\n"
-                  f'vllm_diag_kv_cache_usage_ratio{{stat="max"}} > {fmt(kv_high)}'),
+            expr=(f"avg_over_time(vllm_diag_preemptions_per_request[{SMOOTHING_RANGE}]) > {fmt(ppr)}\n"
+                  "and on (target, model_name)\n"
+                  f'max_over_time(vllm_diag_kv_cache_usage_ratio{{stat="max"}}[{SMOOTHING_RANGE}]) > {fmt(kv_high)}'),
             severity="page", symptom="D", layer="kv_cache",
+            for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
             summary="vLLM is short of KV cache: requests are preempted and recomputed.",
             description=(f"{{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) preempts "
                          f"{{{{ $value | printf \"%.2f\" }}}} times per finished request (threshold {fmt(ppr)}) while KV "
@@ -265,8 +275,9 @@ def root_cause_alerts() -> list[Alert]:
         ),
         Alert(
             name="VLLMCPUStarvation",
-            expr=f"vllm_diag_cpu_starvation_score >= {fmt(cpu)}",
+            expr=f"avg_over_time(vllm_diag_cpu_starvation_score[{SMOOTHING_RANGE}]) >= {fmt(cpu)}",
             severity="page", symptom="C", layer="cpu",
+            for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
             summary="vLLM's processes are short of CPU: the engine loop or the frontend stalls.",
             description=(f"CPU-starvation score of {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) "
                          f"is {{{{ $value | printf \"%.2f\" }}}} (threshold {fmt(cpu)}): run-queue wait, CFS throttling "
@@ -312,7 +323,7 @@ def ops_alerts() -> list[Alert]:
             expr="vllm_diag_up == 0",
             severity="page", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
             summary="The sidecar cannot scrape a vLLM /metrics endpoint.",
-            description=("vllm-diag has failed to scrape {{ $labels.target }} (instance {{ $labels.instance }}); "
+            description=("vllm-diag has failed to scrape {{ $labels.target }}; "
                          "vllm_diag_up is {{ $value }}. The engine is down, hung or unreachable, and its "
                          "diagnosis is suspended."),
             meaning=("The last scrapes of the vLLM target failed (timeout, HTTP error, connection refused, "
@@ -426,6 +437,7 @@ def alert_rule(a: Alert) -> dict[str, Any]:
     action, tradeoff = a.actions_text()
     return {
         "alert": a.name, "expr": a.expr, "for": a.duration,
+        **({"keep_firing_for": a.keep_firing_for} if a.keep_firing_for else {}),
         "labels": {"severity": a.severity, "symptom": a.symptom, "layer": a.layer},
         "annotations": {"summary": a.summary, "description": a.description, "action": action,
                         "tradeoff": tradeoff, **a.annotations},
