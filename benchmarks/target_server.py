@@ -1,0 +1,55 @@
+"""A local stand-in for vLLM's /metrics (127.0.0.1 only) for the process benchmarks.
+
+Serves the steady sequence of real captures (counters increasing); every distinct
+``path?query`` is its own target with its own position in the sequence. ``/stats`` returns
+how many scrapes each path prefix (``/s/`` sidecar, ``/b/`` baseline) has been served.
+
+    python -m benchmarks.target_server --port N [--count 240] [--hosts K]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+
+from aiohttp import web
+
+from benchmarks.payloads import steady_sequence
+
+
+def build_app(count: int) -> web.Application:
+    bodies = [t.encode("utf-8") for t in steady_sequence(count)]
+    position: Counter[str] = Counter()
+    served: Counter[str] = Counter()
+
+    async def metrics(request: web.Request) -> web.Response:
+        key = request.path_qs
+        i = position[key]
+        position[key] += 1
+        served[request.path.split("/")[1]] += 1
+        return web.Response(body=bodies[min(i, len(bodies) - 1)],
+                            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
+
+    async def stats(request: web.Request) -> web.Response:
+        return web.Response(text=json.dumps(dict(served)), content_type="application/json")
+
+    app = web.Application()
+    app.router.add_get("/stats", stats)
+    app.router.add_get("/{prefix}/metrics", metrics)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--count", type=int, default=240)
+    parser.add_argument("--hosts", type=int, default=1,
+                        help="also listen on 127.0.0.2..127.0.0.N (loopback), so many targets are many hosts")
+    args = parser.parse_args()
+    hosts = [f"127.0.0.{k}" for k in range(1, args.hosts + 1)]
+    web.run_app(build_app(args.count), host=hosts, port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()
