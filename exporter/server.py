@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import AsyncIterator, Callable
 
 import aiohttp
@@ -96,11 +96,14 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     )
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
     now = datetime.now(timezone.utc)
-    for name, pipeline in sidecar.pipelines.items():
+    count = max(1, len(sidecar.pipelines))
+    for index, (name, pipeline) in enumerate(sidecar.pipelines.items()):
         interval = pipeline.target.scrape_interval
+        # Spread first runs over the interval: many targets must not parse in one burst each cycle.
+        offset = timedelta(seconds=interval * index / count)
         scheduler.add_job(
             sidecar.scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
-            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now,
+            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
         )
     scheduler.start()
     app[SCHEDULER] = scheduler

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from types import MappingProxyType
 from typing import Callable, Iterable, Literal
 
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
@@ -183,6 +184,10 @@ class Window:
         if self.snapshots and snapshot.timestamp <= self.snapshots[-1].timestamp:
             self.clear()
         step = diff(self.snapshots[-1], snapshot, self._counter_names) if self.snapshots else None
+        if self.snapshots:
+            # Older snapshots only serve gauge history and shape; their histograms live on as step
+            # deltas, so dropping them keeps a window's memory to about one full scrape.
+            self.snapshots[-1] = replace(self.snapshots[-1], histograms=MappingProxyType({}))
         self.snapshots.append(snapshot)
         if step is not None:
             self.steps.append(step)
