@@ -10,9 +10,12 @@
 from __future__ import annotations
 
 import re
+import os
 from pathlib import Path
 
-FIXTURES = Path("/work/shared/fixtures/vllm-0.32-cpu")
+# shared/ lies beside the checkout (as in CI); VLLM_DIAG_FIXTURES overrides it.
+FIXTURES = Path(os.environ.get("VLLM_DIAG_FIXTURES",
+                               Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "vllm-0.32-cpu"))
 # Chronological order of the real-vLLM harness phases (see the fixtures' README).
 ORDER = (
     "idle", "steady-during", "steady", "prefix-during", "prefix", "chunked-during", "chunked",

@@ -146,18 +146,29 @@ async def handle_readyz(request: web.Request) -> web.Response:
     return web.Response(text="ready\n")
 
 
+MAX_REQUEST_BYTES = 64 * 1024
+
+
+@web.middleware
+async def _request_limits(request: web.Request, handler):  # type: ignore[no-untyped-def]
+    """Every endpoint is a GET without a body: refuse large bodies before anything reads them."""
+    if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
+        return web.Response(status=413, text="request body too large\n")
+    return await handler(request)
+
+
 def _json_default(value: object) -> object:
     raise TypeError(f"not JSON serialisable: {type(value).__name__}")
 
 
 def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = None,
                start_polling: bool = True) -> web.Application:
-    middlewares = []
+    middlewares = [_request_limits]
     web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     if web_config is not None and web_config.users:
         middlewares.append(web_config.middleware())
     # We only ever answer GETs: a small request cap keeps a hostile client from costing memory.
-    app = web.Application(client_max_size=64 * 1024, middlewares=middlewares)
+    app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=middlewares)
     app[SIDECAR] = Sidecar(settings, host_probes)
     if start_polling:
         app.cleanup_ctx.append(_resources)

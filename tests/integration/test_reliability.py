@@ -272,3 +272,56 @@ async def test_credentials_in_a_target_url_are_never_logged_or_shown(caplog):
     assert "t0psecret" not in caplog.text
     assert "t0psecret" not in str(doc) and "t0psecret" not in page
     assert "***@127.0.0.1:1" in doc["scrape"]["last_error"]
+
+
+def test_clock_jump_restarts_the_window_and_withholds_the_diagnosis(fixtures_dir):
+    from exporter.pipeline import TargetPipeline
+    from exporter.poll import ScrapeResult
+
+    settings = load_settings(overrides={"targets": [{"name": "t", "url": "http://127.0.0.1:1/metrics"}]})
+    pipeline = TargetPipeline(settings.targets[0], settings)
+    body = read_capture(fixtures_dir, "pressure").encode()
+    for t in (1000.0, 1005.0, 1010.0):
+        state = pipeline.ingest(ScrapeResult(started_at=t, duration=0.0, body=body))
+    assert state.status == "ok"
+    jumped = pipeline.ingest(ScrapeResult(started_at=400.0, duration=0.0, body=body))  # NTP stepped back
+    assert jumped.status == "insufficient_evidence" and jumped.diagnosis.verdict.layer == "unknown"
+    assert jumped.signals is not None and jumped.signals.scrapes == 1
+    resumed = pipeline.ingest(ScrapeResult(started_at=405.0, duration=0.0, body=body))
+    assert resumed.status == "ok"
+
+
+async def test_oversized_requests_to_the_sidecar_are_refused(fixtures_dir):
+    upstream, _ = await _serve(lambda n: read_capture(fixtures_dir, "steady"))
+    sidecar = await _sidecar(f"http://127.0.0.1:{upstream.port}/metrics")
+    try:
+        async with aiohttp.ClientSession() as session:
+            async with session.get(f"http://127.0.0.1:{sidecar.port}/metrics", data=b"x" * 200_000) as r:
+                assert r.status == 413
+            async with session.post(f"http://127.0.0.1:{sidecar.port}/metrics", data=b"{}") as r:
+                assert r.status == 405
+            async with session.get(f"http://127.0.0.1:{sidecar.port}/metrics") as r:
+                assert r.status == 200  # and it keeps serving
+    finally:
+        await sidecar.close()
+        await upstream.close()
+
+
+async def test_a_sidecar_restart_loses_only_its_window(fixtures_dir):
+    pages = [_bump(read_capture(fixtures_dir, "pressure"), 1 + n / 10) for n in range(200)]
+    upstream, _ = await _serve(lambda n: pages[min(n, len(pages) - 1)])
+    url = f"http://127.0.0.1:{upstream.port}/metrics"
+    try:
+        first = await _sidecar(url)
+        before = await _until(first, lambda d: d["state"] == "ok")
+        await first.close()
+        second = await _sidecar(url)  # a new process: same config, empty window
+        try:
+            fresh = await _until(second, lambda d: True)
+            assert fresh["state"] in ("insufficient_evidence", "ok")
+            again = await _until(second, lambda d: d["state"] == "ok")
+            assert again["state"] == "ok" and again["model_name"] == before["model_name"]
+        finally:
+            await second.close()
+    finally:
+        await upstream.close()
