@@ -115,8 +115,17 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await sidecar.session.close()
 
 
+# Above this many targets /metrics is rendered in a worker thread: at 1000 targets one render
+# takes most of a second, and the event loop must keep polling meanwhile.
+RENDER_OFFLOAD_TARGETS = 50
+
+
 async def handle_metrics(request: web.Request) -> web.Response:
-    body = generate_latest(request.app[SIDECAR].registry)
+    sidecar = request.app[SIDECAR]
+    if len(sidecar.pipelines) >= RENDER_OFFLOAD_TARGETS:
+        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, sidecar.registry)
+    else:
+        body = generate_latest(sidecar.registry)
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
