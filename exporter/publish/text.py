@@ -34,6 +34,15 @@ def _fmt(value: Any, unit: str) -> str:
     return f"{value:.3g}"
 
 
+def abstentions(target: dict[str, Any]) -> list[tuple[str, list[str]]]:
+    """What the abstaining rules lacked, each with the causes it would unlock (most useful first)."""
+    by_need: dict[str, list[str]] = {}
+    for cause, needs in target.get("abstained", {}).items():
+        for need in needs:
+            by_need.setdefault(need, []).append(cause)
+    return sorted(by_need.items(), key=lambda item: (-len(item[1]), item[0]))
+
+
 def render(document: dict[str, Any]) -> str:
     lines: list[str] = []
     for target in document["targets"]:
@@ -70,5 +79,8 @@ def render(document: dict[str, Any]) -> str:
                     lines.append(f"  {label}: {_fmt(signals[key], unit)}")
         if target["missing"]:
             lines.append(f"missing: {', '.join(target['missing'])}")
+        if target["state"] == "ok":
+            for need, causes in abstentions(target):
+                lines.append(f"not judged ({', '.join(causes)}): needs {need}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
