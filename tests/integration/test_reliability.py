@@ -9,6 +9,7 @@ import logging
 import re
 import ssl
 import subprocess
+import sys
 import time
 from itertools import count
 from pathlib import Path
@@ -325,3 +326,39 @@ async def test_a_sidecar_restart_loses_only_its_window(fixtures_dir):
             await second.close()
     finally:
         await upstream.close()
+
+
+_CONNECTS: list[tuple[str, int]] = []
+_AUDITING = False
+
+
+def _audit(event: str, args: tuple) -> None:
+    if _AUDITING and event == "socket.connect":
+        address = args[1]
+        if isinstance(address, tuple) and len(address) >= 2:
+            _CONNECTS.append((str(address[0]), int(address[1])))
+
+
+async def test_no_outbound_connection_except_to_configured_targets(fixtures_dir):
+    """Every socket the sidecar connects (audited by the interpreter) goes to a configured URL."""
+    global _AUDITING
+    if _audit not in getattr(test_no_outbound_connection_except_to_configured_targets, "hooked", ()):
+        sys.addaudithook(_audit)  # audit hooks cannot be removed: the flag scopes this one
+        test_no_outbound_connection_except_to_configured_targets.hooked = (_audit,)
+    upstream, _ = await _serve(lambda n: read_capture(fixtures_dir, "steady"))
+    url = f"http://127.0.0.1:{upstream.port}/metrics"
+    _CONNECTS.clear()
+    _AUDITING = True
+    try:
+        sidecar = await _sidecar(url, dcgm_url=url)
+        sidecar_port = sidecar.port
+        try:
+            await _until(sidecar, lambda d: d["state"] == "ok")
+        finally:
+            await sidecar.close()
+    finally:
+        _AUDITING = False
+    outbound = [c for c in _CONNECTS if c[1] != sidecar_port]  # our own test client talks to the sidecar
+    assert outbound, "the audit saw no connection at all"
+    assert set(outbound) == {("127.0.0.1", upstream.port)}, outbound
+    await upstream.close()
