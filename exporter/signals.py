@@ -121,8 +121,6 @@ class Signals:
             data.pop(f"{family}_quantiles")
             for q, value in getattr(self, f"{family}_quantiles").items():
                 data[f"{family}_p{round(q * 100)}_seconds"] = value
-        data["kv_cache_usage_latest"] = data.pop("kv_cache_usage")
-        data["kv_cache_usage"] = self.kv_cache_usage
         data["cpu_inputs"] = dict(self.cpu_inputs)
         data["missing"] = list(self.missing)
         data["unresolved_quantiles"] = list(self.unresolved_quantiles)
