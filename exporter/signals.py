@@ -30,7 +30,6 @@ class HostInputs:
     cpu_psi_share: float | None = None  # PSI cpu 'some' avg10 / 100
     gpu_utilization: float | None = None  # DCGM GPU utilisation, 0..1, mean over the window
     sources: tuple[str, ...] = ()
-    errors: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -32,6 +31,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.conftest import free_port
 
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
@@ -47,12 +47,6 @@ def _need(name: str, hint: str) -> str:
     if not found:
         pytest.fail(f"{name} is not installed ({hint}); the image test needs it")
     return found
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:

@@ -52,6 +52,7 @@ from exporter.config import load_settings
 from exporter.server import create_app
 from exporter.simulator import get_scenario
 from exporter.simulator.server import build_app
+from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO / "alert_rules"
@@ -88,12 +89,6 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------------
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http(url: str, *, method: str = "GET", data: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,18 +14,14 @@ from pathlib import Path
 
 from exporter.demo import DEMO_SCENARIOS
 from exporter.simulator import SCENARIOS
+from tests.conftest import free_port
 
 VENV_BIN = Path(sys.executable).parent
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 def test_demo_shows_verdicts_within_30_seconds(tmp_path):
-    listen, sim_port = _free_port(), _free_port()
+    listen, sim_port = free_port(), free_port()
     command = [str(VENV_BIN / "vllm-diag"), "demo", "--listen", f"127.0.0.1:{listen}",
                "--simulator-port", str(sim_port)]
     log = (tmp_path / "demo.log").open("w")

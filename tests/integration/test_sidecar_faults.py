@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import gzip
-import socket
 
 import pytest
 from aiohttp import web
@@ -17,13 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import load_settings
 from exporter.server import create_app
-from tests.conftest import read_capture
+from tests.conftest import free_port, read_capture
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:
@@ -69,7 +63,7 @@ async def upstream(fixtures_dir):
 
 
 async def test_faults_are_counted_and_metrics_keep_serving(upstream):
-    refused = f"http://127.0.0.1:{_free_port()}/metrics"
+    refused = f"http://127.0.0.1:{free_port()}/metrics"
     targets = [
         {"name": name, "url": url, "scrape_interval": 0.3, "timeout": 0.25, "max_bytes": 100_000}
         for name, url in (("healthy", f"{upstream}/ok"), ("refused", refused), ("http", f"{upstream}/error"),
