@@ -13,9 +13,9 @@ import re
 import os
 from pathlib import Path
 
-# shared/ lies beside the checkout (as in CI); VLLM_DIAG_FIXTURES overrides it.
+# The real captures ship with the tests; VLLM_DIAG_FIXTURES overrides them.
 FIXTURES = Path(os.environ.get("VLLM_DIAG_FIXTURES",
-                               Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "vllm-0.32-cpu"))
+                               Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "vllm-0.32-cpu"))
 # Chronological order of the real-vLLM harness phases (see the fixtures' README).
 ORDER = (
     "idle", "steady-during", "steady", "prefix-during", "prefix", "chunked-during", "chunked",
