@@ -97,13 +97,18 @@ class HistogramDelta:
         )
 
 
+def _went_down(old: HistogramSample, new: HistogramSample) -> bool:
+    """A histogram series restarted: its count or a bucket decreased, or its bounds changed."""
+    return (new.count < old.count or old.bounds != new.bounds
+            or any(n < o for n, o in zip(new.cumulative, old.cumulative)))
+
+
 def _histogram_step(old: HistogramSample | None, new: HistogramSample, reset: bool) -> HistogramDelta:
     if old is None:
         # A series that appears mid-window has no known start: it contributes nothing yet.
         zeros = tuple(0.0 for _ in new.bounds)
         return HistogramDelta(new.bounds, zeros, 0.0, 0.0)
-    went_down = new.count < old.count or any(n < o for n, o in zip(new.cumulative, old.cumulative))
-    if reset or went_down or old.bounds != new.bounds:
+    if reset or _went_down(old, new):
         return HistogramDelta(new.bounds, new.cumulative, new.sum, new.count)
     return HistogramDelta(
         new.bounds,
@@ -134,7 +139,10 @@ def _start_time(snapshot: Snapshot) -> float | None:
 def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
     """Reset-safe step delta from ``old`` to ``new``."""
     old_start, new_start = _start_time(old), _start_time(new)
-    restarted = old_start is not None and new_start is not None and new_start != old_start
+    # A changed start time re-bases every series; otherwise each series decides for itself, so one
+    # data-parallel engine that restarts never turns its siblings' lifetime totals into a spike.
+    process_restarted = old_start is not None and new_start is not None and new_start != old_start
+    any_reset = process_restarted
     counters: dict[str, dict[LabelSet, float]] = {}
     for name in counter_names:
         new_series = new.scalars.get(name)
@@ -146,8 +154,8 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
             before = old_series.get(key)
             if before is None:
                 deltas[key] = 0.0  # new series: no known start inside this step
-            elif restarted or value < before:
-                restarted = restarted or value < before
+            elif process_restarted or value < before:
+                any_reset = any_reset or value < before
                 deltas[key] = value
             else:
                 deltas[key] = value - before
@@ -155,10 +163,14 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
     histograms: dict[str, dict[LabelSet, HistogramDelta]] = {}
     for name, new_series in new.histograms.items():
         old_series = old.histograms.get(name, {})
-        histograms[name] = {
-            key: _histogram_step(old_series.get(key), sample, restarted) for key, sample in new_series.items()
-        }
-    return Step(old.timestamp, new.timestamp, counters, histograms, restarted)
+        steps = {}
+        for key, sample in new_series.items():
+            before_hist = old_series.get(key)
+            steps[key] = _histogram_step(before_hist, sample, process_restarted)
+            if before_hist is not None and not process_restarted and _went_down(before_hist, sample):
+                any_reset = True
+        histograms[name] = steps
+    return Step(old.timestamp, new.timestamp, counters, histograms, any_reset)
 
 
 class Window:

@@ -94,3 +94,54 @@ def test_window_prunes_by_time_and_clock_jump_restarts_it():
     assert window.duration == 20 and len(window) == 3
     window.push(parse(_counter(0, 200), 5.0))  # clock went backwards
     assert len(window) == 1 and window.increase("vllm:num_preemptions_total") is None
+
+
+# -- per-series resets (data-parallel engines restart independently) ------------------------
+def _dp_pair(values: dict[tuple[str, str], float], order: list[tuple[str, str]]) -> str:
+    """Two engines' counters, printed in ``order`` (the parser keeps the order it reads)."""
+    lines = ["process_start_time_seconds 1000"]
+    for name, engine in order:
+        lines.append(f'vllm:{name}_total{{engine="{engine}",model_name="m"}} {values[(name, engine)]}')
+    return "\n".join(lines) + "\n"
+
+
+_SERIES = [(name, engine) for name in ("num_preemptions", "generation_tokens", "prompt_tokens",
+                                       "request_success") for engine in ("0", "1")]
+
+
+def test_one_engine_restarting_a_counter_rebases_that_series_only():
+    window = Window(600, COUNTERS)
+    before = {key: 1_000_000.0 for key in _SERIES}
+    before[("num_preemptions", "1")] = 20.0
+    after = {key: value + 10 for key, value in before.items()}
+    after[("num_preemptions", "1")] = 2.0  # engine 1's counter restarted
+    window.push(parse(_dp_pair(before, _SERIES), 0))
+    window.push(parse(_dp_pair(after, _SERIES), 5))
+    assert window.increase("vllm:generation_tokens_total") == 20  # +10 per engine, not +2,000,020
+    assert window.increase("vllm:prompt_tokens_total") == 20
+    assert window.increase("vllm:num_preemptions_total") == 12  # 10 on engine 0, 2 since the reset
+    assert window.restarts == 1
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.permutations(_SERIES),
+    st.lists(st.floats(min_value=0, max_value=1e7, allow_nan=False), min_size=len(_SERIES), max_size=len(_SERIES)),
+    st.lists(st.floats(min_value=0, max_value=1e4, allow_nan=False), min_size=len(_SERIES), max_size=len(_SERIES)),
+    st.sets(st.sampled_from(_SERIES), max_size=3),
+)
+def test_series_order_never_changes_per_series_deltas(order, starts, growths, resetting):
+    """Whatever the order series are read in and whichever reset, each series' step increase is its own."""
+    before = dict(zip(_SERIES, starts))
+    after = {key: (growth if key in resetting else before[key] + growth)
+             for key, growth in zip(_SERIES, growths)}
+    window = Window(600, COUNTERS)
+    window.push(parse(_dp_pair(before, order), 0))
+    window.push(parse(_dp_pair(after, order), 5))
+    for name in ("num_preemptions", "generation_tokens", "prompt_tokens", "request_success"):
+        expected = 0.0
+        for engine in ("0", "1"):
+            key = (name, engine)
+            went_down = after[key] < before[key]
+            expected += after[key] if went_down else after[key] - before[key]
+        assert math.isclose(window.increase(f"vllm:{name}_total"), expected, rel_tol=1e-9, abs_tol=1e-6)
