@@ -36,6 +36,9 @@ class EngineFacts(_Strict):
     data_parallel_size: int | None = Field(default=None, gt=0)
     gpu: str | None = None
     cpu_cores: float | None = Field(default=None, gt=0)
+    # Weights of the served model (all GPUs together); with ``gpu`` it tells whether TP/PP was needed
+    # for the model to fit or only added for KV room (G).
+    model_weight_bytes: float | None = Field(default=None, gt=0)
 
 
 class CpuSource(_Strict):
@@ -121,7 +124,7 @@ class Settings(BaseSettings):
     )
 
     listen: str = DEFAULT_LISTEN
-    window_seconds: float = Field(default=60.0, gt=0)
+    window_seconds: float = Field(default=180.0, gt=0)
     slo: Slo = Slo()
     thresholds: dict[str, float] = Field(default_factory=dict)
     targets: list[Target] = Field(default_factory=list)
@@ -139,7 +142,11 @@ class Settings(BaseSettings):
     @field_validator("thresholds")
     @classmethod
     def _thresholds(cls, value: dict[str, float]) -> dict[str, float]:
-        return {k: threshold_catalog.validate(k, v) for k, v in value.items()}
+        checked = {k: threshold_catalog.validate(k, v) for k, v in value.items()}
+        problems = threshold_catalog.check_consistency({**threshold_catalog.DEFAULTS, **checked})
+        if problems:
+            raise ValueError("; ".join(problems))
+        return checked
 
     @field_validator("log_level")
     @classmethod

@@ -44,6 +44,9 @@ class TargetPipeline:
         self.host_probe = host_probe
         self._gpu: deque[tuple[float, float]] = deque()  # (time, utilisation 0..1) from DCGM
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
+        self.rule_errors_total: dict[str, int] = {}
+        self.source_errors_total: dict[tuple[str, str], int] = {}
+        self._failing: dict[str, str] = {}  # rule or source -> its last error, for logs on change only
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
@@ -86,6 +89,21 @@ class TargetPipeline:
         )
         return self.evaluate(result.started_at)
 
+    def _track_failures(self, kind: str, failing: dict[str, str]) -> None:
+        """Log a rule or source when it starts failing, when its error changes, and when it recovers."""
+        for name, error in failing.items():
+            key = f"{kind} {name}"
+            if self._failing.get(key) != error:
+                log.warning("%s: %s %s failed: %s", self.target.name, kind, name, error)
+                self._failing[key] = error
+        for key in [k for k in self._failing if k.startswith(f"{kind} ") and k[len(kind) + 1:] not in failing]:
+            log.info("%s: %s recovered", self.target.name, key)
+            del self._failing[key]
+
+    def source_error(self, source: str, reason: str) -> None:
+        """Count a failed read of an extra source (DCGM, host CPU); the diagnosis goes on without it."""
+        self.source_errors_total[(source, reason)] = self.source_errors_total.get((source, reason), 0) + 1
+
     def observe_gpu(self, timestamp: float, utilization: float | None) -> None:
         """Record a DCGM reading; readings older than the window are dropped."""
         if utilization is not None:
@@ -95,6 +113,9 @@ class TargetPipeline:
 
     def evaluate(self, now: float) -> TargetState:
         host = self.host_probe(now) if self.host_probe is not None else HostInputs()
+        for source, reason in host.errors:
+            self.source_error(source, reason)
+        self._track_failures("source", {source: reason for source, reason in host.errors})
         if self._gpu:
             gpu = sum(u for _, u in self._gpu) / len(self._gpu)
             host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
@@ -105,6 +126,9 @@ class TargetPipeline:
         if ready:
             ctx = Context(signals, self.target.engine, self.thresholds, self.settings.slo)
             diagnosis = diagnose(ctx, self.tracker, now)
+            for cause in diagnosis.rule_errors:
+                self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
+            self._track_failures("rule", dict(diagnosis.rule_errors))
             status = "ok"
         else:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
@@ -113,6 +137,7 @@ class TargetPipeline:
             target=self.target.name, url=self.target.safe_url, status=status, window_seconds=self.settings.window_seconds,
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None,
+            rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
         )
         return self.state
 

@@ -66,7 +66,10 @@ class Sidecar:
             )
             reading = gpu_utilization(gpu.body.decode("utf-8", "replace")) if gpu.body is not None else None
             if gpu.body is None:
-                log.info("DCGM source of %s failed: %s", name, gpu.error)
+                pipeline.source_error("dcgm", gpu.error_reason or "connect")
+                log.debug("DCGM source of %s failed: %s", name, gpu.error)
+            elif reading is None:
+                pipeline.source_error("dcgm", "parse")
             pipeline.observe_gpu(result.started_at, reading)
         else:
             result = await fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes,

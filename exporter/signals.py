@@ -30,6 +30,7 @@ class HostInputs:
     cpu_psi_share: float | None = None  # PSI cpu 'some' avg10 / 100
     gpu_utilization: float | None = None  # DCGM GPU utilisation, 0..1, mean over the window
     sources: tuple[str, ...] = ()
+    errors: tuple[tuple[str, str], ...] = ()  # (source, reason) of reads that failed this time
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +61,10 @@ class Signals:
     prefill_token_share: float | None = None
     engine_steps_per_second: float | None = None
     tokens_per_step: float | None = None
+    tokens_per_step_p99: float | None = None
+    engine_busy_fraction: float | None = None  # steps/s x mean step time (ITL mean stands in for it)
+    read_bytes_per_gpu_per_second: float | None = None  # vLLM's MFU estimate; None when not enabled
+    flops_per_gpu_per_second: float | None = None
     admission_rejections_per_second: float | None = None
     # preemption and KV
     preemptions: float | None = None
@@ -79,6 +84,9 @@ class Signals:
     waiting_mean: float | None = None
     waiting_max: float | None = None
     waiting_fraction: float | None = None
+    # Share of scrapes where requests wait for engine capacity: the by-reason gauge where vLLM has it
+    # (deferred requests wait for a LoRA slot or a KV transfer, not for the scheduler), else all waiting.
+    queued_fraction: float | None = None
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
     # latency (seconds)
@@ -101,6 +109,10 @@ class Signals:
     e2e_frontend_share: float | None = None
     latency_observations: float | None = None
     unresolved_quantiles: tuple[str, ...] = ()
+    # ITL p99 / p50 from quantiles the buckets resolve; a p50 inside the first bucket is replaced by
+    # that bucket's upper bound, which makes the ratio a lower bound (see itl_tail_note).
+    itl_tail_ratio: float | None = None
+    itl_tail_note: str = ""
     # CPU / GPU
     api_server_cpu_cores: float | None = None
     cpu_inputs: Mapping[str, float] = field(default_factory=dict)
@@ -197,22 +209,54 @@ def _quantiles(hist: HistogramDelta | None, name: str, unresolved: list[str]) ->
     return out
 
 
+def itl_tail(itl: HistogramDelta | None) -> tuple[float | None, str]:
+    """ITL p99 over p50 from what the buckets resolve, and a note when it is bounded or unknown.
+
+    vLLM's ITL buckets start at 10 ms: a median interpolated inside the first bucket is made up
+    (it can be anything from 0 to the bound), so the bound stands in for it and the ratio becomes
+    a lower bound. A p99 inside the first bucket means every gap is short: no stutter to measure.
+    """
+    if itl is None or not itl.bounds:
+        return None, ""
+    p50, p99 = itl.quantile(0.5), itl.quantile(0.99)
+    if p50 is None or p99 is None:
+        return None, ""
+    first = itl.bounds[0]
+    if not itl.resolves(0.99):
+        return 1.0, f"ITL p99 is inside the first bucket (<= {first * 1000:.0f} ms): no tail to measure"
+    if not itl.resolves(0.5):
+        return p99 / first, f"ITL p50 is inside the first bucket (<= {first * 1000:.0f} ms): the ratio is a lower bound"
+    if p50 <= 0:
+        return None, ""
+    return p99 / p50, ""
+
+
+def _moving_rate(window: Window, name: str) -> float | None:
+    """Rate of a counter that vLLM registers always but moves only when a feature is on."""
+    if not window.present(name):
+        return None
+    rate = window.rate(name)
+    return rate if rate else None
+
+
 def cpu_starvation(
     inputs: Mapping[str, float], thresholds: Thresholds
 ) -> tuple[float | None, dict[str, float]]:
-    """0..1 score from whichever inputs exist, and the per-input scores behind it.
+    """0..1 score from the direct CPU inputs, and the per-input scores behind it.
 
-    Direct evidence (run-queue wait, CFS throttling, PSI) outranks the indirect vLLM-only
-    inputs: when any direct input exists the score is their maximum, because an idle API
-    server under starvation *looks* calm (its CPU time drops). Without direct inputs the
-    frontend share of TTFT/e2e is the only honest proxy.
+    Only direct evidence (run-queue wait, CFS throttling, PSI of the vLLM processes) makes the
+    score: an API server under starvation *looks* calm (its CPU time drops), and time outside the
+    engine may be a heavy template as well as a starved core. Without a direct source the score is
+    None and the CPU rules abstain, naming the source to enable; the indirect inputs are still
+    reported, for the evidence.
     """
     per_input: dict[str, float] = {}
     direct = {
         "run_queue_wait": _scale(inputs.get("run_queue_wait_share"), thresholds.cpu_wait_share_floor,
                                  thresholds.cpu_wait_share_full),
-        "cfs_throttling": _scale(inputs.get("cfs_throttled_share"), 0.0, thresholds.cpu_throttled_full),
-        "psi": _scale(inputs.get("psi_some_share"), 0.0, thresholds.cpu_psi_full),
+        "cfs_throttling": _scale(inputs.get("cfs_throttled_share"), thresholds.cpu_throttled_floor,
+                                 thresholds.cpu_throttled_full),
+        "psi": _scale(inputs.get("psi_some_share"), thresholds.cpu_psi_floor, thresholds.cpu_psi_full),
     }
     frontend = _scale(inputs.get("frontend_share"), thresholds.frontend_share / 3,
                       min(1.0, thresholds.frontend_share * 5 / 3))
@@ -227,9 +271,6 @@ def cpu_starvation(
     direct_scores = [v for v in direct.values() if v is not None]
     if direct_scores:
         return max(direct_scores), per_input
-    indirect_scores = [v for v in indirect.values() if v is not None]
-    if indirect_scores:
-        return max(indirect_scores), per_input
     return None, per_input
 
 
@@ -273,6 +314,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     waiting_series = window.gauge_series("vllm:num_requests_waiting") if need("vllm:num_requests_waiting") else []
     by_reason = "vllm:num_requests_waiting_by_reason"
     has_reason = need(by_reason)
+    queued_series = (window.gauge_series(by_reason, "sum", _reason("capacity")) if has_reason
+                     else waiting_series)
 
     itl = hist("vllm:inter_token_latency_seconds")
     e2e = hist("vllm:e2e_request_latency_seconds")
@@ -288,6 +331,12 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     unresolved: list[str] = []
     ttft_q = _quantiles(ttft, "ttft", unresolved)
     itl_q = _quantiles(itl, "itl", unresolved)
+    tail_ratio, tail_note = itl_tail(itl)
+    busy = None
+    if steps is not None and itl is not None and duration > 0 and itl.mean() is not None:
+        busy = min(1.0, steps.count / duration * (itl.mean() or 0.0))
+    read_rate = _moving_rate(window, "vllm:estimated_read_bytes_per_gpu_total")
+    flops_rate = _moving_rate(window, "vllm:estimated_flops_per_gpu_total")
     e2e_q = _quantiles(e2e, "e2e", unresolved)
 
     def mean(h: HistogramDelta | None) -> float | None:
@@ -351,6 +400,10 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         prefill_token_share=prefill_share,
         engine_steps_per_second=_ratio(steps.count, duration) if steps is not None else None,
         tokens_per_step=mean(steps),
+        tokens_per_step_p99=steps.quantile(0.99) if steps is not None else None,
+        engine_busy_fraction=busy,
+        read_bytes_per_gpu_per_second=read_rate,
+        flops_per_gpu_per_second=flops_rate,
         admission_rejections_per_second=(
             window.rate("vllm:admission_rejections_total") if window.present("vllm:admission_rejections_total") else None
         ),
@@ -370,6 +423,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         waiting_mean=_mean(waiting_series),
         waiting_max=max(waiting_series) if waiting_series else None,
         waiting_fraction=_ratio(sum(1 for v in waiting_series if v > 0), len(waiting_series)),
+        queued_fraction=_ratio(sum(1 for v in queued_series if v > 0), len(queued_series)),
         waiting_capacity=window.gauge(by_reason, "sum", _reason("capacity")) if has_reason else None,
         waiting_deferred=window.gauge(by_reason, "sum", _reason("deferred")) if has_reason else None,
         ttft_quantiles=ttft_q,
@@ -391,6 +445,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         e2e_frontend_share=e2e_front_share,
         latency_observations=e2e.count if e2e is not None else None,
         unresolved_quantiles=tuple(unresolved),
+        itl_tail_ratio=tail_ratio,
+        itl_tail_note=tail_note,
         api_server_cpu_cores=api_cpu,
         cpu_inputs=cpu_inputs,
         cpu_starvation_score=score,

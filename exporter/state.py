@@ -25,6 +25,7 @@ class CauseResult:
     strength: float
     evidence: tuple[str, ...]
     actions: tuple[Action, ...]
+    informational: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -32,9 +33,17 @@ class CauseResult:
             "layer": self.layer,
             "title": self.title,
             "strength": round(self.strength, 3),
+            "informational": self.informational,
             "evidence": list(self.evidence),
-            "actions": [{"action": a.action, "gain": a.gain, "cost": a.cost} for a in self.actions],
+            "actions": [_action_dict(a) for a in self.actions],
         }
+
+
+def _action_dict(action: Action) -> dict[str, Any]:
+    out: dict[str, Any] = {"action": action.action, "gain": action.gain, "cost": action.cost}
+    if action.knob is not None:
+        out["knob"], out["direction"] = action.knob, action.direction
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,9 +53,14 @@ class SymptomResult:
     severity: str
     causes: tuple[CauseResult, ...]
 
+    @property
+    def informational(self) -> bool:
+        """Only informational causes: shown, never a verdict or an alert."""
+        return all(c.informational for c in self.causes)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"id": self.id, "title": self.title, "severity": self.severity,
-                "causes": [c.to_dict() for c in self.causes]}
+        return {"id": self.id, "title": self.title, "severity": "info" if self.informational else self.severity,
+                "informational": self.informational, "causes": [c.to_dict() for c in self.causes]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +68,8 @@ class Verdict:
     layer: str  # one of LAYERS, "none" or "unknown"
     score: float
     since: float
+    pending: str | None = None  # a different layer (or "none") the hysteresis is holding back
+    pending_evaluations: int = 0  # evaluations it has won in a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,11 +78,16 @@ class Diagnosis:
     layer_scores: Mapping[str, float]
     symptoms: tuple[SymptomResult, ...]
     abstained: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # cause id -> what it lacked
-    rule_errors: tuple[str, ...] = ()
+    rule_errors: Mapping[str, str] = field(default_factory=dict)  # cause id -> the exception it raised
 
     @property
     def active_causes(self) -> tuple[CauseResult, ...]:
         return tuple(c for s in self.symptoms for c in s.causes)
+
+    @property
+    def active_symptoms(self) -> tuple[SymptomResult, ...]:
+        """Symptoms with a user-visible effect (informational findings left out)."""
+        return tuple(s for s in self.symptoms if not s.informational)
 
 
 def unknown_diagnosis(since: float) -> Diagnosis:
@@ -98,6 +119,8 @@ class TargetState:
     signals: Signals | None = None
     missing: tuple[str, ...] = ()
     last_scrape_at: float | None = None
+    rule_errors_total: Mapping[str, int] = field(default_factory=dict)  # cause id -> evaluations that raised
+    source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -109,12 +132,18 @@ class TargetState:
             "window_seconds": self.window_seconds,
             "evaluated_at": self.evaluated_at,
             "last_scrape_at": self.last_scrape_at,
-            "verdict": {"layer": d.verdict.layer, "score": round(d.verdict.score, 3), "since": d.verdict.since},
+            "verdict": {"layer": d.verdict.layer, "score": round(d.verdict.score, 3), "since": d.verdict.since,
+                        "pending": d.verdict.pending, "pending_evaluations": d.verdict.pending_evaluations},
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,
             "missing": list(self.missing),
             "abstained": {k: list(v) for k, v in d.abstained.items()},
+            "rule_errors": [{"cause": k, "error": v, "total": self.rule_errors_total.get(k, 0)}
+                            for k, v in d.rule_errors.items()],
+            "rule_errors_total": dict(self.rule_errors_total),
+            "source_errors_total": [{"source": s, "reason": r, "total": n}
+                                    for (s, r), n in sorted(self.source_errors_total.items())],
             "scrape": {
                 "up": self.health.up,
                 "last_duration_seconds": self.health.last_duration_seconds,

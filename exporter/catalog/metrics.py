@@ -69,6 +69,10 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("vllm:external_prefix_cache_hits_total", _C, "Tokens supplied by the KV connector", since="0.11.1"),
     MetricDef("vllm:prompt_tokens_by_source_total", _C, "Prompt tokens by source", since="0.16"),
     MetricDef("vllm:admission_rejections_total", _C, "HTTP 503 admission rejections by reason", since="0.32"),
+    # Analytic per-GPU work estimates; they move only with --enable-mfu-metrics (zeros otherwise).
+    MetricDef("vllm:estimated_flops_per_gpu_total", _C, "Estimated FLOPs per GPU (MFU)", since="0.17"),
+    MetricDef("vllm:estimated_read_bytes_per_gpu_total", _C, "Estimated bytes read from GPU memory (MBU)",
+              since="0.17"),
     # Histograms (per engine)
     MetricDef("vllm:time_to_first_token_seconds", _H, "Time to first token (frontend clock)"),
     MetricDef(

@@ -16,9 +16,18 @@ VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
 
 @dataclass(frozen=True, slots=True)
 class Action:
+    """One thing to do, what it gains and what it costs.
+
+    ``knob`` and ``direction`` mark an action that turns a vLLM engine argument (snake case) one
+    way: the diagnosis states its current value and a proposed one, and never advises both
+    directions of one knob at once.
+    """
+
     action: str
     gain: str
     cost: str
+    knob: str | None = None
+    direction: str | None = None  # "raise" or "lower"
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,12 +59,18 @@ SYMPTOMS: tuple[Symptom, ...] = (
 )
 
 _RAISE_GMU = Action("raise gpu_memory_utilization", "more KV blocks, fewer preemptions, more concurrency",
-                    "less headroom, fragile under bursts; other runtimes on the GPU may hit the ceiling")
-_LOWER_SEQS = Action("lower max_num_seqs", "fewer requests hold KV at once", "less concurrency; the GPU may idle")
-_LOWER_BUDGET_KV = Action("lower max_num_batched_tokens", "less KV consumed per step", "throughput may drop")
+                    "less headroom, fragile under bursts; other runtimes on the GPU may hit the ceiling",
+                    "gpu_memory_utilization", "raise")
+_LOWER_SEQS = Action("lower max_num_seqs", "fewer requests hold KV at once", "less concurrency; the GPU may idle",
+                     "max_num_seqs", "lower")
+_LOWER_BUDGET_KV = Action("lower max_num_batched_tokens", "less KV consumed per step", "throughput may drop",
+                          "max_num_batched_tokens", "lower")
 _RAISE_TP = Action("raise tensor_parallel_size", "weights spread out, frees KV space",
-                   "all-reduce per layer, communication latency")
-_RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room", "pipeline bubbles, higher latency")
+                   "all-reduce per layer, communication latency", "tensor_parallel_size", "raise")
+_RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room", "pipeline bubbles, higher latency",
+                   "pipeline_parallel_size", "raise")
+_SHED = Action("shed or re-route load now: scale out replicas, cap max_tokens at the gateway, send long contexts "
+               "to another pool", "immediate relief without a restart", "cost of replicas or truncated outputs")
 _NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
                     "stable few-shot and tool order",
                     "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")
@@ -65,15 +80,17 @@ CAUSES: tuple[Cause, ...] = (
           "TTFT is mostly prefill of long prompts, with no queue or frontend delay behind it. Not a bug.",
           (Action("accept it, or shorten prompts (retrieval top-k, history truncation)", "lower TTFT",
                   "less context for the model"),
-           Action("raise max_num_batched_tokens", "long prefills finish in fewer steps", "worse ITL, more KV pressure"),
+           Action("raise max_num_batched_tokens", "long prefills finish in fewer steps", "worse ITL, more KV pressure",
+                  "max_num_batched_tokens", "raise"),
            Action("route long-context requests to a separate pool", "short requests stop paying for long ones",
                   "more replicas to run"))),
     Cause("A2", "A", "scheduler", "Requests wait in the queue while KV has room",
           "TTFT is mostly queue time and the waiting queue is sustained, but KV is not full: the token budget "
           "or the concurrency cap, not memory, holds requests back.",
           (Action("raise max_num_batched_tokens", "more prefill per step, the queue drains faster",
-                  "worse ITL, more KV use per step"),
-           Action("raise max_num_seqs", "more requests run at once", "KV consumed faster, sensitive to long requests"),
+                  "worse ITL, more KV use per step", "max_num_batched_tokens", "raise"),
+           Action("raise max_num_seqs", "more requests run at once", "KV consumed faster, sensitive to long requests",
+                  "max_num_seqs", "raise"),
            Action("add replicas or shed load (--max-num-queued-reqs)", "bounded queue time",
                   "cost, or rejected requests"))),
     Cause("A3", "A", "cpu", "CPU busy: input processing or the engine loop is short of CPU",
@@ -85,7 +102,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("A4", "A", "scheduler", "max_num_batched_tokens too small for the prompts",
           "Prompts need many chunks of the token budget, so several scheduling rounds pass before the first token.",
           (Action("raise max_num_batched_tokens", "fewer chunks, lower TTFT, higher throughput",
-                  "worse ITL and more jitter at peak, more KV per step"),)),
+                  "worse ITL and more jitter at peak, more KV per step", "max_num_batched_tokens", "raise"),)),
     Cause("A5", "A", "kv_cache", "Low prefix-cache hit rate makes every prefill pay full price",
           "Prefill dominates TTFT while prompts that span many blocks rarely hit the prefix cache; the root "
           "cause is usually upstream (see F).",
@@ -94,21 +111,35 @@ CAUSES: tuple[Cause, ...] = (
           "The ITL tail is far above its median while prompt tokens take a large share of computed tokens: "
           "prefill chunks cut into decode steps.",
           (Action("lower max_num_batched_tokens", "smaller prefill chunks next to decode, smoother ITL",
-                  "higher TTFT, lower throughput"),
+                  "higher TTFT, lower throughput", "max_num_batched_tokens", "lower"),
+           Action("set --long-prefill-token-threshold (and --max-num-partial-prefills)",
+                  "one long prompt no longer fills a whole step", "long prompts take more steps to prefill"),
            Action("separate pools for interactive and offline traffic (or disaggregated prefill)",
                   "streams stop sharing steps with big prefills", "more replicas to run"))),
     Cause("B2", "B", "scheduler", "max_num_batched_tokens too large",
-          "The token budget admits several whole prefills into one step next to decode, so each decode step "
-          "waits for them.",
-          (Action("lower max_num_batched_tokens (e.g. 2048)", "better ITL", "higher TTFT, lower throughput"),
+          "The largest steps use much of a budget that holds several whole prompts: prefills pile into one step "
+          "next to decode, and every stream waits for that step.",
+          (Action("lower max_num_batched_tokens", "better ITL", "higher TTFT, lower throughput",
+                  "max_num_batched_tokens", "lower"),
            Action("use --performance-mode interactivity", "latency-oriented kernels and graphs",
                   "less aggregate tokens/s"))),
     Cause("B3", "B", "scheduler", "Throughput-oriented batch: ITL uniformly slow at high utilisation",
           "ITL is uniformly slow (no stutter) while the batch is full or the GPU busy: possibly a deliberate "
           "throughput configuration.",
-          (Action("lower max_num_seqs or use --performance-mode interactivity", "better per-user ITL",
-                  "lower aggregate throughput"),
+          (Action("lower max_num_seqs", "better per-user ITL", "lower aggregate throughput", "max_num_seqs", "lower"),
+           Action("or use --performance-mode interactivity", "latency-oriented kernels and graphs",
+                  "less aggregate tokens/s"),
            Action("confirm the intent: keep it if throughput is the goal", "no change", "per-user ITL stays high"))),
+    Cause("B4", "B", "gpu_compute", "Slow GPU execution path: the GPU is busy but decode crawls",
+          "ITL is uniformly slow on a batch that is not full, the engine steps without pause and nothing "
+          "waits on the CPU, yet the GPU moves far less memory per second than decode needs (or DCGM shows it "
+          "busy): the kernels themselves are slow (attention backend, CUDA graphs off, eager mode, a "
+          "quantization without fast kernels).",
+          (Action("check the attention backend and CUDA graphs in vLLM's start-up log (no --enforce-eager)",
+                  "decode back on the fast path", "a restart; more graph memory"),
+           Action("use a quantization with native kernels on this GPU (or none)", "full-speed matmuls",
+                  "re-quantised weights, accuracy check"),
+           Action("upgrade vLLM / drivers if the backend fell back", "current kernels", "a rollout"))),
     Cause("C1", "C", "cpu", "CPU cannot feed the GPU",
           "A CPU-starvation signal is high while work is present: the engine loop, scheduler or frontend "
           "stalls and the accelerator idles in phases.",
@@ -116,9 +147,9 @@ CAUSES: tuple[Cause, ...] = (
                   "engine steps resume full pace", "more CPU reserved"),
            Action("optimise pre/post-processing (templates, detokenization, streaming)", "less CPU per request",
                   "engineering time"))),
-    Cause("C2", "C", "request", "The workload does not form batches",
-          "Few requests run and none wait: arrivals are too sparse (or too short-lived) to batch. Not a "
-          "parameter problem.",
+    Cause("C2", "C", "request", "Spare capacity: the workload does not form batches",
+          "Few requests run and none wait: arrivals are too sparse (or too short-lived) to batch. Demand is met, "
+          "so this is capacity information, never a verdict or a page.",
           (Action("aggregate requests (client-side batching, fewer replicas)", "bigger batches, better utilisation",
                   "consolidation may raise latency at peaks"),
            Action("accept it for latency-critical sparse traffic", "lowest per-request latency", "idle accelerator"))),
@@ -131,18 +162,21 @@ CAUSES: tuple[Cause, ...] = (
     Cause("D", "D", "kv_cache", "Frequent preemption: KV cache is short",
           "Preemptions per admitted request are frequent: V1 recomputes preempted requests, wasting GPU work "
           "and making running/waiting oscillate.",
-          (_RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
-    Cause("E", "E", "kv_cache", "KV usage pinned near full: no headroom for peaks",
-          "KV usage stays near 100% although preemptions are still rare; a burst, unbounded outputs or a large "
-          "input will tip it into preemption or OOM. Free GPU memory on a monitor is not free KV.",
+          (_SHED, _RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
+    Cause("E", "E", "kv_cache", "No memory headroom: the engine is fragile at its KV cap",
+          "Saturation alone is V1's normal regime. This fires on evidence of fragility: restarts (OOM) at the "
+          "cap, or KV at the admission cap with a queue and preemptions or a latency tail. "
+          "Free GPU memory on a monitor is not free KV.",
           (Action("bound outputs (max_tokens) and cap concurrency", "KV growth stays predictable",
                   "truncated outputs, less concurrency"),
-           Action("lower gpu_memory_utilization if OOMs occur; raise it only with headroom measured",
-                  "room for activations and graphs at peak", "fewer KV blocks"),
+           Action("if it restarts with OOM: lower gpu_memory_utilization", "room for activations and graphs at peak",
+                  "fewer KV blocks", "gpu_memory_utilization", "lower"),
            _RAISE_TP)),
     Cause("F", "F", "kv_cache", "Prefix cache ineffective: prompts do not share exact token prefixes",
-          "Prompts span many KV blocks yet few tokens hit the cache while KV has room: the shared prefix is "
-          "broken early (timestamps, IDs, template drift, tool/few-shot order) or prompts are unique.",
+          "Prompts span many KV blocks and some of every prompt is shared, yet few tokens hit the cache and "
+          "prefill costs the first token its objective: the shared prefix breaks early (timestamps, IDs, "
+          "template drift, tool/few-shot order). Without that cost, or with nothing shared at all, this is "
+          "information: unique documents cannot be cached.",
           (_NORMALISE,)),
     Cause("F6", "F", "kv_cache", "Prefix cache too small: hot prefixes are evicted",
           "Few prompt tokens hit the cache while KV is full, so cached prefix blocks are evicted (LRU) before "
@@ -154,8 +188,9 @@ CAUSES: tuple[Cause, ...] = (
     Cause("G", "G", "distributed", "Parallelism overhead without memory pressure",
           "TP/PP > 1 while KV has room to spare and latency is uniformly slow: communication and pipeline "
           "bubbles cost more than the memory they bought.",
-          (Action("reduce tensor/pipeline parallel size and run data-parallel replicas instead",
-                  "no per-layer all-reduce, lower ITL", "less KV per replica, the model must fit"),
+          (Action("lower tensor_parallel_size and run data-parallel replicas instead",
+                  "no per-layer all-reduce, lower ITL", "less KV per replica, the model must fit",
+                  "tensor_parallel_size", "lower"),
            Action("keep TP inside one node (NVLink), avoid PP across nodes", "cheaper communication",
                   "placement constraints"))),
 )

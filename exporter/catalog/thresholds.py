@@ -38,6 +38,9 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("preemptions_per_request", 0.1, "ratio",
               "Preemptions per admitted request above which preemption is 'frequent' (symptom D). "
               "Occasional preemption is vLLM's safety net; lower it only for latency-critical pools.", 0),
+    Threshold("preemptions_per_request_with_impact", 0.025, "ratio",
+              "A lower preemption rate that still counts as frequent (D) while a latency objective is missed: "
+              "recompute gaps are the tail users see.", 0),
     Threshold("preemptions_min", 3, "preemptions",
               "Preemptions the window must hold before D can fire, so one stray preemption never pages.", 1),
     Threshold("headroom_usage_mean", 0.9, "ratio",
@@ -72,6 +75,15 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "prefills next to decode (B2).", 0),
     Threshold("batch_fill_high", 0.8, "ratio",
               "Running requests over max_num_seqs above which the engine runs a throughput-oriented batch (B3).", 0, 1),
+    Threshold("budget_step_share", 0.5, "ratio",
+              "Tokens of the largest steps (p99 of vllm:iteration_tokens_total) over max_num_batched_tokens above "
+              "which the budget itself lets prefills pile into one step (B2).", 0, 1),
+    Threshold("bandwidth_use_low", 0.3, "ratio",
+              "GPU memory bandwidth achieved while the engine steps (vLLM's MFU estimates over the GPU's peak) below "
+              "which decode runs on a slow kernel path (B4). Healthy decode reaches 0.6-0.9.", 0, 1),
+    Threshold("engine_busy_fraction", 0.8, "ratio",
+              "Share of wall time the engine spends stepping (steps/s x mean step time) above which it never "
+              "waits for work (B4: the GPU path, not the feed, is slow).", 0, 1),
     # -- throughput / idle (symptom C) ---------------------------------------------------
     Threshold("gpu_util_low", 0.5, "ratio",
               "GPU utilisation (DCGM) below which the GPU counts as idle (C). Used only when a DCGM source exists.", 0, 1),
@@ -88,7 +100,14 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("cpu_wait_share_full", 0.7, "ratio",
               "Run-queue wait share that maps to a score of 1: measured 0.73 with four busy loops sharing the two "
               "cores, 0.99 under a 0.2-CPU quota.", 0, 1),
+    Threshold("cpu_throttled_floor", 0.05, "ratio",
+              "Share of CFS periods throttled that maps to a score of 0: a quota sized for the load still clips "
+              "the odd burst (measured 0.00 on an idle and 0.00-0.02 on a normally loaded real vLLM without a tight "
+              "quota).", 0, 1),
     Threshold("cpu_throttled_full", 0.5, "ratio", "Share of CFS periods throttled that maps to a score of 1.", 0, 1),
+    Threshold("cpu_psi_floor", 0.15, "ratio",
+              "CPU PSI 'some' share (avg10/100) of the vLLM cgroup that maps to a score of 0: vLLM's busy-polling "
+              "threads on a small host wait on each other (see cpu_wait_share_floor).", 0, 1),
     Threshold("cpu_psi_full", 0.5, "ratio", "CPU PSI 'some' share (avg10/100) that maps to a score of 1.", 0, 1),
     Threshold("api_server_busy_cores", 0.9, "cores",
               "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is saturated.", 0),
@@ -96,12 +115,19 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("kv_relief_usage", 0.5, "ratio",
               "Mean KV usage below which a TP/PP deployment has memory to spare, so added GPUs buy latency cost only (G).",
               0, 1),
+    Threshold("model_fits_share", 0.8, "ratio",
+              "Model weights over one GPU's memory below which the model fits on one GPU, so TP/PP was added for "
+              "KV room or concurrency (G).", 0, 1),
     # -- verdict ------------------------------------------------------------------------
     Threshold("verdict_enter_score", 0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1),
     Threshold("verdict_exit_score", 0.35, "score",
               "Layer score below which the current verdict layer is released (hysteresis band).", 0, 1),
     Threshold("verdict_hold_evaluations", 2, "evaluations",
-              "Consecutive evaluations a new verdict must win before it replaces the current one.", 1),
+              "Consecutive evaluations a new verdict (or a stronger challenger layer) must win before it replaces "
+              "the current one.", 1),
+    Threshold("info_strength", 0.45, "score",
+              "Strength shown for informational findings (capacity, saturation, zero prefix reuse). They never count "
+              "towards a layer score; it must stay below verdict_enter_score.", 0, 1),
 )
 
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.key: t.default for t in THRESHOLDS})
@@ -117,6 +143,9 @@ class Thresholds:
         values = dict(DEFAULTS)
         for key, value in (overrides or {}).items():
             values[key] = validate(key, value)
+        problems = check_consistency(values)
+        if problems:
+            raise ValueError("; ".join(problems))
         self._values = MappingProxyType(values)
 
     def __getattr__(self, key: str) -> float:
@@ -127,6 +156,22 @@ class Thresholds:
 
     def as_dict(self) -> dict[str, float]:
         return dict(self._values)
+
+
+def check_consistency(values: Mapping[str, float]) -> list[str]:
+    """Cross-field rules: a hysteresis band that is a band, informational below the verdict bar."""
+    problems = []
+    if values["verdict_exit_score"] >= values["verdict_enter_score"]:
+        problems.append(f"verdict_exit_score {values['verdict_exit_score']:g} must be below "
+                        f"verdict_enter_score {values['verdict_enter_score']:g}")
+    if values["info_strength"] >= values["verdict_enter_score"]:
+        problems.append(f"info_strength {values['info_strength']:g} must be below "
+                        f"verdict_enter_score {values['verdict_enter_score']:g}")
+    for low, high in (("cpu_wait_share_floor", "cpu_wait_share_full"), ("cpu_psi_floor", "cpu_psi_full"),
+                      ("cpu_throttled_floor", "cpu_throttled_full")):
+        if values[low] >= values[high]:
+            problems.append(f"{low} {values[low]:g} must be below {high} {values[high]:g}")
+    return problems
 
 
 def validate(key: str, value: float) -> float:

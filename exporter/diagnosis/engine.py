@@ -1,12 +1,23 @@
 """Evaluate every rule, combine active causes into symptoms and layer scores, and keep a
-verdict that does not flap (enter/exit band plus a hold count)."""
+verdict that neither flaps nor locks in.
+
+* A layer's score is its strongest active cause. Causes of one layer are correlated (a long
+  queue fires A2, A4 and B1 together), so combining them as independent evidence would
+  saturate every busy layer near 1 and no other layer could ever take over.
+* Informational findings are shown and never count.
+* The verdict enters at ``verdict_enter_score``, is released below ``verdict_exit_score``,
+  and a layer that scores higher than the current one for ``verdict_hold_evaluations``
+  evaluations in a row takes over.
+* Actions that turn an engine knob state its current value and a proposed one, and one
+  diagnosis never advises both directions of one knob: the stronger cause keeps its move.
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from exporter.catalog.symptoms import CAUSE_BY_ID, LAYERS, SYMPTOMS
+from exporter.catalog.symptoms import CAUSE_BY_ID, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
 from exporter.diagnosis.rules import RULES, Context, Finding
 from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
@@ -14,51 +25,137 @@ from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
 log = logging.getLogger(__name__)
 
 
-def evaluate_rules(ctx: Context) -> tuple[dict[str, Finding], tuple[str, ...]]:
-    """Run every rule; a rule that raises is logged, reported and treated as abstaining."""
+def evaluate_rules(ctx: Context) -> tuple[dict[str, Finding], dict[str, str]]:
+    """Run every rule; a rule that raises is reported and treated as abstaining."""
     findings: dict[str, Finding] = {}
-    errors: list[str] = []
+    errors: dict[str, str] = {}
     for cause_id, rule in RULES:
         try:
             findings[cause_id] = rule(ctx)
         except Exception as exc:  # one broken rule must never blank the diagnosis
-            log.exception("rule %s failed", cause_id)
-            errors.append(f"{cause_id}: {type(exc).__name__}: {exc}")
+            errors[cause_id] = f"{type(exc).__name__}: {exc}"
             findings[cause_id] = Finding("abstain", missing=("rule error",))
-    return findings, tuple(errors)
+    return findings, errors
+
+
+def counts(finding: Finding) -> bool:
+    return finding.status == "fired" and not finding.informational
 
 
 def layer_scores(findings: dict[str, Finding]) -> dict[str, float]:
-    """Noisy-OR of the strengths of the active causes in each layer."""
-    remaining = {layer: 1.0 for layer in LAYERS}
+    """The strongest active, non-informational cause of each layer."""
+    scores = {layer: 0.0 for layer in LAYERS}
     for cause_id, finding in findings.items():
-        if finding.status == "fired":
-            remaining[CAUSE_BY_ID[cause_id].layer] *= 1.0 - finding.strength
-    return {layer: 1.0 - remaining[layer] for layer in LAYERS}
+        if counts(finding):
+            layer = CAUSE_BY_ID[cause_id].layer
+            scores[layer] = max(scores[layer], finding.strength)
+    return scores
 
 
-def symptoms_from(findings: dict[str, Finding]) -> tuple[SymptomResult, ...]:
+# -- knob actions ---------------------------------------------------------------------------
+def knob_value(knob: str, ctx: Context) -> float | None:
+    """The knob's current value where the facts or vLLM's own metrics know it."""
+    facts, cache = ctx.facts, ctx.signals.cache
+    values: dict[str, float | None] = {
+        "max_num_batched_tokens": facts.max_num_batched_tokens,
+        "max_num_seqs": facts.max_num_seqs,
+        "tensor_parallel_size": facts.tensor_parallel_size,
+        "pipeline_parallel_size": facts.pipeline_parallel_size,
+        "gpu_memory_utilization": cache.gpu_memory_utilization,
+    }
+    return values.get(knob)
+
+
+def proposed_value(knob: str, direction: str, current: float, ctx: Context) -> float | None:
+    """A first step in the advised direction; None where no value would be a sensible step."""
+    if knob == "gpu_memory_utilization":
+        step = round(current + 0.03, 2) if direction == "raise" else round(current - 0.05, 2)
+        return step if 0.1 <= step <= 0.97 and step != current else None
+    if knob == "max_num_batched_tokens":
+        value = current * 2 if direction == "raise" else max(current / 2, float(ctx.facts.max_num_seqs or 1))
+        return value if value != current else None
+    if knob == "max_num_seqs":
+        running = ctx.signals.running_mean
+        if direction == "lower" and running is not None and running < current:
+            value = max(1.0, float(round(running * 0.75)))
+        else:
+            value = current * 2 if direction == "raise" else max(1.0, current // 2)
+        return value if value != current else None
+    if knob in ("tensor_parallel_size", "pipeline_parallel_size"):
+        value = current * 2 if direction == "raise" else max(1.0, current // 2)
+        return value if value != current else None
+    return None
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if value < 1 else f"{value:.0f}"
+
+
+def concrete(action: Action, ctx: Context) -> Action | None:
+    """The action with the knob's current and proposed value; None when the move is impossible."""
+    if action.knob is None or action.direction is None:
+        return action
+    current = knob_value(action.knob, ctx)
+    if current is None:
+        return replace(action, action=f"{action.action} (current value unknown: configure engine.{action.knob})"
+                       if action.knob not in ("gpu_memory_utilization",) else f"{action.action} (current value unknown)")
+    proposed = proposed_value(action.knob, action.direction, current, ctx)
+    if proposed is None:
+        return None  # e.g. lowering tensor_parallel_size below 1: nothing to advise
+    return replace(action, action=f"{action.direction} {action.knob} from {_fmt(current)} to {_fmt(proposed)}")
+
+
+def resolve_actions(findings: dict[str, Finding], ctx: Context) -> dict[str, tuple[tuple[Action, ...], tuple[str, ...]]]:
+    """Per active cause: its concrete actions, and notes on the knob moves withheld for a stronger cause."""
+    active = sorted((cid for cid, f in findings.items() if f.status == "fired"),
+                    key=lambda cid: (findings[cid].informational, -findings[cid].strength, cid))
+    owner: dict[str, tuple[str, str]] = {}  # knob -> (direction, cause that claimed it)
+    out: dict[str, tuple[tuple[Action, ...], tuple[str, ...]]] = {}
+    for cid in active:
+        actions: list[Action] = []
+        notes: list[str] = []
+        for action in CAUSE_BY_ID[cid].actions:
+            if action.knob is not None and action.direction is not None:
+                claimed = owner.get(action.knob)
+                if claimed is not None and claimed[0] != action.direction:
+                    notes.append(f"not advised here: {action.direction} {action.knob} would work against "
+                                 f"{claimed[1]}, the stronger finding, which advises to {claimed[0]} it")
+                    continue
+                owner.setdefault(action.knob, (action.direction, cid))
+            resolved = concrete(action, ctx)
+            if resolved is not None:
+                actions.append(resolved)
+        out[cid] = (tuple(actions), tuple(notes))
+    return out
+
+
+def symptoms_from(findings: dict[str, Finding], ctx: Context) -> tuple[SymptomResult, ...]:
+    resolved = resolve_actions(findings, ctx)
     out = []
     for symptom in SYMPTOMS:
-        causes = tuple(
-            CauseResult(cid, symptom.id, CAUSE_BY_ID[cid].layer, CAUSE_BY_ID[cid].title, f.strength, f.evidence,
-                        CAUSE_BY_ID[cid].actions)
-            for cid, f in findings.items()
-            if f.status == "fired" and CAUSE_BY_ID[cid].symptom == symptom.id
-        )
+        causes = []
+        for cid, f in findings.items():
+            if f.status != "fired" or CAUSE_BY_ID[cid].symptom != symptom.id:
+                continue
+            actions, notes = resolved[cid]
+            cause = CAUSE_BY_ID[cid]
+            causes.append(CauseResult(cid, symptom.id, cause.layer, cause.title, f.strength,
+                                      (*f.evidence, *notes), actions, f.informational))
         if causes:
             out.append(SymptomResult(symptom.id, symptom.title, symptom.severity,
-                                     tuple(sorted(causes, key=lambda c: -c.strength))))
+                                     tuple(sorted(causes, key=lambda c: (c.informational, -c.strength)))))
     return tuple(out)
 
 
+# -- verdict --------------------------------------------------------------------------------
 @dataclass
 class VerdictTracker:
     """Hysteresis for one target's verdict.
 
     A layer becomes the verdict when it scores at least ``verdict_enter_score`` and wins
-    ``verdict_hold_evaluations`` evaluations in a row; the current layer holds while it stays
-    above ``verdict_exit_score`` unless another layer clearly beats it.
+    ``verdict_hold_evaluations`` evaluations in a row. The current layer is released when its
+    score falls below ``verdict_exit_score``, and replaced by a layer that scores higher than it
+    for ``verdict_hold_evaluations`` evaluations in a row: a verdict can always change its mind.
     """
 
     layer: str = "unknown"
@@ -72,15 +169,20 @@ class VerdictTracker:
         self._pending, self._pending_count = None, 0
         return Verdict("unknown", 0.0, self.since)
 
-    def update(self, scores: dict[str, float], thresholds: Thresholds, now: float) -> Verdict:
+    def candidate(self, scores: dict[str, float], thresholds: Thresholds) -> str:
         best = max(LAYERS, key=lambda layer: (scores[layer], -LAYERS.index(layer)))
-        desired = best if scores[best] >= thresholds.verdict_enter_score else "none"
-        current_score = scores.get(self.layer, 0.0)
-        if self.layer in LAYERS and current_score >= thresholds.verdict_exit_score:
-            # Inside the band the current layer holds, unless another layer beats it clearly.
-            if desired == "none" or scores[desired] < current_score + (
-                    thresholds.verdict_enter_score - thresholds.verdict_exit_score):
-                desired = self.layer
+        entering = best if scores[best] >= thresholds.verdict_enter_score else "none"
+        if self.layer not in LAYERS:
+            return entering
+        current = scores.get(self.layer, 0.0)
+        if current < thresholds.verdict_exit_score:
+            return entering
+        if best != self.layer and scores[best] > current and scores[best] >= thresholds.verdict_enter_score:
+            return best  # a stronger challenger
+        return self.layer
+
+    def update(self, scores: dict[str, float], thresholds: Thresholds, now: float) -> Verdict:
+        desired = self.candidate(scores, thresholds)
         if desired == self.layer:
             self._pending, self._pending_count = None, 0
         elif self.layer == "unknown":
@@ -92,7 +194,7 @@ class VerdictTracker:
             if self._pending_count >= thresholds.verdict_hold_evaluations:
                 self.layer, self.since = desired, now
                 self._pending, self._pending_count = None, 0
-        return Verdict(self.layer, scores.get(self.layer, 0.0), self.since)
+        return Verdict(self.layer, scores.get(self.layer, 0.0), self.since, self._pending, self._pending_count)
 
 
 def diagnose(ctx: Context, tracker: VerdictTracker, now: float) -> Diagnosis:
@@ -100,4 +202,4 @@ def diagnose(ctx: Context, tracker: VerdictTracker, now: float) -> Diagnosis:
     scores = layer_scores(findings)
     verdict = tracker.update(scores, ctx.thresholds, now)
     abstained = {cid: f.missing for cid, f in findings.items() if f.status == "abstain"}
-    return Diagnosis(verdict, scores, symptoms_from(findings), abstained, errors)
+    return Diagnosis(verdict, scores, symptoms_from(findings, ctx), abstained, errors)

@@ -1,9 +1,12 @@
 """One small pure function per cause, over the window's signals and the target's facts.
 
 A rule fires (with a strength 0..1 and evidence carrying the numbers), clears, or abstains
-(naming what it lacked). Rules read structure -- shares of TTFT, ratios, SLO breaches,
-corroborating signals -- not absolute cut-offs tuned to one deployment. Register a new cause
-by adding its function to ``RULES`` and its data entry to ``exporter.catalog.symptoms``.
+(naming what it lacked). A fired finding may be *informational*: shown, never a verdict or an
+alert. Rules read structure -- shares of TTFT, ratios, SLO breaches, corroborating signals --
+not absolute cut-offs tuned to one deployment, and every symptom starts from a user-visible
+effect or a stated objective (an SLO breach, a queue, preemptions, restarts). A cause that
+another active cause explains better clears and says so. Register a new cause by adding its
+function to ``RULES`` and its data entry to ``exporter.catalog.symptoms``.
 """
 
 from __future__ import annotations
@@ -11,14 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal
 
+from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
 from exporter.signals import Signals
 
 Status = Literal["fired", "clear", "abstain"]
-
-# Strength of informational causes: visible as symptoms, never the verdict on their own.
-INFO_STRENGTH = 0.45
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class Finding:
     strength: float = 0.0
     evidence: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
+    informational: bool = False  # shown as a finding; never counts towards a layer score or an alert
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +41,11 @@ class Context:
 
 def fired(strength: float, *evidence: str) -> Finding:
     return Finding("fired", max(0.0, min(1.0, strength)), tuple(evidence))
+
+
+def info(ctx: Context, *evidence: str) -> Finding:
+    """A finding worth showing that has no user-visible effect behind it (capacity, saturation)."""
+    return Finding("fired", ctx.thresholds.info_strength, tuple(evidence), informational=True)
 
 
 def clear(*evidence: str) -> Finding:
@@ -100,14 +107,10 @@ def itl_breach(ctx: Context) -> Breach:
     p95 = s.quantile("itl", 0.95)
     if p95 is None:
         return Breach(False, False, missing=("vllm:inter_token_latency_seconds",))
+    if s.first_tokens is not None and s.first_tokens < ctx.thresholds.evidence_min_requests and (
+            s.running_mean or 0) < 1:
+        return Breach(False, False, missing=("traffic: too few streams in the window",))
     return Breach(True, p95 > slo, p95 / slo, f"ITL p95 {_s(p95)} vs SLO {_s(slo)}")
-
-
-def itl_tail_ratio(s: Signals) -> float | None:
-    p50, p99 = s.quantile("itl", 0.5), s.quantile("itl", 0.99)
-    if p50 is None or p99 is None or p50 <= 0:
-        return None
-    return p99 / p50
 
 
 def kv_full(ctx: Context) -> bool:
@@ -119,13 +122,27 @@ def kv_full(ctx: Context) -> bool:
 
 
 def frequent_preemption(ctx: Context) -> bool:
+    """Preemption beyond the safety net: frequent per request, or less frequent while users see a tail."""
     s, t = ctx.signals, ctx.thresholds
-    return (
-        s.preemptions is not None
-        and s.preemptions >= t.preemptions_min
-        and s.preemptions_per_request is not None
-        and s.preemptions_per_request >= t.preemptions_per_request
-    )
+    if s.preemptions is None or s.preemptions < t.preemptions_min or s.preemptions_per_request is None:
+        return False
+    if s.preemptions_per_request >= t.preemptions_per_request:
+        return True
+    return s.preemptions_per_request >= t.preemptions_per_request_with_impact and latency_missed(ctx)
+
+
+def latency_missed(ctx: Context) -> bool:
+    return any(b.known and b.breached for b in (ttft_breach(ctx), itl_breach(ctx)))
+
+
+def cpu_starving(ctx: Context) -> bool:
+    score = ctx.signals.cpu_starvation_score
+    return score is not None and score >= ctx.thresholds.cpu_starvation_score
+
+
+def queue_sustained(ctx: Context) -> bool:
+    s = ctx.signals
+    return s.queued_fraction is not None and s.queued_fraction >= ctx.thresholds.waiting_sustained_fraction
 
 
 def kv_evidence(s: Signals) -> str:
@@ -135,6 +152,17 @@ def kv_evidence(s: Signals) -> str:
     if s.preemptions is not None:
         parts.append(f"{s.preemptions:.0f} preemptions in the window")
     return "; ".join(parts) or "KV usage unknown"
+
+
+def stutter_explained(ctx: Context) -> str | None:
+    """Preemption recomputes and CPU starvation both stretch inter-token gaps: they explain ITL first."""
+    s = ctx.signals
+    if frequent_preemption(ctx):
+        return (f"preemption explains the slow stream ({s.preemptions:.0f} preemptions recomputed in the window): "
+                "see D")
+    if cpu_starving(ctx):
+        return f"CPU starvation explains the slow stream (score {s.cpu_starvation_score:.2f}): see C1/A3"
+    return None
 
 
 def reusable_prompts(ctx: Context) -> tuple[bool | None, str]:
@@ -161,8 +189,8 @@ def low_prefix_hit(ctx: Context) -> Finding:
         return clear(f"prompts too short to reuse ({blocks_text})")
     if s.prefix_cache_hit_ratio >= t.prefix_hit_ratio_low:
         return clear(f"prefix hit ratio {_pct(s.prefix_cache_hit_ratio)}")
-    strength = 0.5 + 0.5 * _excess(t.prefix_hit_ratio_low - s.prefix_cache_hit_ratio, 0, t.prefix_hit_ratio_low)
-    return fired(strength, f"prefix hit ratio {_pct(s.prefix_cache_hit_ratio)} < {_pct(t.prefix_hit_ratio_low)}",
+    strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - s.prefix_cache_hit_ratio, 0, t.prefix_hit_ratio_low)
+    return fired(strength, f"prefix hit ratio {_pct(s.prefix_cache_hit_ratio)} (low mark {_pct(t.prefix_hit_ratio_low)})",
                  blocks_text)
 
 
@@ -191,21 +219,23 @@ def rule_a2(ctx: Context) -> Finding:
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
-    if s.ttft_queue_share is None or s.waiting_fraction is None:
+    if s.ttft_queue_share is None or s.queued_fraction is None:
         return abstain("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
-    if s.ttft_queue_share < t.ttft_queue_share or s.waiting_fraction < t.waiting_sustained_fraction:
-        return clear(f"queue is {_pct(s.ttft_queue_share)} of TTFT, requests waiting in {_pct(s.waiting_fraction)} of scrapes")
+    if s.ttft_queue_share < t.ttft_queue_share or not queue_sustained(ctx):
+        return clear(f"queue is {_pct(s.ttft_queue_share)} of TTFT, requests wait for capacity in "
+                     f"{_pct(s.queued_fraction)} of scrapes")
     if kv_full(ctx):
         return clear(f"the queue is explained by KV pressure ({kv_evidence(s)}): see C3/D")
     evidence = [
         breach.evidence,
         f"queue is {_pct(s.ttft_queue_share)} of mean TTFT ({_s(s.queue_mean or 0)} of {_s(s.ttft_mean or 0)})",
-        f"requests waiting in {_pct(s.waiting_fraction)} of scrapes (mean {s.waiting_mean or 0:.1f}) while {kv_evidence(s)}",
+        f"requests wait for capacity in {_pct(s.queued_fraction)} of scrapes (mean {s.waiting_mean or 0:.1f}) "
+        f"while {kv_evidence(s)}",
     ]
     if ctx.facts.max_num_seqs and s.running_mean is not None:
         evidence.append(f"running mean {s.running_mean:.1f} of max_num_seqs {ctx.facts.max_num_seqs}")
     if s.waiting_deferred:
-        evidence.append(f"{s.waiting_deferred:.0f} waiting are deferred (LoRA budget, KV transfer, blocked)")
+        evidence.append(f"{s.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), not counted here")
     return fired(0.5 + 0.4 * _excess(s.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
 
 
@@ -220,13 +250,13 @@ def rule_a3(ctx: Context) -> Finding:
     share = None
     if s.ttft_frontend_mean is not None and s.e2e_frontend_mean is not None and s.ttft_mean:
         share = min(s.ttft_frontend_mean, s.e2e_frontend_mean) / s.ttft_mean
-    if score is None and share is None:
-        return abstain("CPU source (cpu.pid/cgroup/match)", "vllm:request_queue_time_seconds")
-    starving = score is not None and score >= t.cpu_starvation_score
     frontend = share is not None and share >= t.frontend_share
+    if score is None and not frontend:
+        return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
+    starving = cpu_starving(ctx)
     if not (starving or frontend):
-        return clear(f"CPU starvation score {score if score is not None else float('nan'):.2f}, "
-                     f"frontend share {_pct(share or 0)}")
+        return clear(f"CPU-starvation score {score:.2f}" if score is not None else "",
+                     f"time outside the engine {_pct(share or 0)} of TTFT")
     evidence = [breach.evidence]
     if frontend:
         evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s((share or 0) * (s.ttft_mean or 0))}) is spent outside "
@@ -252,6 +282,8 @@ def rule_a4(ctx: Context) -> Finding:
         return clear(f"mean prompt fits in {chunks:.1f} chunks of {budget}")
     if kv_full(ctx):
         return clear(f"KV is full ({kv_evidence(s)}): the budget is not the limit")
+    if cpu_starving(ctx):
+        return clear(f"CPU starvation slows every step (score {s.cpu_starvation_score:.2f}): see A3")
     engine_share = (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0)
     return fired(
         0.55 + 0.4 * _excess(chunks, t.budget_chunks_per_prompt, 4 * t.budget_chunks_per_prompt),
@@ -280,25 +312,37 @@ def rule_a5(ctx: Context) -> Finding:
 
 
 # -- B: poor ITL -------------------------------------------------------------------------
-def _stutter(ctx: Context) -> tuple[Breach, float | None]:
-    return itl_breach(ctx), itl_tail_ratio(ctx.signals)
+def _stutter_gate(ctx: Context) -> Finding | None:
+    """The common start of the B rules: an ITL breach that nothing upstream explains."""
+    if (early := gate(itl_breach(ctx))) is not None:
+        return early
+    if (reason := stutter_explained(ctx)) is not None:
+        return clear(reason)
+    return None
+
+
+def _tail_text(s: Signals) -> str:
+    note = f" ({s.itl_tail_note})" if s.itl_tail_note else ""
+    return f"ITL p99/p50 = {s.itl_tail_ratio or 0:.1f}{note}"
 
 
 def rule_b1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    breach, tail = _stutter(ctx)
-    if (early := gate(breach)) is not None:
+    if (early := _stutter_gate(ctx)) is not None:
         return early
+    tail = s.itl_tail_ratio
     if tail is None or s.prefill_token_share is None:
-        return abstain("vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+        return abstain("vllm:inter_token_latency_seconds", "vllm:prompt_tokens_total")
     if tail < t.itl_tail_ratio:
-        return clear(f"ITL is uniform (p99/p50 {tail:.1f}), not stuttering")
+        return clear(f"ITL is uniform ({_tail_text(s)}), not stuttering")
     if s.prefill_token_share < t.prefill_token_share:
         return clear(f"prompt tokens are only {_pct(s.prefill_token_share)} of computed tokens")
+    breach = itl_breach(ctx)
+    # Strength follows both the stutter's shape and how far users are from their objective.
     return fired(
-        0.5 + 0.4 * _excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio),
+        0.5 + 0.2 * _excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio) + 0.2 * _excess(breach.ratio, 1, 3),
         breach.evidence,
-        f"ITL p99/p50 = {tail:.1f}: most steps are fast, some are held by prefill",
+        f"{_tail_text(s)}: most steps are fast, some are held by prefill",
         f"prompt tokens are {_pct(s.prefill_token_share)} of computed tokens",
     )
 
@@ -308,71 +352,136 @@ def rule_b2(ctx: Context) -> Finding:
     budget = ctx.facts.max_num_batched_tokens
     if budget is None:
         return abstain("engine.max_num_batched_tokens (not exported by vLLM: configure it)")
-    breach, tail = _stutter(ctx)
-    if (early := gate(breach)) is not None:
+    if (early := _stutter_gate(ctx)) is not None:
         return early
+    tail = s.itl_tail_ratio
     if tail is None or s.prompt_length_mean is None or s.prompt_length_mean <= 0:
-        return abstain("vllm:request_prompt_tokens")
+        return abstain("vllm:request_prompt_tokens", "vllm:inter_token_latency_seconds")
+    if s.tokens_per_step_p99 is None:
+        return abstain("vllm:iteration_tokens_total")
     if tail < t.itl_tail_ratio:
-        return clear(f"ITL is uniform (p99/p50 {tail:.1f})")
+        return clear(f"ITL is uniform ({_tail_text(s)})")
+    # The budget is to blame when the big steps use it: steps near the budget carry several
+    # whole prompts, and a smaller budget would split them.
+    step_share = s.tokens_per_step_p99 / budget
     over = budget / s.prompt_length_mean
+    if step_share < t.budget_step_share:
+        return clear(f"the largest steps use {_pct(step_share)} of max_num_batched_tokens {budget}: "
+                     "the budget does not bind")
     if over < t.budget_over_prompt:
         return clear(f"max_num_batched_tokens {budget} holds only {over:.1f} mean prompts")
+    breach = itl_breach(ctx)
     return fired(
-        0.5 + 0.4 * _excess(over, t.budget_over_prompt, 8 * t.budget_over_prompt),
+        0.5 + 0.2 * _excess(step_share, t.budget_step_share, 1.0) + 0.2 * _excess(breach.ratio, 1, 3),
         breach.evidence,
-        f"max_num_batched_tokens {budget} admits {over:.1f} whole mean prompts ({s.prompt_length_mean:.0f} tokens) per step",
-        f"ITL p99/p50 = {tail:.1f}",
+        f"the largest steps (p99) carry {s.tokens_per_step_p99:.0f} tokens = {_pct(step_share)} of "
+        f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts ({s.prompt_length_mean:.0f} tokens)",
+        _tail_text(s),
     )
+
+
+def _batch_fill(ctx: Context) -> float | None:
+    seqs, running = ctx.facts.max_num_seqs, ctx.signals.running_mean
+    return running / seqs if seqs and running is not None else None
 
 
 def rule_b3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    breach, tail = _stutter(ctx)
-    if (early := gate(breach)) is not None:
+    if (early := _stutter_gate(ctx)) is not None:
         return early
+    tail = s.itl_tail_ratio
     if tail is None:
         return abstain("vllm:inter_token_latency_seconds")
     if tail >= t.itl_tail_ratio:
-        return clear(f"ITL stutters (p99/p50 {tail:.1f}): see B1/B2")
-    seqs = ctx.facts.max_num_seqs
-    fill = s.running_mean / seqs if seqs and s.running_mean is not None else None
-    if fill is None and s.gpu_utilization is None:
-        return abstain("engine.max_num_seqs (not exported by vLLM: configure it)", "DCGM GPU utilisation")
-    # A full batch is the throughput-oriented set-up B3 names; GPU utilisation stands in only
-    # when max_num_seqs is unknown (a busy GPU with a small batch may be communication, see G).
-    if fill is not None:
-        busy = fill >= t.batch_fill_high
-    else:
-        busy = s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_high
-    if not busy:
-        return clear("batch is not full and the GPU is not busy")
-    evidence = [breach.evidence, f"ITL uniformly slow (p99/p50 {tail:.1f})"]
-    if fill is not None:
-        evidence.append(f"running mean {s.running_mean:.1f} = {_pct(fill)} of max_num_seqs {seqs}")
+        return clear(f"ITL stutters ({_tail_text(s)}): see B1/B2")
+    fill = _batch_fill(ctx)
+    if fill is None:
+        return abstain("engine.max_num_seqs (not exported by vLLM: configure it)")
+    if fill < t.batch_fill_high:
+        return clear(f"batch is {_pct(fill)} of max_num_seqs: not a throughput-oriented batch")
+    evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
+                f"running mean {s.running_mean:.1f} = {_pct(fill)} of max_num_seqs {ctx.facts.max_num_seqs}"]
     if s.gpu_utilization is not None:
         evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)}")
     return fired(0.55, *evidence)
 
 
-# -- C: low throughput, idle GPU ---------------------------------------------------------
+def rule_b4(ctx: Context) -> Finding:
+    """Slow GPU path: the engine steps without pause on a small batch, yet the GPU moves little."""
+    s, t = ctx.signals, ctx.thresholds
+    if (early := _stutter_gate(ctx)) is not None:
+        return early
+    tail = s.itl_tail_ratio
+    if tail is not None and tail >= t.itl_tail_ratio:
+        return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, see B1/B2")
+    degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
+    if degree > 1 and s.kv_cache_usage_mean is not None and s.kv_cache_usage_mean < t.kv_relief_usage:
+        return clear(f"TP x PP = {degree} with KV mostly free: communication is the first suspect, see G")
+    fill = _batch_fill(ctx)
+    if fill is not None and fill >= t.batch_fill_high:
+        return clear(f"batch is {_pct(fill)} of max_num_seqs: a throughput-oriented batch, see B3")
+    sheet = gpus.lookup(ctx.facts.gpu)
+    bandwidth_use = None
+    if s.read_bytes_per_gpu_per_second is not None and sheet is not None and s.engine_busy_fraction:
+        bandwidth_use = s.read_bytes_per_gpu_per_second / s.engine_busy_fraction / sheet.hbm_bandwidth
+    gpu_busy = s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_high
+    if bandwidth_use is None and s.gpu_utilization is None:
+        return abstain("DCGM GPU utilisation (targets[].dcgm_url)",
+                       "or vLLM --enable-mfu-metrics with engine.gpu")
+    if s.engine_busy_fraction is None or s.engine_busy_fraction < t.engine_busy_fraction:
+        return clear(f"the engine waits for work {_pct(1 - (s.engine_busy_fraction or 0))} of the time")
+    slow_path = bandwidth_use is not None and bandwidth_use < t.bandwidth_use_low
+    if not (slow_path or (bandwidth_use is None and gpu_busy)):
+        return clear(f"GPU memory bandwidth while stepping {_pct(bandwidth_use or 0)} of peak: the kernels keep pace"
+                     if bandwidth_use is not None else f"GPU utilisation {_pct(s.gpu_utilization or 0)}")
+    evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
+                f"the engine steps {_pct(s.engine_busy_fraction)} of the time"]
+    if fill is not None:
+        evidence.append(f"batch only {_pct(fill)} of max_num_seqs")
+    if bandwidth_use is not None and sheet is not None:
+        evidence.append(f"GPU memory bandwidth while stepping {_pct(bandwidth_use)} of the {sheet.name}'s "
+                        f"{sheet.hbm_bandwidth / 1e12:.2f} TB/s (vLLM's MFU estimate)")
+    if s.gpu_utilization is not None:
+        evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)} (DCGM)")
+    strength = 0.6 + 0.3 * (_excess(t.bandwidth_use_low - bandwidth_use, 0, t.bandwidth_use_low)
+                            if bandwidth_use is not None else 0.5)
+    return fired(strength, *evidence)
+
+
+# -- C: throughput short of demand while the engine idles ---------------------------------
 def _traffic(s: Signals) -> bool:
     return bool((s.requests_finished or 0) > 0 or (s.running_mean or 0) > 0 or (s.waiting_max or 0) > 0)
+
+
+def demand_unmet(ctx: Context) -> str | None:
+    """A user-visible shortfall: a sustained queue, rejected requests or a latency objective missed."""
+    s = ctx.signals
+    if queue_sustained(ctx):
+        return f"requests wait for capacity in {_pct(s.queued_fraction or 0)} of scrapes"
+    if s.admission_rejections_per_second:
+        return f"{s.admission_rejections_per_second:.2f} requests/s rejected at admission"
+    for breach in (ttft_breach(ctx), itl_breach(ctx)):
+        if breach.known and breach.breached:
+            return breach.evidence
+    return None
 
 
 def rule_c1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     score = s.cpu_starvation_score
     if score is None:
-        return abstain("CPU source (cpu.pid/cgroup/match)")
+        return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
     if score < t.cpu_starvation_score:
         return clear(f"CPU-starvation score {score:.2f}")
     if not _traffic(s):
         return clear("no traffic in the window")
     if s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_low:
         return clear(f"GPU utilisation {_pct(s.gpu_utilization)}: the GPU is fed")
+    effect = demand_unmet(ctx)
+    if effect is None:
+        return clear(f"CPU-starvation score {score:.2f}, but every objective is met and nothing waits")
     inputs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s.cpu_inputs.items()))
-    evidence = [f"CPU-starvation score {score:.2f} (inputs: {inputs})"]
+    evidence = [effect, f"CPU-starvation score {score:.2f} (inputs: {inputs})"]
     if s.engine_steps_per_second is not None:
         evidence.append(f"engine output batches {s.engine_steps_per_second:.1f}/s")
     if s.gpu_utilization is not None:
@@ -381,6 +490,7 @@ def rule_c1(ctx: Context) -> Finding:
 
 
 def rule_c2(ctx: Context) -> Finding:
+    """Spare capacity: never a symptom on its own (demand is met), shown for capacity planning."""
     s, t = ctx.signals, ctx.thresholds
     if s.running_mean is None or s.waiting_max is None or s.requests_finished is None:
         return abstain("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -388,26 +498,24 @@ def rule_c2(ctx: Context) -> Finding:
         return clear("too little traffic to judge batching")
     if s.running_mean >= t.sparse_mean_running or s.waiting_max > 0:
         return clear(f"running mean {s.running_mean:.1f}, waiting max {s.waiting_max:.0f}")
-    if s.cpu_starvation_score is not None and s.cpu_starvation_score >= t.cpu_starvation_score:
+    if cpu_starving(ctx):
         return clear("CPU starvation explains the idle engine (C1)")
-    if s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_low:
-        return clear(f"GPU utilisation {_pct(s.gpu_utilization)}")
     evidence = [f"running mean {s.running_mean:.2f} with nothing waiting (max {s.waiting_max:.0f})",
-                f"{s.requests_per_second or 0:.2f} requests/s finished"]
+                f"{s.requests_per_second or 0:.2f} requests/s finished: the engine has spare capacity"]
     if s.gpu_utilization is not None:
         evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)}")
-    return fired(0.55, *evidence)
+    return info(ctx, *evidence)
 
 
 def rule_c3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    if s.waiting_fraction is None or s.kv_cache_usage_mean is None:
+    if s.queued_fraction is None or s.kv_cache_usage_mean is None:
         return abstain("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
-    if s.waiting_fraction < t.waiting_sustained_fraction:
-        return clear(f"requests waiting in only {_pct(s.waiting_fraction)} of scrapes")
+    if not queue_sustained(ctx):
+        return clear(f"requests wait for capacity in only {_pct(s.queued_fraction)} of scrapes")
     if not kv_full(ctx):
         return clear(f"KV has room ({kv_evidence(s)})")
-    evidence = [f"requests waiting in {_pct(s.waiting_fraction)} of scrapes (max {s.waiting_max or 0:.0f})",
+    evidence = [f"requests wait for capacity in {_pct(s.queued_fraction)} of scrapes (max {s.waiting_max or 0:.0f})",
                 kv_evidence(s)]
     if s.waiting_capacity is not None:
         evidence.append(f"{s.waiting_capacity:.0f} waiting for capacity at the last scrape")
@@ -416,7 +524,7 @@ def rule_c3(ctx: Context) -> Finding:
         if s.running_mean >= seqs * t.batch_fill_high:
             return clear(f"running {s.running_mean:.1f} is at max_num_seqs {seqs}: the cap, not KV, binds")
         evidence.append(f"running mean {s.running_mean:.1f} below max_num_seqs {seqs}")
-    return fired(0.6 + 0.3 * _excess(s.waiting_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
+    return fired(0.6 + 0.3 * _excess(s.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
 
 
 # -- D, E: KV pressure and headroom ------------------------------------------------------
@@ -432,30 +540,57 @@ def rule_d(ctx: Context) -> Finding:
                                      10 * t.preemptions_per_request)
     if s.kv_cache_usage_max is not None and s.kv_cache_usage_max >= t.kv_usage_high:
         strength += 0.1  # corroborated by usage at the high mark
-    return fired(
-        strength,
-        f"{s.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.preemption_rate or 0:.2f}/s, "
-        f"{s.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
-        kv_evidence(s),
-    )
+    evidence = [f"{s.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.preemption_rate or 0:.2f}/s, "
+                f"{s.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
+                kv_evidence(s)]
+    if s.preemptions_per_request < t.preemptions_per_request:
+        tail = next(b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached)
+        evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
+    return fired(strength, *evidence)
 
 
 def rule_e(ctx: Context) -> Finding:
+    """Headroom risk needs evidence of fragility, not saturation: V1 admission fills the cache by design.
+
+    Preemptions while scrapes show KV "free" are not read as fragility: usage sampled every few
+    seconds misses the peaks at which blocks ran out.
+    """
     s, t = ctx.signals, ctx.thresholds
-    if s.kv_cache_usage_mean is None:
+    if s.kv_cache_usage_mean is None or s.kv_full_fraction is None:
         return abstain("vllm:kv_cache_usage_perc")
-    if s.kv_cache_usage_mean < t.headroom_usage_mean:
-        return clear(f"KV usage mean {_pct(s.kv_cache_usage_mean)}")
     if frequent_preemption(ctx):
         return clear("preemption is already frequent: see D")
-    evidence = [f"KV usage mean {_pct(s.kv_cache_usage_mean)} over {s.window_seconds:.0f} s "
-                f"(max {_pct(s.kv_cache_usage_max or 0)}) with {s.preemptions or 0:.0f} preemptions"]
-    if s.cache.gpu_memory_utilization is not None:
-        evidence.append(f"gpu_memory_utilization {s.cache.gpu_memory_utilization:g}")
-    return fired(0.55 + 0.3 * _excess(s.kv_cache_usage_mean, t.headroom_usage_mean, 1.0), *evidence)
+    at_cap = s.kv_full_fraction >= t.kv_full_fraction
+    usage = (f"KV usage mean {_pct(s.kv_cache_usage_mean)} over {s.window_seconds:.0f} s "
+             f"(max {_pct(s.kv_cache_usage_max or 0)}, at the high mark in {_pct(s.kv_full_fraction)} of scrapes)")
+    if s.restarts and at_cap:
+        return fired(0.8, f"{s.restarts} engine restart(s) in the window with KV at its cap (OOM?)", usage)
+    if not at_cap:
+        return clear(usage)
+    tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
+    if queue_sustained(ctx) and (s.preemptions or tail is not None):
+        evidence = [usage, f"requests wait for capacity in {_pct(s.queued_fraction or 0)} of scrapes"]
+        if s.preemptions:
+            evidence.append(f"{s.preemptions:.0f} preemptions already (rare, but the cache has no slack)")
+        if tail is not None:
+            evidence.append(tail.evidence)
+        if s.cache.gpu_memory_utilization is not None:
+            evidence.append(f"gpu_memory_utilization {s.cache.gpu_memory_utilization:g}")
+        return fired(0.6 + 0.2 * _excess(s.kv_full_fraction, t.kv_full_fraction, 1.0), *evidence)
+    return info(ctx, usage, "saturated but within objectives and without preemption: efficient, with no spare "
+                            "room for a burst")
 
 
 # -- F: prefix cache ----------------------------------------------------------------------
+def _miss_cost(ctx: Context) -> str | None:
+    """What the misses cost users: a first-token objective missed while prefill dominates TTFT."""
+    s, t = ctx.signals, ctx.thresholds
+    breach = ttft_breach(ctx)
+    if breach.known and breach.breached and (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0) >= t.ttft_prefill_share:
+        return f"{breach.evidence}, prefill + queue {_pct(min(1.0, (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0)))} of it"
+    return None
+
+
 def rule_f(ctx: Context) -> Finding:
     low = low_prefix_hit(ctx)
     if low.status != "fired":
@@ -465,9 +600,13 @@ def rule_f(ctx: Context) -> Finding:
     if not ctx.signals.prefix_cache_hit_ratio:
         # Zero hits: metrics cannot tell prompts unique by design from a prefix broken at its
         # first block, so this stays informational and never makes the verdict alone.
-        return fired(min(low.strength, INFO_STRENGTH), *low.evidence,
-                     "no prompt shares even one cached block: unique by design, or broken in the first block")
-    return fired(low.strength, *low.evidence,
+        return info(ctx, *low.evidence,
+                    "no prompt shares even one cached block: unique by design, or broken in the first block")
+    cost = _miss_cost(ctx)
+    if cost is None:
+        return info(ctx, *low.evidence, "the first-token objective is met: reuse is bounded by what the prompts "
+                                        "share (unique documents cannot hit), and the misses cost no user anything")
+    return fired(low.strength, *low.evidence, cost,
                  "some blocks hit, so prompts do share a prefix that breaks early (template, timestamps, order)")
 
 
@@ -482,10 +621,23 @@ def rule_f6(ctx: Context) -> Finding:
         return low
     if not _eviction_shaped(ctx):
         return clear("KV has room or nothing hits at all: misses are not capacity eviction")
-    return fired(min(low.strength, INFO_STRENGTH), *low.evidence, f"KV full ({kv_evidence(ctx.signals)})")
+    cost = _miss_cost(ctx)
+    if cost is None:
+        return info(ctx, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", "within the first-token objective")
+    return fired(low.strength, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", cost)
 
 
 # -- G: multi-GPU overhead ----------------------------------------------------------------
+def model_fits_one_gpu(ctx: Context) -> tuple[bool | None, str]:
+    """Could the model run on one GPU? Needs the weights and the GPU's memory."""
+    sheet = gpus.lookup(ctx.facts.gpu)
+    weights = ctx.facts.model_weight_bytes
+    if sheet is None or weights is None:
+        return None, ""
+    share = weights / sheet.memory_bytes
+    return share < ctx.thresholds.model_fits_share, f"weights {weights / 1e9:.0f} GB = {_pct(share)} of one {sheet.name}"
+
+
 def rule_g(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     tp, pp = ctx.facts.tensor_parallel_size, ctx.facts.pipeline_parallel_size
@@ -494,20 +646,26 @@ def rule_g(ctx: Context) -> Finding:
     degree = (tp or 1) * (pp or 1)
     if degree == 1:
         return clear("single-GPU engine")
-    breach, tail = _stutter(ctx)
-    if (early := gate(breach)) is not None:
+    if (early := _stutter_gate(ctx)) is not None:
         return early
+    tail = s.itl_tail_ratio
     if tail is not None and tail >= t.itl_tail_ratio:
-        return clear(f"ITL stutters (p99/p50 {tail:.1f}): a scheduling cause, not communication")
+        return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, not communication")
     if s.kv_cache_usage_mean is None:
         return abstain("vllm:kv_cache_usage_perc")
     if s.kv_cache_usage_mean >= t.kv_relief_usage or frequent_preemption(ctx):
         return clear(f"KV is in use ({kv_evidence(s)}): the extra GPUs are buying memory")
+    fits, fit_text = model_fits_one_gpu(ctx)
+    if fits is None:
+        return abstain("engine.model_weight_bytes and engine.gpu (does the model need TP to fit?)")
+    if not fits:
+        return clear(f"the model needs the GPUs to fit ({fit_text}): TP is not optional here")
     return fired(
         0.6,
-        breach.evidence,
+        itl_breach(ctx).evidence,
         f"TP {tp or 1} x PP {pp or 1} while KV usage mean is only {_pct(s.kv_cache_usage_mean)}",
-        f"ITL uniformly slow (p99/p50 {tail:.1f})" if tail is not None else "ITL tail shape unknown",
+        f"the model fits on one GPU ({fit_text}): the parallelism buys room that is not used",
+        f"ITL uniformly slow ({_tail_text(s)})" if tail is not None else "ITL tail shape unknown",
     )
 
 
@@ -515,7 +673,7 @@ Rule = Callable[[Context], Finding]
 
 RULES: tuple[tuple[str, Rule], ...] = (
     ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5),
-    ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3),
+    ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4),
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
     ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -31,6 +32,7 @@ class HostProbe:
         self._throttle: CgroupThrottleReader | None = None
         self._psi_path = psi_path
         self._history: deque[tuple[float, dict[str, dict[str, float]]]] = deque()
+        self._failed: list[tuple[str, str]] = []
         self._warned: set[str] = set()
 
     def _throttle_reader(self) -> Reader:
@@ -67,10 +69,16 @@ class HostProbe:
             if name not in self._warned:
                 self._warned.add(name)
                 log.info("CPU source %s unavailable: %s", name, exc)
+            self._failed.append((name, "unavailable"))
+            return None
+        except OSError as exc:  # a permission or a vanished /proc entry: counted, never raised
+            self._failed.append((name, "read"))
+            log.debug("CPU source %s: %s", name, exc)
             return None
 
     def __call__(self, now: float) -> HostInputs:
         readings = {}
+        self._failed = []
         for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
                              ("psi", self._psi_reader)):
             value = self._read(name, reader)
@@ -79,7 +87,10 @@ class HostProbe:
         self._history.append((now, readings))
         while len(self._history) > 2 and self._history[1][0] <= now - self.span:
             self._history.popleft()
-        return self.inputs()
+        # Only the schedstat source is expected everywhere; cgroup and PSI depend on the host.
+        errors = tuple(e for e in self._failed if e[0] == "schedstat" or e[1] != "unavailable")
+        inputs = self.inputs()
+        return replace(inputs, errors=tuple((f"hostcpu:{n}", r) for n, r in errors))
 
     def _delta(self, source: str, key: str) -> float | None:
         first = next((r[source][key] for _, r in self._history if source in r), None)

@@ -93,10 +93,23 @@ class DiagnosisCollector(Collector):
                                         labels=["target", "model_name", "layer"])
         verdict = GaugeMetricFamily(P + "layer_verdict", "One-hot verdict over the layers, none and unknown.",
                                     labels=["target", "model_name", "layer"])
-        symptom = GaugeMetricFamily(P + "symptom_active", "1 while a symptom class (A-G) is active.",
+        symptom = GaugeMetricFamily(P + "symptom_active",
+                                    "1 while a symptom class (A-G) is active with a user-visible effect.",
                                     labels=["target", "model_name", "symptom"])
         cause = GaugeMetricFamily(P + "cause_active", "1 while a cause is active, with its symptom and layer.",
                                   labels=["target", "model_name", "cause", "symptom", "layer"])
+        finding = GaugeMetricFamily(P + "informational_finding",
+                                    "1 while a cause holds only as information (capacity, saturation within "
+                                    "objectives, unshareable prompts): never a verdict or an alert.",
+                                    labels=["target", "model_name", "cause", "symptom", "layer"])
+        pending = GaugeMetricFamily(P + "verdict_pending",
+                                    "1 while the hysteresis holds back a different verdict (label layer).",
+                                    labels=["target", "model_name", "layer"])
+        rule_errors = CounterMetricFamily(P + "rule_errors", "vllm-diag: rule evaluations that raised, by cause.",
+                                          labels=["target", "cause"])
+        source_errors = CounterMetricFamily(P + "source_errors",
+                                            "vllm-diag: failed reads of an extra source (dcgm, hostcpu:*), by reason.",
+                                            labels=["target", "source", "reason"])
 
         for state in states:
             t = [state.target]
@@ -120,12 +133,20 @@ class DiagnosisCollector(Collector):
             if state.status == "ok":
                 for layer in LAYERS:
                     layer_score.add_metric(tm + [layer], d.layer_scores.get(layer, 0.0))
-                active_symptoms = {s.id for s in d.symptoms}
+                active_symptoms = {s.id for s in d.active_symptoms}
                 for s in SYMPTOMS:
                     symptom.add_metric(tm + [s.id], 1.0 if s.id in active_symptoms else 0.0)
-                active_causes = {c.id for c in d.active_causes}
+                active_causes = {c.id for c in d.active_causes if not c.informational}
+                info_causes = {c.id for c in d.active_causes if c.informational}
                 for c in CAUSES:
                     cause.add_metric(tm + [c.id, c.symptom, c.layer], 1.0 if c.id in active_causes else 0.0)
+                    finding.add_metric(tm + [c.id, c.symptom, c.layer], 1.0 if c.id in info_causes else 0.0)
+                if d.verdict.pending is not None:
+                    pending.add_metric(tm + [d.verdict.pending], 1.0)
+            for cause_id, count in sorted(state.rule_errors_total.items()):
+                rule_errors.add_metric([state.target, cause_id], float(count))
+            for (source, reason), count in sorted(state.source_errors_total.items()):
+                source_errors.add_metric([state.target, source, reason], float(count))
             sig = state.signals
             if sig is None or state.status == "down":
                 continue
@@ -159,4 +180,4 @@ class DiagnosisCollector(Collector):
 
         yield from (up, duration, errors, last_ok, dropped, restarts, ready, evaluated, kv, sched,
                     *latency.values(), breakdown, throughput, cpu_signal, *plain.values(),
-                    layer_score, verdict, symptom, cause)
+                    layer_score, verdict, symptom, cause, finding, pending, rule_errors, source_errors)

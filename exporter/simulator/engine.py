@@ -160,6 +160,7 @@ class EngineConfig:
     cpu_cores: int = 16
     cpu_share: float = 1.0
     frontend_cost_scale: float = 1.0
+    enable_mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the estimated_* counters move
     costs: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -279,6 +280,9 @@ class EngineStats:
         self.comm_time_s = 0.0
         self.comm_bytes = 0.0
         self.gpu_busy_s = 0.0
+        # analytic work per GPU, as vLLM's --enable-mfu-metrics estimates it (independent of efficiency)
+        self.estimated_flops = 0.0
+        self.estimated_read_bytes = 0.0
         self.client_aborts = 0  # requests the client gave up on before they were scheduled
         self.gpu_bins: deque[GpuBin] = deque(maxlen=600)
 
@@ -781,6 +785,8 @@ class Engine:
         tp = cfg.tensor_parallel_size
         self._flops_per_token = 2.0 * m.params / tp
         self._attn_flops_per_pair = 4.0 * m.n_layers * m.hidden / tp
+        self._weight_bytes_gpu = m.weight_bytes / tp
+        self._kv_bytes_per_token_gpu = m.kv_bytes_per_token / tp
         self._weight_s = m.weight_bytes / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
         self._kv_s_per_token = m.kv_bytes_per_token / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
         self._flop_rate = g.peak_flops * c.compute_efficiency
@@ -803,6 +809,9 @@ class Engine:
             pairs += c * (k + c / 2.0)
             kv_tokens += k + c
         flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        stats = self.stats
+        stats.estimated_flops += flops
+        stats.estimated_read_bytes += self._weight_bytes_gpu + self._kv_bytes_per_token_gpu * kv_tokens
         compute_s = flops / self._flop_rate
         dram_s = self._weight_s + self._kv_s_per_token * kv_tokens
         gpu_s = max(compute_s, dram_s) + self.cfg.costs.gpu_step_fixed_s

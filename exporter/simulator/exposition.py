@@ -277,12 +277,19 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
-def render_vllm(engine: Engine, *, start_unix: float, speed: float = 1.0) -> str:
+def render_vllm(engine: "Engine | DataParallelEngine", *, start_unix: float, speed: float = 1.0) -> str:
     """The API server's ``/metrics`` at the engine's current simulated time.
 
     ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);
     ``speed`` is simulated seconds per wall second, so that timestamps stay on the wall clock.
     """
+    from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions  # engine imports us
+
+    if isinstance(engine, DataParallelEngine):
+        return merge_engine_expositions([
+            render_vllm(rank, start_unix=start_unix + offset, speed=speed)
+            for rank, offset in zip(engine.engines, engine.offsets)
+        ])
     st = engine.stats
     now = engine.now
     base = {"engine": "0", "model_name": engine.cfg.model_name}
@@ -323,8 +330,9 @@ def render_vllm(engine: Engine, *, start_unix: float, speed: float = 1.0) -> str
     out.sample("process_max_fds", {}, 1048576)
 
     # vLLM engine families, in the order the 0.32 logger registers them.
-    out.counter("vllm:estimated_flops_per_gpu", [(base, 0)])
-    out.counter("vllm:estimated_read_bytes_per_gpu", [(base, 0)])
+    mfu = engine.cfg.enable_mfu_metrics  # registered always, incremented only with the flag
+    out.counter("vllm:estimated_flops_per_gpu", [(base, round(st.estimated_flops) if mfu else 0)])
+    out.counter("vllm:estimated_read_bytes_per_gpu", [(base, round(st.estimated_read_bytes) if mfu else 0)])
     out.counter("vllm:estimated_write_bytes_per_gpu", [(base, 0)])
     out.header("vllm:num_requests_running", HELP["vllm:num_requests_running"], "gauge")
     out.sample("vllm:num_requests_running", base, engine.num_running)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final
 
+from exporter.simulator.dataparallel import DataParallelEngine
 from exporter.simulator.engine import (
     H100_TP_ACROSS_NODES_TCP,
     CostModel,
@@ -62,6 +63,9 @@ class Scenario:
     case: str = ""  # symptom class / worked case it demonstrates, e.g. "A1" or "case 3"
     dcgm: bool = True  # also serve DCGM-style GPU series
     seed: int = 0
+    slo: dict[str, float] | None = None  # the deployment's objectives, when not the global default
+    data_parallel_size: int = 1  # engines behind one API server (each gets the workload)
+    restart_engine_at: tuple[tuple[int, float], ...] = ()  # (rank, simulated second) engine restarts
 
     @property
     def cpu_share(self) -> float:
@@ -82,11 +86,17 @@ class Scenario:
             "pipeline_parallel_size": e.pipeline_parallel_size,
             "gpu": e.gpu.name,
             "cpu_cores": e.cpu_cores,
+            "model_weight_bytes": e.model.weight_bytes,
+            **({"data_parallel_size": self.data_parallel_size} if self.data_parallel_size > 1 else {}),
         }
 
-    def build(self, seed: int | None = None) -> Engine:
-        """A fresh engine at simulated time 0."""
-        return Engine(self.engine, self.workload, self.seed if seed is None else seed)
+    def build(self, seed: int | None = None) -> Engine | DataParallelEngine:
+        """A fresh engine (or data-parallel group) at simulated time 0."""
+        seed = self.seed if seed is None else seed
+        if self.data_parallel_size > 1:
+            return DataParallelEngine(self.engine, self.workload, seed, self.data_parallel_size,
+                                      dict(self.restart_engine_at))
+        return Engine(self.engine, self.workload, seed)
 
     def with_engine(self, **changes: Any) -> Scenario:
         """The same scenario with engine settings changed (physics tests, what-ifs)."""
@@ -216,9 +226,9 @@ _CPU_STARVED = Scenario(
         "share, tokenisation queues in front of the engine, the engine core steps slowly and "
         "the GPU idles between steps."
     ),
-    knobs="cpu_share 0.25, cpu_cores 2, frontend_cost_scale 10 (tools + long template); "
+    knobs="cpu_share 0.2, cpu_cores 2, frontend_cost_scale 10 (tools + long template); "
     "5 req/s, ~1500-token prompts, ~60 output",
-    engine=EngineConfig(cpu_cores=2, cpu_share=0.25, frontend_cost_scale=10.0),
+    engine=EngineConfig(cpu_cores=2, cpu_share=0.2, frontend_cost_scale=10.0),
     workload=_one(_chat(5.0, output=_lognormal(60, 0.6, 5, 1000))),
     expected=Expected(
         verdict="cpu", symptoms=("A", "C"), causes=("A3", "C1"), also_possible=("B",)
@@ -274,8 +284,9 @@ _SPARSE = Scenario(
             prefix=PrefixSpec(),
         )
     ),
-    expected=Expected(verdict="request", symptoms=("C",), causes=("C2",), also_possible=("F",)),
-    case="C2",
+    # Demand is met: spare capacity is information (C2), not a symptom.
+    expected=Expected(verdict="none", also_possible=("C2", "F")),
+    case="C2 (information)",
 )
 
 _KV_PRESSURE = Scenario(
@@ -327,7 +338,7 @@ _HEADROOM = Scenario(
         verdict="kv_cache",
         symptoms=("E",),
         causes=("E",),
-        also_possible=("A", "A2", "B", "B1", "B2", "C", "C3", "F"),
+        also_possible=("A", "A2", "B", "B1", "B2", "C", "C3", "D", "F"),
     ),
     case="E",
 )
@@ -350,8 +361,10 @@ _TEMPLATE = Scenario(
             ),
         )
     ),
-    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5")),
+    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
     case="F",
+    # An interactive assistant: the broken prefix costs the first token its 300 ms objective.
+    slo={"ttft_p95_seconds": 0.3, "itl_p95_seconds": 0.1},
 )
 
 _EVICTION = Scenario(
@@ -432,7 +445,8 @@ _CASE2 = Scenario(
         "tuned for throughput (budget 16384) with an offline batch of 4k-token summaries; "
         "ITL worsens with concurrency."
     ),
-    knobs="budget 16384, max_num_seqs 512; chat 10 req/s + batch 1.5 req/s of ~4k tokens",
+    knobs="budget 16384, max_num_seqs 512; chat 10 req/s + batch 1.5 req/s of ~4k tokens; "
+    "ITL objective 60 ms (interactive streaming)",
     engine=EngineConfig(max_num_batched_tokens=16384, max_num_seqs=512),
     workload=_one(
         _chat(10.0),
@@ -444,8 +458,9 @@ _CASE2 = Scenario(
             max_tokens=1024,
         ),
     ),
-    expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B2",), also_possible=("B1", "B3", "F")),
+    expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B1",), also_possible=("B2", "B3", "F")),
     case="case 2",
+    slo={"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.06},
 )
 
 _CASE3 = Scenario(
@@ -455,10 +470,10 @@ _CASE3 = Scenario(
         "short streamed requests make detokenisation and streaming eat the API server's CPU; "
         "few requests run at once."
     ),
-    knobs="cpu_cores 4, cpu_share 0.2, frontend_cost_scale 4, 300 us of API-server CPU per "
+    knobs="cpu_cores 4, cpu_share 0.185, frontend_cost_scale 4, 300 us of API-server CPU per "
     "streamed token; 8.5 req/s, ~300-token prompts, ~50 output",
     engine=EngineConfig(
-        cpu_cores=4, cpu_share=0.2, frontend_cost_scale=4.0, costs=CostModel(output_per_token_s=3e-4)
+        cpu_cores=4, cpu_share=0.185, frontend_cost_scale=4.0, costs=CostModel(output_per_token_s=3e-4)
     ),
     workload=_one(
         _chat(
@@ -517,9 +532,133 @@ _CASE5 = Scenario(
             ),
         )
     ),
-    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5")),
+    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
     case="case 5",
+    # "No TTFT gain": the deployment's first-token objective is 200 ms and caching would meet it.
+    slo={"ttft_p95_seconds": 0.2, "itl_p95_seconds": 0.1},
 )
+
+
+# Healthy-like scenarios: a correct diagnosis says `none` (informational findings at most).
+
+_LOW_TRAFFIC = Scenario(
+    name="low-traffic",
+    description=(
+        "A few chat requests per second on a big engine, all well inside their objectives: "
+        "small batches and an idle GPU are spare capacity, not a symptom."
+    ),
+    knobs="1.5 req/s chat; budget 8192, max_num_seqs 256",
+    engine=EngineConfig(),
+    workload=_one(_chat(1.5, prefix=PrefixSpec(groups=2, shared_len=600))),
+    expected=Expected(verdict="none", also_possible=("C2",)),
+    case="healthy",
+)
+
+_RAG = Scenario(
+    name="rag-shared-prefix",
+    description=(
+        "Retrieval-augmented answers: a short shared system prompt (128 tokens) in front of "
+        "~600 tokens of documents unique to each request. The token-weighted hit ratio is "
+        "~20 %, all the prompts can share; every objective is met."
+    ),
+    knobs="3 req/s; 128-token shared system prompt + ~600 unique document tokens; ~200 output",
+    engine=EngineConfig(),
+    workload=_one(
+        _chat(
+            3.0,
+            prompt=_lognormal(600, 0.3, 200, 3000),
+            output=_lognormal(200, 0.5, 10, 1000),
+            prefix=PrefixSpec(groups=1, shared_len=128),
+        )
+    ),
+    expected=Expected(verdict="none", also_possible=("F",)),
+    case="healthy (F is information)",
+)
+
+_SATURATED = Scenario(
+    name="saturated-within-slo",
+    description=(
+        "A KV cache sized for the load: admission keeps it near full, a request sometimes "
+        "waits a step, and every objective is met. V1's efficient operating point, not a "
+        "headroom problem."
+    ),
+    knobs="gpu_memory_utilization 0.36 (~3.9k blocks), max_num_seqs 36; 4.6 req/s; ~1500 prompt, "
+    "~300 output (max_tokens 512)",
+    engine=EngineConfig(gpu_memory_utilization=0.36, max_num_seqs=36),
+    workload=_one(
+        _chat(
+            4.6,
+            prompt=_lognormal(1500, 0.3, 100, 6000),
+            output=_lognormal(300, 0.4, 20, 512),
+            prefix=PrefixSpec(),
+            max_tokens=512,
+        )
+    ),
+    expected=Expected(verdict="none", also_possible=("E", "F")),
+    case="healthy (E is information)",
+)
+
+_DP_RESTART = Scenario(
+    name="dp-restart",
+    description=(
+        "Two data-parallel engines behind one API server; engine 1 crashes and restarts at "
+        "t=300 s while engine 0 keeps serving. Its counters start again from zero: no spike, "
+        "no symptom."
+    ),
+    knobs="data_parallel_size 2, engine 1 restarts at 300 s; 3 req/s chat per engine",
+    engine=EngineConfig(),
+    workload=_one(_chat(3.0)),
+    expected=Expected(verdict="none"),
+    case="healthy (partial reset)",
+    data_parallel_size=2,
+    restart_engine_at=((1, 300.0),),
+)
+
+# Faulty scenarios added with the structured rules.
+
+_PREEMPTION_STORM = Scenario(
+    name="preemption-storm",
+    description=(
+        "Long generations on a small KV cache at high concurrency: requests are preempted and "
+        "recomputed over and over, and each recompute is a prefill that stalls every stream. "
+        "The stutter is the preemption's, not the token budget's."
+    ),
+    knobs="gpu_memory_utilization 0.36, budget 16384; 1.2 req/s; ~3000 prompt, ~1500 output, max_tokens unset",
+    engine=EngineConfig(gpu_memory_utilization=0.36, max_num_batched_tokens=16384),
+    workload=_one(
+        _chat(
+            1.2,
+            prompt=_lognormal(3000, 0.4, 300, 12000),
+            output=_lognormal(1500, 0.6, 100, 6000),
+            prefix=PrefixSpec(),
+            max_tokens=None,
+        )
+    ),
+    expected=Expected(verdict="kv_cache", symptoms=("D",), causes=("D",), also_possible=("A", "A2", "C", "C3", "E", "F")),
+    case="D (B explained)",
+    # Streams feed another model, so inter-token latency has a tight objective that the storm breaks.
+    slo={"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.02},
+)
+
+_COMPUTE_BOUND = Scenario(
+    name="compute-bound",
+    description=(
+        "A quantised checkpoint whose kernels have no fast path on this GPU (dequantise, then "
+        "an unfused matmul, in eager mode): every step reads the weights at ~4 % of HBM "
+        "bandwidth, so decode crawls on a small batch while the GPU is never idle. vLLM runs "
+        "with --enable-mfu-metrics."
+    ),
+    knobs="bandwidth efficiency 0.04, compute efficiency 0.05, 6 ms per-step launch overhead; "
+    "--enable-mfu-metrics; 1 req/s chat",
+    engine=EngineConfig(
+        enable_mfu_metrics=True,
+        costs=CostModel(bandwidth_efficiency=0.04, compute_efficiency=0.05, gpu_step_fixed_s=0.006),
+    ),
+    workload=_one(_chat(1.0)),
+    expected=Expected(verdict="gpu_compute", symptoms=("B",), causes=("B4",), also_possible=("A", "A1", "F")),
+    case="B4 (gpu_compute)",
+)
+
 
 SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
     {
@@ -528,6 +667,7 @@ SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
             _HEALTHY, _LONG_PROMPTS, _SMALL_BUDGET, _QUEUE_BACKLOG, _CPU_STARVED, _ITL_STUTTER,
             _SPARSE, _KV_PRESSURE, _HEADROOM, _TEMPLATE, _EVICTION, _TP,
             _CASE1, _CASE2, _CASE3, _CASE4, _CASE5,
+            _LOW_TRAFFIC, _RAG, _SATURATED, _DP_RESTART, _PREEMPTION_STORM, _COMPUTE_BOUND,
         )
     }
 )

@@ -1,0 +1,215 @@
+"""``python -m benchmarks.accuracy``: how often the diagnosis is right, at the defaults users get.
+
+Every built-in scenario is simulated once (5 s of simulated time between renders) and fed to
+four sidecar configurations at the same time, each a live :class:`TargetPipeline`:
+
+* ``defaults``: the shipped settings (window, 5 s scrapes, no DCGM), with the CPU source the
+  shipped deployments configure (``cpu: {match: "vllm serve"}``), read here from the simulated
+  engine's run-queue wait;
+* ``15s`` and ``30s``: the same with slower scrapes (every third or sixth render);
+* ``dcgm``: the defaults plus DCGM GPU utilisation.
+
+A cell is the share of steady-state evaluations (those after the first full window that follows
+the warm-up) whose verdict is the scenario's expected one, and the share with a *false symptom*:
+an active, non-informational symptom outside the scenario's expected and "may also fire" sets.
+The acceptance is >= 90 % expected verdict per cell, and 100 % ``none`` with no false symptom for
+the healthy-like scenarios. Exit status 0 either way (the table says MISS); 2 on a harness error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from exporter.config import Settings, load_settings
+from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
+from exporter.signals import HostInputs
+from exporter.simulator import SCENARIOS
+from exporter.simulator.exposition import render_dcgm, render_vllm
+from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator.scenarios import Scenario
+from exporter.dcgm import gpu_utilization
+
+RENDER_STEP_S = 5.0
+START_UNIX = 1_800_000_000.0
+
+
+@dataclass(frozen=True, slots=True)
+class Column:
+    name: str
+    every: int  # use every n-th render (scrape interval = every * RENDER_STEP_S)
+    dcgm: bool
+
+
+COLUMNS: tuple[Column, ...] = (
+    Column("defaults", 1, False),
+    Column("15s", 3, False),
+    Column("30s", 6, False),
+    Column("dcgm", 1, True),
+)
+
+
+@dataclass
+class Cell:
+    evaluations: int = 0
+    expected_verdict: int = 0
+    false_symptom: int = 0
+    verdicts: dict[str, int] = field(default_factory=dict)
+    false_symptoms: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def verdict_share(self) -> float:
+        return self.expected_verdict / self.evaluations if self.evaluations else 0.0
+
+    @property
+    def false_share(self) -> float:
+        return self.false_symptom / self.evaluations if self.evaluations else 0.0
+
+
+def healthy_like(scenario: Scenario) -> bool:
+    return scenario.expected.verdict == "none" and not scenario.expected.symptoms
+
+
+def _settings(scenario: Scenario, column: Column, base: Settings) -> Settings:
+    """The shipped settings for this scenario's target, as an operator would configure it."""
+    interval = RENDER_STEP_S * column.every
+    target = {"name": scenario.name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": interval,
+              "timeout": min(3.0, interval), "engine": scenario.engine_facts()}
+    overrides: dict = {"targets": [target], "window_seconds": base.window_seconds,
+                       "thresholds": dict(base.thresholds)}
+    if scenario.slo is not None:
+        overrides["slo"] = scenario.slo
+    if base.window_seconds < 2 * interval:
+        overrides["window_seconds"] = 2 * interval
+    return load_settings(overrides=overrides)
+
+
+def run_scenario(name: str, duration_s: float, warmup_s: float, seed: int | None = None,
+                 base_overrides: dict | None = None) -> dict[str, dict]:
+    """Simulate one scenario and score every column on it."""
+    scenario = SCENARIOS[name]
+    base = load_settings(overrides=base_overrides or {})
+    engine = scenario.build(seed)
+    engine.advance_to(warmup_s)
+    pipelines: dict[str, TargetPipeline] = {}
+    host_now: dict[str, HostInputs] = {}
+    for column in COLUMNS:
+        settings = _settings(scenario, column, base)
+        pipelines[column.name] = TargetPipeline(settings.targets[0], settings,
+                                                host_probe=lambda _now, c=column.name: host_now[c])
+    cells = {column.name: Cell() for column in COLUMNS}
+    expected = scenario.expected
+    allowed = set(expected.symptoms) | {x for x in expected.also_possible if len(x) == 1}
+    steps = int(duration_s // RENDER_STEP_S)
+    for i in range(1, steps + 1):
+        t = warmup_s + i * RENDER_STEP_S
+        engine.advance_to(t)
+        body = render_vllm(engine, start_unix=START_UNIX).encode()
+        dcgm = None
+        host = simulated_host_inputs(engine)
+        for column in COLUMNS:
+            if i % column.every:
+                continue
+            pipeline = pipelines[column.name]
+            if column.dcgm:
+                if dcgm is None:
+                    dcgm = gpu_utilization(render_dcgm(engine))
+                pipeline.observe_gpu(START_UNIX + t, dcgm)
+            host_now[column.name] = host
+            state = pipeline.ingest(ScrapeResult(started_at=START_UNIX + t, duration=0.0, body=body))
+            window = pipeline.settings.window_seconds
+            if t < warmup_s + max(window, base.window_seconds) or state.status != "ok":
+                continue
+            cell = cells[column.name]
+            cell.evaluations += 1
+            verdict = state.diagnosis.verdict.layer
+            cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
+            if verdict == expected.verdict:
+                cell.expected_verdict += 1
+            active = {s.id for s in state.diagnosis.symptoms if not getattr(s, "informational", False)}
+            false = active - allowed
+            if false:
+                cell.false_symptom += 1
+                for sid in false:
+                    cell.false_symptoms[sid] = cell.false_symptoms.get(sid, 0) + 1
+    return {c: {"evaluations": cell.evaluations, "verdict_share": cell.verdict_share,
+                "false_share": cell.false_share, "verdicts": cell.verdicts, "false_symptoms": cell.false_symptoms}
+            for c, cell in cells.items()}
+
+
+def _run(args: tuple[str, float, float, int | None, dict]) -> tuple[str, dict]:
+    name, duration, warmup, seed, base = args
+    return name, run_scenario(name, duration, warmup, seed, base)
+
+
+def passes(scenario: Scenario, cell: dict) -> bool:
+    if healthy_like(scenario):
+        return cell["verdict_share"] >= 1.0 and cell["false_share"] == 0.0
+    return cell["verdict_share"] >= 0.9
+
+
+def render_table(results: dict[str, dict]) -> str:
+    head = "| scenario | expected | " + " | ".join(c.name for c in COLUMNS) + " |"
+    rule = "|---|---|" + "---|" * len(COLUMNS)
+    rows = [head, rule]
+    for name, cells in results.items():
+        scenario = SCENARIOS[name]
+        parts = []
+        for column in COLUMNS:
+            cell = cells[column.name]
+            mark = "" if passes(scenario, cell) else " **MISS**"
+            parts.append(f"{cell['verdict_share'] * 100:.0f} % / {cell['false_share'] * 100:.0f} %{mark}")
+        rows.append(f"| {name} | {scenario.expected.verdict} | " + " | ".join(parts) + " |")
+    return "\n".join(rows)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", action="append", help="only these scenarios (default: all)")
+    parser.add_argument("--duration", type=float, default=900.0, help="simulated seconds scored per scenario")
+    parser.add_argument("--warmup", type=float, default=120.0, help="simulated seconds before the first scrape")
+    parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--window", type=float, help="measure another window_seconds than the shipped default")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--detail", action="store_true", help="print verdict and false-symptom counts per cell")
+    args = parser.parse_args(argv)
+    names = args.scenario or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"benchmarks.accuracy: unknown scenario(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    started = time.monotonic()
+    base: dict = {"window_seconds": args.window} if args.window else {}
+    work = [(n, args.duration, args.warmup, args.seed, base) for n in names]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            results = dict(pool.map(_run, work))
+    else:
+        results = dict(map(_run, work))
+    results = {n: results[n] for n in names}
+    print(f"expected verdict / false symptom, share of steady-state evaluations "
+          f"({args.duration:.0f} simulated s per scenario after {args.warmup:.0f} s warm-up; "
+          f"window {load_settings(overrides=base).window_seconds:.0f} s)\n")
+    print(render_table(results))
+    misses = [(n, c.name) for n in names for c in COLUMNS if not passes(SCENARIOS[n], results[n][c.name])]
+    print(f"\n{len(names) * len(COLUMNS) - len(misses)}/{len(names) * len(COLUMNS)} cells meet the target "
+          f"({time.monotonic() - started:.0f} s)")
+    if args.detail:
+        for n in names:
+            for c in COLUMNS:
+                cell = results[n][c.name]
+                print(f"  {n:28s} {c.name:9s} verdicts {cell['verdicts']} false {cell['false_symptoms']}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,24 @@
+"""What the sidecar's CPU source would read next to a simulated engine.
+
+A real deployment gives the sidecar vLLM's processes (shared PID namespace), and the
+schedstat reader measures how long their threads wait for a core. The simulated engine knows
+its CPU share directly: uncontended threads wait little (on a host with spare cores), and a
+process that gets a share ``s`` of the CPU it asks for waits about ``1 - s`` of its runnable time.
+"""
+
+from __future__ import annotations
+
+from exporter.signals import HostInputs
+from exporter.simulator.engine import Engine
+
+# Run-queue wait share of an uncontended vLLM on a host with spare cores.
+UNCONTENDED_WAIT_SHARE = 0.05
+
+
+def run_queue_wait_share(engine: Engine) -> float:
+    share = engine.cfg.cpu_share
+    return 1.0 - share * (1.0 - UNCONTENDED_WAIT_SHARE)
+
+
+def simulated_host_inputs(engine: Engine) -> HostInputs:
+    return HostInputs(cpu_wait_share=run_queue_wait_share(engine), sources=("schedstat (simulated)",))
