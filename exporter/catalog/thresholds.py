@@ -70,14 +70,15 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "ITL p99 over p50 above which the stream stutters (B1/B2) rather than being uniformly slow (B3/G).", 1),
     Threshold("prefill_token_share", 0.3, "ratio",
               "Share of computed tokens that are prompt tokens above which prefills compete with decode (B1).", 0, 1),
-    Threshold("budget_over_prompt", 2.0, "ratio",
-              "max_num_batched_tokens over mean prompt length above which one step can carry several whole "
-              "prefills next to decode (B2).", 0),
     Threshold("batch_fill_high", 0.8, "ratio",
               "Running requests over max_num_seqs above which the engine runs a throughput-oriented batch (B3).", 0, 1),
     Threshold("budget_step_share", 0.5, "ratio",
               "Tokens of the largest steps (p99 of vllm:iteration_tokens_total) over max_num_batched_tokens above "
               "which the budget itself lets prefills pile into one step (B2).", 0, 1),
+    Threshold("long_step_tokens", 2048, "tokens",
+              "Tokens in one engine step above which the step stalls every decoding stream for tens of ms on any "
+              "GPU; when the largest steps (p99) are this big and the budget lets them through, the budget is "
+              "the lever (B2).", 1),
     Threshold("bandwidth_use_low", 0.3, "ratio",
               "GPU memory bandwidth achieved while the engine steps (vLLM's MFU estimates over the GPU's peak) below "
               "which decode runs on a slow kernel path (B4). Healthy decode reaches 0.6-0.9.", 0, 1),

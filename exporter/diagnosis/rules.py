@@ -361,18 +361,19 @@ def rule_b2(ctx: Context) -> Finding:
         return abstain("vllm:iteration_tokens_total")
     if tail < t.itl_tail_ratio:
         return clear(f"ITL is uniform ({_tail_text(s)})")
-    # The budget is to blame when the big steps use it: steps near the budget carry several
-    # whole prompts, and a smaller budget would split them.
+    # The budget is to blame when it lets big steps through: the largest steps are long (or use
+    # most of the budget), and a smaller budget would cut them into chunks that decode can pass.
     step_share = s.tokens_per_step_p99 / budget
+    big = min(budget * t.budget_step_share, t.long_step_tokens)
+    if s.tokens_per_step_p99 < big:
+        return clear(f"the largest steps carry {s.tokens_per_step_p99:.0f} tokens ({_pct(step_share)} of "
+                     f"max_num_batched_tokens {budget}): the budget does not make them long")
+    if budget <= t.long_step_tokens:
+        return clear(f"max_num_batched_tokens {budget} is already small: lowering it further is not the lever")
     over = budget / s.prompt_length_mean
-    if step_share < t.budget_step_share:
-        return clear(f"the largest steps use {_pct(step_share)} of max_num_batched_tokens {budget}: "
-                     "the budget does not bind")
-    if over < t.budget_over_prompt:
-        return clear(f"max_num_batched_tokens {budget} holds only {over:.1f} mean prompts")
     breach = itl_breach(ctx)
     return fired(
-        0.5 + 0.2 * _excess(step_share, t.budget_step_share, 1.0) + 0.2 * _excess(breach.ratio, 1, 3),
+        0.5 + 0.2 * _excess(s.tokens_per_step_p99, big, 4 * big) + 0.2 * _excess(breach.ratio, 1, 3),
         breach.evidence,
         f"the largest steps (p99) carry {s.tokens_per_step_p99:.0f} tokens = {_pct(step_share)} of "
         f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts ({s.prompt_length_mean:.0f} tokens)",
@@ -558,7 +559,7 @@ def rule_e(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if s.kv_cache_usage_mean is None or s.kv_full_fraction is None:
         return abstain("vllm:kv_cache_usage_perc")
-    if frequent_preemption(ctx):
+    if (s.preemptions_per_request or 0) >= t.preemptions_per_request and frequent_preemption(ctx):
         return clear("preemption is already frequent: see D")
     at_cap = s.kv_full_fraction >= t.kv_full_fraction
     usage = (f"KV usage mean {_pct(s.kv_cache_usage_mean)} over {s.window_seconds:.0f} s "

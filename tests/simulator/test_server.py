@@ -113,7 +113,7 @@ async def test_speed_up_and_index(clock: FakeClock) -> None:
         assert row["expected"]["verdict"] == "none"
         assert row["engine_facts"] == {
             "max_num_batched_tokens": 8192, "max_num_seqs": 256, "tensor_parallel_size": 1,
-            "pipeline_parallel_size": 1, "gpu": "H100", "cpu_cores": 16,
+            "pipeline_parallel_size": 1, "gpu": "H100", "cpu_cores": 16, "model_weight_bytes": 16.06e9,
         }
         assert row["metrics_path"] == "/metrics"
     finally:
