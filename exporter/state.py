@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from exporter.catalog.symptoms import LAYERS, Action
+from exporter.facts.base import Fact
 from exporter.signals import Signals
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
@@ -98,6 +99,7 @@ class TargetState:
     signals: Signals | None = None
     missing: tuple[str, ...] = ()
     last_scrape_at: float | None = None
+    engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -113,6 +115,7 @@ class TargetState:
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,
+            "engine": {name: fact.to_dict() for name, fact in self.engine.items()},
             "missing": list(self.missing),
             "abstained": {k: list(v) for k, v in d.abstained.items()},
             "scrape": {

