@@ -20,8 +20,9 @@ METRICS = "metrics"
 MODELS_API = "models_api"
 VERSION_API = "version_api"
 DEFAULTS = "defaults"
-PRECEDENCE: tuple[str, ...] = (CONFIG, CMDLINE, VLLM_CONFIG_FILE, ENVIRONMENT, PROCESS, METRICS, MODELS_API,
-                               VERSION_API, DEFAULTS)
+# /version is exact where the metrics only date the release series from the label set.
+PRECEDENCE: tuple[str, ...] = (CONFIG, CMDLINE, VLLM_CONFIG_FILE, ENVIRONMENT, PROCESS, VERSION_API, MODELS_API,
+                               METRICS, DEFAULTS)
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,12 +102,15 @@ def _pairs(args: Sequence[str]) -> tuple[str | None, list[tuple[str, str | None]
                 pairs.append((name, args[index]))
                 index += 1
         elif token.startswith("-") and len(token) > 1 and not _is_number(token):
-            if token in BY_FLAG and index < len(args):
-                pairs.append((token, args[index]))
+            short, eq, value = token.partition("=")
+            if short in BY_FLAG and eq:
+                pairs.append((short, value))
+            elif short in BY_FLAG and index < len(args):
+                pairs.append((short, args[index]))
                 index += 1
             # other short options (-O3, -q, ...) carry nothing we read
-        elif model is None and not pairs:
-            model = token  # vLLM takes the model as the first positional argument
+        elif model is None:
+            model = token  # the positional model (vLLM moves a --model value here too)
     return model, pairs
 
 
