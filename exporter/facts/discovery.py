@@ -46,8 +46,8 @@ def target_port(url: str) -> int:
 class ProcessFacts:
     """cmdline, vllm_config_file, environment and process facts of the vLLM serving a local port."""
 
-    def __init__(self, port: int, proc: Path = Path("/proc")) -> None:
-        self.locator = ProcessLocator(port, proc)
+    def __init__(self, port: int, proc: Path = Path("/proc"), *, same_network: bool = True) -> None:
+        self.locator = ProcessLocator(port, proc, same_network=same_network)
         self.proc = proc
 
     def read(self) -> dict[str, dict[str, FactValue]]:
@@ -72,8 +72,10 @@ class FactDiscovery:
     def __init__(self, target: Target, *, local: bool | None = None, proc: Path = Path("/proc"),
                  refresh_seconds: float = REFRESH_SECONDS) -> None:
         self.target = target
-        use_local = target.discover and (is_local(target.url) if local is None else local)
-        self.process = ProcessFacts(target_port(target.url), proc) if use_local else None
+        # local=False (diagnose --url): no process access at all.
+        use_process = target.discover and local is not False
+        same_network = is_local(target.url) if local is None else local
+        self.process = ProcessFacts(target_port(target.url), proc, same_network=same_network) if use_process else None
         self.http: tuple[HttpFactSource, ...] = HTTP_SOURCES if target.discover else ()
         self.refresh_seconds = refresh_seconds
         self._last: float | None = None

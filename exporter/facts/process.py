@@ -146,9 +146,12 @@ class Found:
 class ProcessLocator:
     """The vLLM server process of one port; remembered while it lives (same pid and start time)."""
 
-    def __init__(self, port: int, proc: Path = Path("/proc")) -> None:
+    def __init__(self, port: int, proc: Path = Path("/proc"), *, same_network: bool = True) -> None:
         self.port = port
         self.proc = proc
+        # In another network namespace (compose: pid "service:vllm", URL http://vllm:8000) the
+        # socket is not ours to see: only one vLLM command line asking for the port will do.
+        self.same_network = same_network
         self._known: tuple[int, int | None] | None = None
 
     def _parse(self, pid: int) -> Found | None:
@@ -173,24 +176,33 @@ class ProcessLocator:
             if _start_time(pid, self.proc) == started and (found := self._parse(pid)) is not None:
                 return found
             self._known = None
-        inodes = listening_inodes(self.port, self.proc)
-        if not inodes:
-            raise NoFacts(f"no process listens on port {self.port} in this network namespace")
-        found = self._oldest(socket_owners(inodes, self.proc))
+        found = None
+        if self.same_network:
+            inodes = listening_inodes(self.port, self.proc)
+            if not inodes:
+                raise NoFacts(f"no process listens on port {self.port} in this network namespace")
+            found = self._oldest(socket_owners(inodes, self.proc))
         if found is None:
             # Another user's sockets are hidden from us; its command line is not.
-            found = self._oldest(pid for pid in _pids(self.proc) if self._asks_for_port(pid))
+            asking = dict(self._asking_for_port())
+            if not self.same_network and len(set(asking.values())) > 1:
+                raise NoFacts(f"several vLLM command lines ask for port {self.port}: configure the facts")
+            found = self._oldest(asking)
         if found is None:
             raise NoFacts(f"the process on port {self.port} is not a vLLM server we can read")
         self._known = (found.pid, _start_time(found.pid, self.proc))
         return found
 
-    def _asks_for_port(self, pid: int) -> bool:
-        try:
-            invocation = cmdline.parse(read_argv(pid, self.proc))
-        except NoFacts:
-            return False
-        return invocation is not None and invocation.port == self.port
+    def _asking_for_port(self) -> Iterable[tuple[int, tuple[str, ...]]]:
+        """(pid, argv) of the vLLM servers whose command line asks for our port."""
+        for pid in _pids(self.proc):
+            try:
+                argv = read_argv(pid, self.proc)
+            except NoFacts:
+                continue
+            invocation = cmdline.parse(argv)
+            if invocation is not None and invocation.port == self.port:
+                yield pid, tuple(argv)
 
 
 def environment_of(found: Found, names: Iterable[str], proc: Path = Path("/proc")) -> Mapping[str, str]:

@@ -124,3 +124,9 @@ async def test_sidecar_publishes_discovered_facts_with_sources_and_no_secret(
         for path, text in pages.items():
             assert secret not in text, path
         assert secret not in caplog.text
+
+
+def test_from_another_network_namespace_the_command_line_port_finds_it(vllm_like: int) -> None:
+    # As in compose with pid "service:vllm": the socket is not visible, the command line is.
+    facts = ProcessFacts(vllm_like, same_network=False).read()
+    assert facts["cmdline"]["max_num_seqs"] == 12
