@@ -1,9 +1,14 @@
-"""What a fact is, where it can come from, and the interface every source implements."""
+"""What a fact is and where it can come from.
+
+Each source module turns its raw input into ``{fact: value}`` with a pure function (``cmdline.parse``,
+``environ.facts``, ``cache_info.facts``, ``http_api.models_facts``/``version_facts``,
+``defaults.defaults``); ``process`` and ``discovery`` do the reading, ``resolve`` the merging.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Protocol, Union
+from typing import Any, Union
 
 FactValue = Union[int, float, bool, str]
 
@@ -35,13 +40,4 @@ class Fact:
 
 
 class NoFacts(Exception):
-    """The source is not available here (no process, no permission, endpoint refused)."""
-
-
-class FactSource(Protocol):
-    """One place facts come from; ``read()`` returns raw fact values or raises :class:`NoFacts`."""
-
-    name: str
-
-    def read(self) -> Mapping[str, FactValue]:
-        ...
+    """A source is not available here (no process, no permission, endpoint refused)."""

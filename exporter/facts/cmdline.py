@@ -57,9 +57,10 @@ def _vllm_args(argv: Sequence[str]) -> list[str] | None:
                 return list(argv[index + 2:])
             if module.startswith("vllm.entrypoints.cli") and argv[index + 2:index + 3] == ["serve"]:
                 return list(argv[index + 3:])
-        if name in _SHELLS and "-c" in argv[index + 1:]:
-            script = argv[argv.index("-c", index + 1) + 1] if argv.index("-c", index + 1) + 1 < len(argv) else ""
-            return _from_script(script)
+        if name in _SHELLS:
+            rest = argv[index + 1:]
+            if "-c" in rest and rest.index("-c") + 1 < len(rest):
+                return _from_script(rest[rest.index("-c") + 1])
     return None
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable, Mapping
+from typing import Iterable
 
 from exporter.facts import cmdline
 from exporter.facts.base import NoFacts
@@ -138,7 +138,6 @@ def build_platform(argv: list[str], pid: int, proc: Path = Path("/proc")) -> str
 @dataclass(frozen=True, slots=True)
 class Found:
     pid: int
-    argv: tuple[str, ...]
     invocation: cmdline.Invocation
     platform: str | None
 
@@ -162,7 +161,7 @@ class ProcessLocator:
         invocation = cmdline.parse(argv, file_reader(pid, self.proc))
         if invocation is None:
             return None
-        return Found(pid, tuple(argv), invocation, build_platform(argv, pid, self.proc))
+        return Found(pid, invocation, build_platform(argv, pid, self.proc))
 
     def _oldest(self, pids: Iterable[int]) -> Found | None:
         found = [f for f in (self._parse(pid) for pid in pids) if f is not None]
@@ -177,12 +176,14 @@ class ProcessLocator:
                 return found
             self._known = None
         found = None
+        owners: list[int] = []
         if self.same_network:
             inodes = listening_inodes(self.port, self.proc)
             if not inodes:
                 raise NoFacts(f"no process listens on port {self.port} in this network namespace")
-            found = self._oldest(socket_owners(inodes, self.proc))
-        if found is None:
+            owners = socket_owners(inodes, self.proc)
+            found = self._oldest(owners)
+        if not owners:
             # Another user's sockets are hidden from us; its command line is not.
             asking = dict(self._asking_for_port())
             if not self.same_network and len(set(asking.values())) > 1:
@@ -204,6 +205,3 @@ class ProcessLocator:
             if invocation is not None and invocation.port == self.port:
                 yield pid, tuple(argv)
 
-
-def environment_of(found: Found, names: Iterable[str], proc: Path = Path("/proc")) -> Mapping[str, str]:
-    return read_environment(found.pid, names, proc)

@@ -9,7 +9,6 @@ per-version defaults table is checked against the installed vLLM's own code.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import subprocess
