@@ -9,6 +9,7 @@ and never lets the secrets out: not on /metrics, the JSON, the page, the text re
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import subprocess
@@ -53,13 +54,15 @@ ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 
 @pytest.fixture
-def vllm_like(fixtures_dir: Path) -> Iterator[int]:
+def vllm_like(fixtures_dir: Path, tmp_path: Path) -> Iterator[int]:
     port = free_port()
+    # vLLM's --config file: the command line's --max-num-seqs overrides the file's value.
+    (tmp_path / "vllm.yaml").write_text("max-num-seqs: 99\nkv_cache_memory_bytes: 8M\n")
     argv = [sys.executable, "-c", SERVER, "vllm", "serve", "/models/tiny", "--port", str(port),
-            "--max-num-batched-tokens", "256", "--max-num-seqs=12", "--block-size", "32",
+            "--max-num-batched-tokens", "256", "--config", "vllm.yaml", "--max-num-seqs=12", "--block-size", "32",
             "--api-key", SECRETS[0], "--hf-token", SECRETS[1], "--enforce-eager"]
     env = {**os.environ, "CAPTURE": str(fixtures_dir / "snapshot-steady.txt"), "HF_TOKEN": SECRETS[2]}
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -80,6 +83,7 @@ def test_the_process_on_the_port_is_found_and_only_known_facts_are_read(vllm_lik
     facts = ProcessFacts(vllm_like).read()
     assert facts["cmdline"] == {"model": "/models/tiny", "max_num_batched_tokens": 256, "max_num_seqs": 12,
                                 "block_size": 32}
+    assert facts["vllm_config_file"] == {"kv_cache_memory_bytes": 8 * 2**20}  # relative to vLLM's cwd
     assert not any(secret in repr(facts) for secret in SECRETS)
 
 
@@ -114,6 +118,7 @@ async def test_sidecar_publishes_discovered_facts_with_sources_and_no_secret(
     assert engine["max_model_len"] == {"value": 1024, "source": "models_api"}
     assert engine["vllm_version"] == {"value": "0.32.0", "source": "version_api"}
     assert engine["num_gpu_blocks"] == {"value": 96, "source": "metrics"}
+    assert engine["kv_cache_memory_bytes"] == {"value": 8 * 2**20, "source": "vllm_config_file"}
     assert engine["tensor_parallel_size"] == {"value": 1, "source": "defaults"}
     assert 'vllm_diag_engine_fact{fact="max_num_batched_tokens",source="cmdline",target="t"} 256.0' in pages["/metrics"]
     assert 'vllm_diag_engine_fact_info{fact="vllm_version",source="version_api",target="t",value="0.32.0"} 1.0' \
@@ -130,3 +135,14 @@ def test_from_another_network_namespace_the_command_line_port_finds_it(vllm_like
     # As in compose with pid "service:vllm": the socket is not visible, the command line is.
     facts = ProcessFacts(vllm_like, same_network=False).read()
     assert facts["cmdline"]["max_num_seqs"] == 12
+
+
+def test_diagnose_url_uses_only_the_http_api_and_metrics(vllm_like: int) -> None:
+    proc = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", "--url",
+                           f"http://127.0.0.1:{vllm_like}/metrics", "--duration", "1", "--interval", "0.5",
+                           "--format", "json"], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    engine = json.loads(proc.stdout)["targets"][0]["engine"]
+    assert engine["max_model_len"] == {"value": 1024, "source": "models_api"}
+    assert engine["block_size"] == {"value": 32, "source": "metrics"}
+    assert {fact["source"] for fact in engine.values()} <= {"models_api", "version_api", "metrics"}

@@ -98,6 +98,8 @@ from vllm.usage.usage_lib import UsageContext
 API = UsageContext.OPENAI_API_SERVER
 out = {"cpu": {w: [d[API] for d in EngineArgs.get_batch_defaults(w)] for w in (1, 2)}}
 source = inspect.getsource(CpuPlatform.check_and_update_config)
+# VLLM_CPU_KVCACHE_SPACE (GiB) replaces kv_cache_memory_bytes, flag or not (exporter/facts/environ.py).
+out["cpu_env_kv"] = bool(re.search(r'env_key = "VLLM_CPU_KVCACHE_SPACE"\s*if env_key in os.environ and os.environ\[env_key\] != "":\s*kv_cache_space = int\(os.environ\[env_key\]\)\s*cache_config.kv_cache_memory_bytes = kv_cache_space \* GiB_bytes', source))
 out["cpu_block_size"] = int(re.search(r"not cache_config.user_specified_block_size:\s*cache_config.block_size = (\d+)", source).group(1))
 gib = 1 << 30
 out["gpu"] = {}
@@ -121,6 +123,7 @@ def test_defaults_table_matches_the_installed_vllm() -> None:
     assert proc.returncode == 0, proc.stderr[-2000:]
     real = json.loads(proc.stdout.strip().splitlines()[-1])
     assert real["common"] == version_defaults.COMMON["0.32"]
+    assert real["cpu_env_kv"], "vLLM's CPU platform no longer sets the KV size from VLLM_CPU_KVCACHE_SPACE as modelled"
     for world, (tokens, seqs) in real["cpu"].items():
         got = version_defaults.defaults("0.32.0", {"platform": "cpu", "tensor_parallel_size": int(world)})
         assert (got["max_num_batched_tokens"], got["max_num_seqs"]) == (tokens, seqs), world
