@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 from pathlib import PurePath
 from typing import Any, Callable, Mapping, Sequence
+from urllib.parse import urlsplit
 
 import yaml
 
@@ -189,10 +190,17 @@ def parse(argv: Sequence[str], read_file: ReadFile | None = None) -> Invocation 
         flags["model"] = model
     for facts in (flags, config):
         if isinstance(facts.get("model"), str):
-            facts["model"] = redact(str(facts["model"]))  # a model URL may carry credentials
+            facts["model"] = _safe_model(str(facts["model"]))
     port = _port(pairs, config_path, read_file)
     return Invocation(flags=flags, config_file={k: v for k, v in config.items() if k not in flags}, port=port,
                       config_path=config_path)
+
+
+def _safe_model(model: str) -> str:
+    """A model URL without what may be a credential: user info, query (presigned tokens), fragment."""
+    if "://" not in model:
+        return model
+    return urlsplit(redact(model))._replace(query="", fragment="").geturl()
 
 
 def _port(pairs: list[tuple[str, str | None]], config_path: str | None, read_file: ReadFile | None) -> int:

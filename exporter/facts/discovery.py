@@ -127,9 +127,12 @@ class FactDiscovery:
 
     async def refresh(self, session: aiohttp.ClientSession, sink: FactSink, now: float | None = None) -> None:
         self._last = time.time() if now is None else now
-        if self.process is not None:
-            local = await asyncio.get_running_loop().run_in_executor(None, self.read_process)
-            for source in (CMDLINE, VLLM_CONFIG_FILE, ENVIRONMENT, PROCESS):
-                sink.observe_facts(source, None if local is None else local[source])
-        for source, values in (await self.read_http(session)).items():
-            sink.observe_facts(source, values)
+        try:
+            if self.process is not None:
+                local = await asyncio.get_running_loop().run_in_executor(None, self.read_process)
+                for source in (CMDLINE, VLLM_CONFIG_FILE, ENVIRONMENT, PROCESS):
+                    sink.observe_facts(source, None if local is None else local[source])
+            for source, values in (await self.read_http(session)).items():
+                sink.observe_facts(source, values)
+        except Exception as exc:  # discovery is a side feature: it must never stop the diagnosis
+            self._report("discovery", f"{type(exc).__name__} (facts kept from the last good read)")

@@ -52,6 +52,8 @@ COMMAND_LINES = [
                  {"model": "m", "max_num_seqs": 16}, 8000, id="last-wins-and-auto-is-unknown"),
     pytest.param(["vllm", "serve", "https://user:pw@models.example/m", "--max-num-seqs", "4"],
                  {"model": "https://***@models.example/m", "max_num_seqs": 4}, 8000, id="model-url-credentials-redacted"),
+    pytest.param(["vllm", "serve", f"s3://bucket/m?X-Amz-Signature={SECRET}#x"],
+                 {"model": "s3://bucket/m"}, 8000, id="model-url-query-token-dropped"),
 ]
 
 
