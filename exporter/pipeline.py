@@ -16,11 +16,11 @@ from typing import Callable, Mapping
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
+from exporter.diagnosis.engine import VerdictTracker, diagnose
+from exporter.diagnosis.rules import Context
 from exporter.facts import cache_info
 from exporter.facts.base import METRICS as METRICS_SOURCE, FactValue
 from exporter.facts.resolve import engine_facts, resolve
-from exporter.diagnosis.engine import VerdictTracker, diagnose
-from exporter.diagnosis.rules import Context
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs, compute
