@@ -17,6 +17,7 @@ import aiohttp
 
 from exporter import __version__
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
+from exporter.facts.discovery import FactDiscovery
 from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
@@ -106,6 +107,10 @@ async def _live(settings: Settings, duration: float):
     loop = asyncio.get_running_loop()
     deadline = loop.time() + duration
     async with aiohttp.ClientSession() as session:
+        # Only the sources that need no process access: the HTTP API (metrics come with the scrapes).
+        discovery = FactDiscovery(target, local=False)
+        for source, values in (await discovery.read_http(session)).items():
+            pipeline.observe_facts(source, values)
         while True:
             started = loop.time()
             pipeline.ingest(await fetch(session, target.url, timeout=target.timeout, max_bytes=target.max_bytes))

@@ -27,7 +27,8 @@ class _Strict(BaseModel):
 
 
 class EngineFacts(_Strict):
-    """Engine configuration vLLM does not export on /metrics; rules needing a missing fact abstain."""
+    """Engine facts: configured here (always wins) or discovered (exporter/facts); rules needing an
+    unknown fact abstain."""
 
     max_num_batched_tokens: int | None = Field(default=None, gt=0)
     max_num_seqs: int | None = Field(default=None, gt=0)
@@ -39,6 +40,20 @@ class EngineFacts(_Strict):
     # Weights of the served model (all GPUs together); with ``gpu`` it tells whether TP/PP was needed
     # for the model to fit or only added for KV room (G).
     model_weight_bytes: float | None = Field(default=None, gt=0)
+    max_model_len: int | None = Field(default=None, gt=0)
+    block_size: int | None = Field(default=None, gt=0)
+    num_gpu_blocks: int | None = Field(default=None, gt=0)
+    kv_cache_memory_bytes: int | None = Field(default=None, gt=0)
+    kv_cache_size_tokens: int | None = Field(default=None, gt=0)
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    enable_prefix_caching: bool | None = None
+    enable_chunked_prefill: bool | None = None
+    kv_cache_dtype: str | None = None
+    dtype: str | None = None
+    performance_mode: str | None = None
+    model: str | None = None
+    vllm_version: str | None = None
+    platform: str | None = None
 
 
 class CpuSource(_Strict):
@@ -81,6 +96,7 @@ class Target(_Strict):
     timeout: float = Field(default=3.0, gt=0)
     max_bytes: int = Field(default=16 * 1024 * 1024, gt=0, description="payload cap after decompression")
     engine: EngineFacts = EngineFacts()
+    discover: bool = Field(default=True, description="read vLLM's command line and HTTP API for engine facts")
     cpu: CpuSource | None = None
     dcgm_url: str | None = None
     record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose")

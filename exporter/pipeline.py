@@ -11,13 +11,16 @@ import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Mapping
 
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
 from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.diagnosis.rules import Context
+from exporter.facts import cache_info
+from exporter.facts.base import METRICS as METRICS_SOURCE, FactValue
+from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs, compute
@@ -43,6 +46,7 @@ class TargetPipeline:
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
         self._gpu: deque[tuple[float, float]] = deque()  # (time, utilisation 0..1) from DCGM
+        self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
         self.source_errors_total: dict[tuple[str, str], int] = {}
@@ -111,6 +115,13 @@ class TargetPipeline:
         while self._gpu and self._gpu[0][0] < timestamp - self.settings.window_seconds:
             self._gpu.popleft()
 
+    def observe_facts(self, source: str, values: Mapping[str, FactValue] | None) -> None:
+        """What a fact source said (None: it is unavailable now); metrics facts come from the scrapes."""
+        if values is None:
+            self._observed_facts.pop(source, None)
+        else:
+            self._observed_facts[source] = dict(values)
+
     def evaluate(self, now: float) -> TargetState:
         host = self.host_probe(now) if self.host_probe is not None else HostInputs()
         for source, reason in host.errors:
@@ -123,8 +134,12 @@ class TargetPipeline:
         latest = self.window.latest
         model = ",".join(latest.model_names()) if latest is not None else ""
         ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
+        observed = dict(self._observed_facts)
+        if latest is not None:
+            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get("vllm:cache_config_info", ()))
+        facts = resolve(self.target.engine, observed)
         if ready:
-            ctx = Context(signals, self.target.engine, self.thresholds, self.settings.slo)
+            ctx = Context(signals, engine_facts(facts), self.thresholds, self.settings.slo)
             diagnosis = diagnose(ctx, self.tracker, now)
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
@@ -136,7 +151,7 @@ class TargetPipeline:
         self.state = TargetState(
             target=self.target.name, url=self.target.safe_url, status=status, window_seconds=self.settings.window_seconds,
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
-            missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None,
+            missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
         )
         return self.state

@@ -23,6 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from exporter import __version__
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
+from exporter.facts.discovery import FactDiscovery
 from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
 from exporter.publish import document, html, text
@@ -47,6 +48,7 @@ class Sidecar:
             t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None) for t in settings.targets
         }
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
+        self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
         self.attempted: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(DiagnosisCollector(lambda: self.states))
@@ -58,6 +60,11 @@ class Sidecar:
         target = pipeline.target
         assert self.session is not None, "scrape before startup"
         agent = f"vllm-diag/{__version__}"
+        discovery = self.discoveries[name]
+        facts = None
+        if discovery.due(time.time(), pipeline.state.health.restarts_total):
+            # Concurrent with the scrape: a slow /v1/models never delays the metrics.
+            facts = asyncio.create_task(discovery.refresh(self.session, pipeline))
         if target.dcgm_url is not None:
             result, gpu = await asyncio.gather(
                 fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes, user_agent=agent),
@@ -74,6 +81,8 @@ class Sidecar:
         else:
             result = await fetch(self.session, target.url, timeout=target.timeout, max_bytes=target.max_bytes,
                                  user_agent=agent)
+        if facts is not None:
+            await facts
         if result.body is not None and len(result.body) > OFFLOAD_BYTES:
             state = await asyncio.get_running_loop().run_in_executor(None, pipeline.ingest, result)
         else:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
 from exporter.catalog.symptoms import LAYERS, Action
+from exporter.facts.base import Fact
 from exporter.signals import Signals
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
@@ -121,6 +122,7 @@ class TargetState:
     last_scrape_at: float | None = None
     rule_errors_total: Mapping[str, int] = field(default_factory=dict)  # cause id -> evaluations that raised
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
+    engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -137,6 +139,7 @@ class TargetState:
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,
+            "engine": {name: fact.to_dict() for name, fact in self.engine.items()},
             "missing": list(self.missing),
             "abstained": {k: list(v) for k, v in d.abstained.items()},
             "rule_errors": [{"cause": k, "error": v, "total": self.rule_errors_total.get(k, 0)}

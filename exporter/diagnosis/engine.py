@@ -61,7 +61,7 @@ def knob_value(knob: str, ctx: Context) -> float | None:
         "max_num_seqs": facts.max_num_seqs,
         "tensor_parallel_size": facts.tensor_parallel_size,
         "pipeline_parallel_size": facts.pipeline_parallel_size,
-        "gpu_memory_utilization": cache.gpu_memory_utilization,
+        "gpu_memory_utilization": facts.gpu_memory_utilization or cache.gpu_memory_utilization,
     }
     return values.get(knob)
 

@@ -110,6 +110,10 @@ class DiagnosisCollector(Collector):
         source_errors = CounterMetricFamily(P + "source_errors",
                                             "vllm-diag: failed reads of an extra source (dcgm, hostcpu:*), by reason.",
                                             labels=["target", "source", "reason"])
+        fact = GaugeMetricFamily(P + "engine_fact", "A numeric engine fact (booleans as 0/1) and where it came from.",
+                                 labels=["target", "fact", "source"])
+        fact_info = GaugeMetricFamily(P + "engine_fact_info", "A text engine fact as the value label (always 1).",
+                                      labels=["target", "fact", "source", "value"])
 
         for state in states:
             t = [state.target]
@@ -123,6 +127,11 @@ class DiagnosisCollector(Collector):
                 last_ok.add_metric(t, h.last_success_timestamp)
             dropped.add_metric(t, float(h.dropped_samples_total))
             restarts.add_metric(t, float(h.restarts_total))
+            for name, known in state.engine.items():
+                if isinstance(known.value, str):
+                    fact_info.add_metric([state.target, name, known.source, known.value], 1.0)
+                else:
+                    fact.add_metric([state.target, name, known.source], float(known.value))
 
             _, tm = _labels(state)
             ready.add_metric(tm, 1.0 if state.status == "ok" else 0.0)
@@ -178,6 +187,6 @@ class DiagnosisCollector(Collector):
                 if value is not None:
                     plain[suffix].add_metric(tm, float(value))
 
-        yield from (up, duration, errors, last_ok, dropped, restarts, ready, evaluated, kv, sched,
+        yield from (up, duration, errors, last_ok, dropped, restarts, fact, fact_info, ready, evaluated, kv, sched,
                     *latency.values(), breakdown, throughput, cpu_signal, *plain.values(),
                     layer_score, verdict, symptom, cause, finding, pending, rule_errors, source_errors)

@@ -7,7 +7,7 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from exporter.publish.text import KEY_SIGNALS, _fmt, abstentions
+from exporter.publish.text import KEY_SIGNALS, _fmt, abstentions, fact_value
 
 
 @lru_cache(maxsize=1)
@@ -20,6 +20,7 @@ def _environment() -> Environment:
         lstrip_blocks=True,
     )
     env.filters["fmt"] = _fmt
+    env.filters["fact"] = fact_value
     env.globals["abstentions"] = abstentions
     return env
 

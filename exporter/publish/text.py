@@ -34,6 +34,13 @@ def _fmt(value: Any, unit: str) -> str:
     return f"{value:.3g}"
 
 
+def fact_value(value: Any) -> str:
+    """An engine fact as written on a vLLM command line."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
 def abstentions(target: dict[str, Any]) -> list[tuple[str, list[str]]]:
     """What the abstaining rules lacked, each with the causes it would unlock (most useful first)."""
     by_need: dict[str, list[str]] = {}
@@ -77,6 +84,11 @@ def render(document: dict[str, Any]) -> str:
             for key, label, unit in KEY_SIGNALS:
                 if signals.get(key) is not None:
                     lines.append(f"  {label}: {_fmt(signals[key], unit)}")
+        if target.get("engine"):
+            lines.append("")
+            lines.append("engine facts:")
+            for name, fact in target["engine"].items():
+                lines.append(f"  {name}: {fact_value(fact['value'])} ({fact['source']})")
         if target["missing"]:
             lines.append(f"missing: {', '.join(target['missing'])}")
         if target["state"] == "ok":
