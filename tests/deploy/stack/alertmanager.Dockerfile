@@ -11,7 +11,7 @@ RUN ln -s prometheus-alertmanager /usr/bin/alertmanager \
     && mkdir -p /alertmanager /etc/alertmanager \
     && chown nobody:nogroup /alertmanager \
     && /bin/alertmanager --version
-USER nobody
+USER 65534:65534
 WORKDIR /alertmanager
 EXPOSE 9093
 ENTRYPOINT ["/bin/alertmanager"]
