@@ -127,7 +127,10 @@ def receiver_path_for(labels: dict[str, str]) -> str:
         if all(labels.get(m.group(1)) == m.group(2) for m in matchers):  # type: ignore[union-attr]
             receiver = route["receiver"]
             break
-    return f"/vllm-diag/{receiver}"
+    # the test copy keeps each receiver's URL path (a receiver without a webhook gets /vllm-diag/<name>)
+    (spec,) = [r for r in config["receivers"] if r["name"] == receiver]
+    hooks = spec.get("webhook_configs") or [{"url": f"http://x/vllm-diag/{receiver}"}]
+    return urllib.parse.urlsplit(hooks[0]["url"]).path
 
 
 def demo_scenario(resolved: dict[str, Any]) -> str:
