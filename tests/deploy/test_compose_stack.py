@@ -41,7 +41,7 @@ import time
 import urllib.parse
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -117,8 +117,8 @@ def sidecar_down_alert() -> str:
     return names[0]
 
 
-def receiver_path_for(labels: dict[str, str]) -> str:
-    """The webhook path the example Alertmanager route sends an alert with these labels to."""
+def route_for(labels: dict[str, str]) -> tuple[str, str]:
+    """(receiver, webhook path) the example Alertmanager route sends an alert with these labels to."""
     config = yaml.safe_load(ALERTMANAGER_YML.read_text())
     receiver = config["route"]["receiver"]
     for route in config["route"].get("routes", []):
@@ -130,7 +130,7 @@ def receiver_path_for(labels: dict[str, str]) -> str:
     # the test copy keeps each receiver's URL path (a receiver without a webhook gets /vllm-diag/<name>)
     (spec,) = [r for r in config["receivers"] if r["name"] == receiver]
     hooks = spec.get("webhook_configs") or [{"url": f"http://x/vllm-diag/{receiver}"}]
-    return urllib.parse.urlsplit(hooks[0]["url"]).path
+    return receiver, urllib.parse.urlsplit(hooks[0]["url"]).path
 
 
 def demo_scenario(resolved: dict[str, Any]) -> str:
@@ -203,13 +203,15 @@ class Stack:
     project: str
     env: dict[str, str]
     ports: dict[str, int]
-    up_at: float = 0.0
+    up_at: float = 0.0  # time.monotonic() when `up -d` returned
     down_done: bool = False
-    timings: dict[str, float | str] = field(default_factory=dict)
+
+    def argv(self, *args: str) -> list[str]:
+        return [self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE_FILE),
+                "--profile", "demo", *args]
 
     def __call__(self, *args: str, timeout: float = 300, check: bool = True) -> subprocess.CompletedProcess[str]:
-        argv = [self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE_FILE),
-                "--profile", "demo", *args]
+        argv = self.argv(*args)
         proc = subprocess.run(argv, cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
             pytest.fail(f"{shlex.join(argv[1:])} exited {proc.returncode}\n{proc.stdout[-3000:]}\n"
@@ -235,14 +237,9 @@ class Stack:
     def report(self) -> str:
         """What helps when a test fails: compose ps, each service's log tail, the webhook deliveries."""
         out = []
-        ps = subprocess.run([self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE_FILE),
-                             "--profile", "demo", "ps"], cwd=ROOT, env=self.env, capture_output=True, text=True,
-                            timeout=60)
-        out.append(ps.stdout + ps.stderr)
-        logs = subprocess.run([self.compose, "-p", self.project, "-f", str(COMPOSE_FILE), "-f", str(OVERRIDE_FILE),
-                               "--profile", "demo", "logs", "--no-color", "--tail=25"], cwd=ROOT, env=self.env,
-                              capture_output=True, text=True, timeout=60)
-        out.append(logs.stdout[-8000:] + logs.stderr[-2000:])
+        for args in (("ps",), ("logs", "--no-color", "--tail=25")):
+            proc = subprocess.run(self.argv(*args), cwd=ROOT, env=self.env, capture_output=True, text=True, timeout=60)
+            out.append(proc.stdout[-8000:] + proc.stderr[-2000:])
         try:
             out.append("webhook deliveries: " + json.dumps([(d["status"], d["path"], d["labels"].get("alertname"))
                                                             for d in self.deliveries()]))
@@ -286,7 +283,7 @@ def stack(docker: Docker, image: str, base_image: str, tmp_path_factory: pytest.
            "COMPOSE_HTTP_TIMEOUT": "180"}
     for var in ("VLLM_DIAG_DEMO_SCENARIO", "VLLM_DIAG_LOG_LEVEL"):  # the shipped defaults, not this shell's
         env.pop(var, None)
-    s = Stack(docker, compose, f"vdstack{uuid.uuid4().hex[:6]}", env, ports, timings=TIMINGS)
+    s = Stack(docker, compose, f"vdstack{uuid.uuid4().hex[:6]}", env, ports)
     try:
         started = time.monotonic()
         s("up", "-d", "--no-build")
@@ -394,21 +391,19 @@ def test_faulty_scenario_alert_reaches_alertmanager_and_the_webhook(stack: Stack
                      interval=1, diagnostics=stack.report)[0]
     TIMINGS["faulty_alert_delivered_s"] = round(time.monotonic() - stack.up_at, 1)
     name = first["labels"]["alertname"]
-    TIMINGS["faulty_alert"] = f"{scenario.name}: {name}"  # type: ignore[assignment]
-    assert first["path"] == receiver_path_for(candidates[name]), (first, candidates[name])
-    assert first["labels"]["target"] == "vllm-0"  # the demo config's target name
-    held = [a for a in stack.get_json("alertmanager", "/api/v2/alerts")
-            if a["labels"].get("alertname") == name]
-    assert held and held[0]["labels"]["severity"] == candidates[name]["severity"], held
-    assert any(a["labels"].get("alertname") == name and a["state"] == "firing"
-               for a in stack.get_json("prometheus", "/api/v1/alerts")["data"]["alerts"])
+    TIMINGS["faulty_alert"] = f"{scenario.name}: {name}"
+    # Alertmanager routed it by its severity to the receiver the example config names for it
+    assert (first["receiver"], first["path"]) == route_for(candidates[name]), (first, candidates[name])
+    assert {k: first["labels"].get(k) for k in candidates[name]} == candidates[name], first["labels"]
+    # ... for the demo's target, as the sidecar names it
+    assert first["labels"]["target"] == yaml.safe_load(DEMO_CONFIG.read_text())["targets"][0]["name"]
 
 
 @pytest.mark.docker
 def test_stopping_the_sidecar_fires_sidecar_down_and_starting_it_resolves(stack: Stack) -> None:
     alert = sidecar_down_alert()
     (rule,) = [r for r in alert_rules() if r["alert"] == alert]
-    path = receiver_path_for(rule["labels"])
+    receiver, path = route_for(rule["labels"])
 
     def prometheus_state() -> set[str]:
         return {a["state"] for a in stack.get_json("prometheus", "/api/v1/alerts")["data"]["alerts"]
@@ -424,7 +419,7 @@ def test_stopping_the_sidecar_fires_sidecar_down_and_starting_it_resolves(stack:
                      DEADLINE_SIDECAR_DOWN_S, f"{alert} firing at the webhook after the sidecar stopped",
                      interval=1, diagnostics=stack.report)
     TIMINGS["sidecar_down_delivered_s"] = round(time.monotonic() - t0, 1)
-    assert {d["path"] for d in fired} == {path}
+    assert {(d["receiver"], d["path"]) for d in fired} == {(receiver, path)}
     assert fired[0]["labels"].get("job") == SIDECAR_JOB
 
     started_at = time.time()
