@@ -1,7 +1,9 @@
 """The Docker image, built and run for real.
 
-A private dockerd (Debian docker.io) runs with no bridge and no iptables, its socket, data and
-exec roots under a temporary directory; it is stopped by its PID at the end. Nothing can be pulled,
+A private dockerd (Debian docker.io) runs with no bridge, no iptables and no IP forwarding, its
+socket, data and exec roots under a temporary directory; it is stopped by its PID at the end (the
+daemon and the image are session fixtures in tests/deploy/conftest.py, shared with the compose stack
+test; the machinery is tests/deploy/dockerd.py). Nothing can be pulled,
 so the base image is made by scripts/build-base-image.sh (debootstrap bookworm + python3, cached
 as a tarball under /var/cache/vllm-diag). pip inside the build reaches no index either: the test
 serves a wheelhouse (downloaded once with the host's pip, cached by pyproject.toml's hash) on
@@ -13,208 +15,29 @@ their own (--network none) where they talk over that namespace's loopback only.
 
 from __future__ import annotations
 
-import functools
-import hashlib
 import http.server
 import json
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.conftest import free_port
 
+from tests.conftest import free_port
+from tests.deploy.conftest import TIMINGS
+from tests.deploy.dockerd import Docker, http_get, wait_for
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("VLLM_DIAG_CACHE", "/var/cache/vllm-diag"))
-BASE_IMAGE = "vllm-diag-base:bookworm"
-TIMINGS: dict[str, float | bool] = {}
 
 
-def _need(name: str, hint: str) -> str:
-    found = shutil.which(name)
-    if not found:
-        pytest.fail(f"{name} is not installed ({hint}); the image test needs it")
-    return found
-
-
-def http_get(url: str, timeout: float = 3.0) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-def wait_for(check, timeout: float, what: str, interval: float = 0.3):
-    deadline = time.monotonic() + timeout
-    last: object = None
-    while time.monotonic() < deadline:
-        try:
-            result = check()
-            if result:
-                return result
-            last = result
-        except (OSError, urllib.error.URLError) as exc:
-            last = exc
-        time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f}s waiting for {what} (last: {last!r})")
-
-
-class Docker:
-    def __init__(self, client: str, host: str) -> None:
-        self.client, self.host = client, host
-        self.env = {**os.environ, "DOCKER_HOST": host, "DOCKER_BUILDKIT": "0"}
-        self.containers: list[str] = []
-
-    def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run([self.client, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
-        if check and proc.returncode != 0:
-            pytest.fail(f"docker {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
-        return proc
-
-    def run(self, *args: str) -> str:
-        name = f"vllm-diag-test-{uuid.uuid4().hex[:8]}"
-        self.containers.append(name)
-        self("run", "-d", "--name", name, *args)
-        return name
-
-    def logs(self, name: str) -> str:
-        proc = self("logs", name, check=False)
-        return proc.stdout + proc.stderr
-
-    def exec_python(self, name: str, code: str) -> str:
-        return self("exec", name, "python3", "-c", code).stdout
-
-
-@pytest.fixture(scope="module")
-def docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Docker]:
-    dockerd = _need("dockerd", "apt-get install -y docker.io")
-    client = _need("docker", "apt-get install -y docker.io")
-    root = Path(str(tmp_path_factory.mktemp("dockerd")))
-    sock = root / "docker.sock"
-    log = (root / "dockerd.log").open("w")
-    started = time.monotonic()
-    proc = subprocess.Popen(
-        [dockerd, "--bridge=none", "--iptables=false", "--ip6tables=false", f"--host=unix://{sock}",
-         f"--data-root={root / 'data'}", f"--exec-root={root / 'exec'}", f"--pidfile={root / 'dockerd.pid'}",
-         "--log-level=warn"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )
-    d = Docker(client, f"unix://{sock}")
-    try:
-        wait_for(lambda: proc.poll() is None and d("version", check=False).returncode == 0 or proc.poll() is not None,
-                 60, "dockerd")
-        if proc.poll() is not None:
-            pytest.fail(f"dockerd exited {proc.returncode}:\n{(root / 'dockerd.log').read_text()[-3000:]}")
-        TIMINGS["dockerd_start_s"] = round(time.monotonic() - started, 1)
-        yield d
-    finally:
-        for name in d.containers:
-            d("rm", "-f", "-v", name, check=False, timeout=60)
-        proc.send_signal(signal.SIGTERM)  # dockerd by its PID; it stops its own containerd
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-        log.close()
-        _unmount_below(root)  # dockerd leaves its exec-root/netns/default bind mount behind
-        shutil.rmtree(root, ignore_errors=True)
-        _write_timings()
-
-
-def _unmount_below(root: Path) -> None:
-    prefix = str(root.resolve()) + "/"
-    mounts = [line.split()[1] for line in Path("/proc/self/mounts").read_text().splitlines()]
-    for point in sorted((m for m in mounts if m.startswith(prefix)), key=len, reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True, timeout=30)
-
-
-def _write_timings() -> None:
-    out = ROOT / "test-artifacts"
-    out.mkdir(exist_ok=True)
-    (out / "docker-image-timings.json").write_text(json.dumps(TIMINGS, indent=2) + "\n")
-
-
-@pytest.fixture(scope="module")
-def wheelhouse_url() -> Iterator[str]:
-    """The project's dependencies (and its build backend) as wheels, served on 127.0.0.1."""
-    key = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
-    house = CACHE / f"wheels-{key}"
-    started = time.monotonic()
-    if not any(house.glob("*.whl")):
-        tmp = CACHE / f"wheels-{key}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        tmp.mkdir(parents=True)
-        proc = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--dest", str(tmp), str(ROOT),
-             "setuptools>=68", "wheel"],
-            capture_output=True, text=True, timeout=600,
-        )
-        if proc.returncode != 0:
-            shutil.rmtree(tmp, ignore_errors=True)
-            pytest.fail(f"pip download for the wheelhouse failed:\n{proc.stderr[-3000:]}")
-        for project_sdist in tmp.glob("vllm_diag_exporter*"):
-            project_sdist.unlink()  # the image builds the project from the context, not from here
-        shutil.rmtree(house, ignore_errors=True)
-        tmp.rename(house)
-        for stale in CACHE.glob("wheels-*"):  # houses of older pyproject.toml versions
-            if stale != house:
-                shutil.rmtree(stale, ignore_errors=True)
-    TIMINGS["wheelhouse_s"] = round(time.monotonic() - started, 1)
-
-    class Quiet(http.server.SimpleHTTPRequestHandler):
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(Quiet, directory=str(house)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/"
-    finally:
-        server.shutdown()
-        server.server_close()
-
-
-@pytest.fixture(scope="module")
-def image(docker: Docker, wheelhouse_url: str) -> Iterator[str]:
-    _need("debootstrap", "apt-get install -y debootstrap")
-    started = time.monotonic()
-    proc = subprocess.run(["bash", str(ROOT / "scripts/build-base-image.sh"), BASE_IMAGE], env=docker.env,
-                          capture_output=True, text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"scripts/build-base-image.sh failed:\n{proc.stdout}\n{proc.stderr}")
-    TIMINGS["base_image_s"] = round(time.monotonic() - started, 1)
-    TIMINGS["base_image_debootstrapped"] = "debootstrap took" in proc.stderr
-
-    tag = f"vllm-diag:test-{uuid.uuid4().hex[:8]}"
-    started = time.monotonic()
-    docker("build", "--network", "host", "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
-           "--build-arg", "PIP_NO_INDEX=1", "--build-arg", f"PIP_FIND_LINKS={wheelhouse_url}",
-           "--label", "vllm-diag.test=1", "-t", tag, str(ROOT), timeout=600)
-    TIMINGS["image_build_s"] = round(time.monotonic() - started, 1)
-    TIMINGS["image_size_mb"] = round(int(docker("image", "inspect", "--format", "{{.Size}}", tag).stdout) / 1e6, 1)
-    try:
-        yield tag
-    finally:
-        for name in docker.containers:
-            docker("rm", "-f", "-v", name, check=False, timeout=60)
-        docker.containers.clear()
-        docker("rmi", "-f", tag, check=False)
-        docker("image", "prune", "-f", "--filter", "label=vllm-diag.test=1", check=False)
+@pytest.fixture(scope="module", autouse=True)
+def _remove_this_modules_containers(docker: Docker) -> Iterator[None]:
+    """The daemon and the image are shared with the compose stack test: leave no container running."""
+    yield
+    docker.remove_containers()
 
 
 @pytest.fixture(scope="module")
