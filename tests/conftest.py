@@ -37,3 +37,13 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# Tests that start real heavy parts are the slow tier: `pytest -m "not slow"` leaves them out.
+SLOW_MARKERS = ("realvllm", "prometheus", "browser", "docker")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
+            item.add_marker(pytest.mark.slow)
