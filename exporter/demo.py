@@ -80,7 +80,9 @@ def prime(sidecar: Sidecar, sims: dict[str, LiveScenario], warmup: float, window
         return
     step = span / PRIME_SCRAPES
     for name, pipeline in sidecar.pipelines.items():
-        live = sims[name]
+        live = sims.get(name)
+        if live is None:  # a target that is not one of the simulated scenarios
+            continue
         for index in range(1, PRIME_SCRAPES + 1):
             sim_time = warmup - span + index * step
             live.engine.advance_to(sim_time)
