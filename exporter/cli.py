@@ -211,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
                     epilog="Run 'vllm-diag COMMAND --help' for a command's flags. Exit status: 0 whatever "
                            "the verdict, 2 for bad input (one line on stderr).")
     parser.add_argument("--version", action="version", version=f"vllm-diag {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below")
 
     serve = sub.add_parser("serve", help="run the sidecar",
                            description="Poll vLLM /metrics and serve the diagnosis: /metrics, /api/v1/diagnosis, "
@@ -254,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
     simulate.set_defaults(func=_simulate)
 
     demo_parser = sub.add_parser("demo", help="simulated vLLM engines plus the sidecar, for a first look",
-                                 description=demo.__doc__.strip().splitlines()[0].split(": ", 1)[1])
+                                 description="Simulated vLLM engines plus the sidecar in one process, for a first "
+                                             "look without a GPU. The diagnosis window (three minutes) starts "
+                                             "filled with the simulator's warm-up, so verdicts are settled at once.")
     demo.configure_parser(demo_parser)
     demo_parser.set_defaults(func=_demo)
 
