@@ -109,7 +109,13 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         target = _diagnose_target(base, str(captures.files[0]), name=captures.target or "captures")
         target.update(scrape_interval=interval, timeout=min(target.get("timeout", 3.0), interval))
         settings = _settings(config, {**overrides, "window_seconds": window, "targets": [target]}, DIAGNOSE_FLAGS)
-        state = replay(list(captures.files), TargetPipeline(settings.targets[0], settings), interval, dcgm_dir=dcgm)
+        pipeline = TargetPipeline(settings.targets[0], settings)
+        state = replay(list(captures.files), pipeline, interval, dcgm_dir=dcgm)
+        if state.status == "ok":
+            # The captures are one window, judged once as a whole: the live verdict's hysteresis
+            # would hold what the first few captures suggested (two captures vs three would differ).
+            pipeline.tracker = type(pipeline.tracker)()
+            state = pipeline.evaluate(state.evaluated_at)
     _emit(document.build([state]), args.format)
     return 0
 
