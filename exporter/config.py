@@ -1,6 +1,7 @@
 """Configuration: one pydantic-settings model, from a YAML file, then VLLM_DIAG_* env, then flags.
 
-Invalid configuration fails at start with one line per bad field (dotted location and reason).
+Invalid configuration fails at start with one line per bad field: where the value came from
+(``FILE:LINE:COL``, the environment variable or the flag), its dotted location and the reason.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from typing import Any, Mapping
 from urllib.parse import urlsplit
 
 import yaml
-
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
