@@ -1,6 +1,7 @@
-"""``vllm-diag``: serve, diagnose (offline captures or a live URL), and the other tools.
+"""The ``vllm-diag`` command: serve, diagnose (offline captures or a live URL), and the other tools.
 
-Exit status is 0 whatever the verdict; non-zero only for bad input, with a one-line reason.
+Exit status is 0 whatever the verdict; 2 for bad input, with one line on stderr that starts
+``vllm-diag:`` and names the flag, or the file with line and column, that caused it.
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ import argparse
 import asyncio
 import json
 import logging
+import re
+import socket
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -16,8 +19,10 @@ from typing import Any, Sequence
 import aiohttp
 
 from exporter import __version__
+from exporter.argtypes import positive
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
 from exporter.facts.discovery import FactDiscovery
+from exporter.offline import CaptureError, CaptureSet, resolve
 from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
@@ -26,17 +31,26 @@ from exporter import demo, simulator
 from exporter.render import cli as render
 
 EXIT_BAD_INPUT = 2
+DEFAULT_INTERVAL = 15.0  # seconds between plain captures when nothing says otherwise
 
 
 class BadInput(Exception):
     """A one-line reason for a non-zero exit."""
 
 
-def _settings(config: str | None, overrides: dict[str, Any]) -> Settings:
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``vllm-diag: diagnose: argument --interval: ...``, exit 2."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        command = self.prog.removeprefix("vllm-diag").strip()
+        self.exit(EXIT_BAD_INPUT, f"vllm-diag: {command + ': ' if command else ''}{message}\n")
+
+
+def _settings(config: str | None, overrides: dict[str, Any], origins: dict[str, str] | None = None) -> Settings:
     try:
-        return load_settings(config, overrides)
+        return load_settings(config, overrides, origins)
     except ConfigError as exc:
-        raise BadInput("invalid configuration: " + "; ".join(exc.lines)) from None
+        raise BadInput("; ".join(exc.lines)) from None
 
 
 def _emit(doc: dict[str, Any], fmt: str) -> None:
@@ -46,57 +60,95 @@ def _emit(doc: dict[str, Any], fmt: str) -> None:
         sys.stdout.write(text.render(doc))
 
 
-def _diagnose_target(settings: Settings, source: str) -> dict[str, Any]:
+def _diagnose_target(settings: Settings, source: str, name: str = "captures") -> dict[str, Any]:
     """The target `diagnose` evaluates: the config's first one (engine facts, SLOs), else a bare one."""
     if settings.targets:
         first = settings.targets[0].model_dump()
         first["url"] = source if source.startswith("http") else first["url"]
+        first["record_dir"] = None  # diagnose only reads: it never writes captures, whatever the config says
         return first
-    return target_from_url(source if source.startswith("http") else "http://captures/metrics", name="captures")
+    return target_from_url(source if source.startswith("http") else "http://captures/metrics", name=name)
+
+
+# Which flag fills which setting, so a bad value is reported under the flag the user typed.
+DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout": "--interval",
+                  "window_seconds": "--window"}
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
     if bool(args.files) == bool(args.url):
-        raise BadInput("give capture FILEs or --url URL (not both)")
-    base = _settings(args.config, {})
+        raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}
     if args.window is not None:
         overrides["window_seconds"] = args.window
     if args.url:
-        interval = args.interval
+        base = _settings(args.config, {})
+        interval = args.interval or DEFAULT_INTERVAL
         target = _diagnose_target(base, args.url)
         target.update(url=args.url, scrape_interval=interval, timeout=min(target.get("timeout", 3.0), interval))
         window = overrides.get("window_seconds", max(base.window_seconds, args.duration + interval))
-        settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]})
+        _check_window(window, interval)
+        settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]},
+                             DIAGNOSE_FLAGS)
         state = asyncio.run(_live(settings, args.duration))
     else:
-        files = [Path(f) for f in args.files]
-        for path in files:
-            if not path.is_file():
-                raise BadInput(f"{path}: no such file")
+        try:
+            captures = resolve(args.files)
+        except CaptureError as exc:
+            raise BadInput(str(exc)) from None
+        config = args.config or (str(captures.config) if captures.config else None)  # --config wins
+        dcgm = Path(args.dcgm) if args.dcgm is not None else captures.dcgm  # --dcgm wins
+        if dcgm is not None and not dcgm.is_dir():
+            raise BadInput(f"--dcgm {dcgm}: not a directory")
+        for path in captures.files:
             _validate_capture(path)
-        span = args.interval * max(1, len(files) - 1)
-        window = overrides.get("window_seconds", max(base.window_seconds, span + args.interval))
-        target = _diagnose_target(base, str(files[0]))
-        target.update(scrape_interval=args.interval, timeout=min(target.get("timeout", 3.0), args.interval))
-        settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]})
-        if args.dcgm is not None and not Path(args.dcgm).is_dir():
-            raise BadInput(f"{args.dcgm}: not a directory")
-        state = replay(files, TargetPipeline(settings.targets[0], settings), args.interval,
-                       dcgm_dir=Path(args.dcgm) if args.dcgm else None)
+        base = _settings(config, {})
+        interval = _capture_interval(args.interval, captures, base, from_folder=args.config is None)
+        span = captures.span if captures.span is not None else interval * max(1, len(captures.files) - 1)
+        window = overrides.get("window_seconds", max(base.window_seconds, span + interval))
+        _check_window(window, interval)
+        target = _diagnose_target(base, str(captures.files[0]), name=captures.target or "captures")
+        target.update(scrape_interval=interval, timeout=min(target.get("timeout", 3.0), interval))
+        settings = _settings(config, {**overrides, "window_seconds": window, "targets": [target]}, DIAGNOSE_FLAGS)
+        pipeline = TargetPipeline(settings.targets[0], settings)
+        state = replay(list(captures.files), pipeline, interval, dcgm_dir=dcgm)
+        if state.status == "ok":
+            # The captures are one window, judged once as a whole: the live verdict's hysteresis
+            # would hold what the first few captures suggested (two captures vs three would differ).
+            pipeline.tracker = type(pipeline.tracker)()
+            state = pipeline.evaluate(state.evaluated_at)
     _emit(document.build([state]), args.format)
     return 0
+
+
+def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, from_folder: bool) -> float:
+    """Seconds between captures: the flag, else the recorded scrape times, else the folder's config."""
+    if flag is not None:
+        return flag
+    if captures.spacing is not None and captures.spacing > 0:
+        return captures.spacing
+    if from_folder and captures.config is not None and base.targets:
+        return base.targets[0].scrape_interval  # `simulate --out` writes its capture interval there
+    return DEFAULT_INTERVAL
+
+
+def _check_window(window: float, interval: float) -> None:
+    if window < 2 * interval:
+        raise BadInput(f"--window {window:g}: must hold at least two scrapes (2 x --interval {interval:g} s)")
 
 
 def _validate_capture(path: Path) -> None:
     try:
         body = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise BadInput(f"{path}: cannot read as UTF-8 text ({exc})") from None
+    except OSError as exc:
+        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise BadInput(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         snapshot = parse(body, capture_timestamp(body) or 0.0)
     except ParseError as exc:
-        raise BadInput(f"{path}: {exc}") from None
+        located = re.match(r"line (\d+): (.*)", str(exc))  # FILE:LINE: like a compiler, for editors to jump to
+        raise BadInput(f"{path}:{located[1]}: {located[2]}" if located else f"{path}: {exc}") from None
     if not any(name.startswith("vllm:") for name in snapshot.families()):
         raise BadInput(f"{path}: no vLLM metrics in this capture (is it a vLLM /metrics page?)")
 
@@ -122,13 +174,14 @@ async def _live(settings: Settings, duration: float):
 
 def cmd_serve(args: argparse.Namespace) -> int:
     overrides: dict[str, Any] = {}
+    origins: dict[str, str] = {}
     if args.listen:
-        overrides["listen"] = args.listen
+        overrides["listen"], origins["listen"] = args.listen, "--listen"
     if args.web_config_file:
-        overrides["web_config_file"] = args.web_config_file
+        overrides["web_config_file"], origins["web_config_file"] = args.web_config_file, "--web-config-file"
     if args.target:
-        overrides["targets"] = [target_from_url(url) for url in args.target]
-    settings = _settings(args.config, overrides)
+        overrides["targets"], origins["targets"] = [target_from_url(url) for url in args.target], "--target"
+    settings = _settings(args.config, overrides, origins)
     logging.getLogger().setLevel(settings.log_level)
     if not settings.targets:
         raise BadInput("no targets: give --target URL or a config file with targets")
@@ -136,43 +189,86 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from exporter.server import run
     from exporter.webconfig import WebConfigError
 
+    listen = f"--listen {settings.listen}" if args.listen else f"listen {settings.listen}" + (
+        f" (from {args.config})" if args.config else "")
+    ensure_free(settings.listen_host, settings.listen_port, listen)
     try:
         run(settings, host_probes=host_probe_for)
     except WebConfigError as exc:
         raise BadInput(str(exc)) from None
+    except OSError as exc:  # the port was taken between the check and the bind
+        raise BadInput(f"{listen}: {_os_error(exc)}") from None
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="vllm-diag", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"vllm-diag {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+def ensure_free(host: str, port: int, what: str) -> None:
+    """Fail with one line, before anything starts or logs, when HOST:PORT cannot be bound."""
+    try:
+        addresses = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise BadInput(f"{what}: cannot resolve {host!r} ({exc.strerror})") from None
+    for family, kind, proto, _, address in addresses:
+        with socket.socket(family, kind, proto) as probe:
+            # The server binds with SO_REUSEADDR too: a port in TIME_WAIT is free to it, and to us.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(address)
+            except OSError as exc:
+                raise BadInput(f"{what}: {exc.strerror or exc}") from None
 
-    serve = sub.add_parser("serve", help="run the sidecar")
-    serve.add_argument("--config", help="YAML configuration file")
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="vllm-diag", description=__doc__.splitlines()[0].replace("``", ""),
+                    epilog="Run 'vllm-diag COMMAND --help' for a command's flags. Exit status: 0 whatever "
+                           "the verdict, 2 for bad input (one line on stderr).")
+    parser.add_argument("--version", action="version", version=f"vllm-diag {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="one of the commands below")
+
+    serve = sub.add_parser("serve", help="run the sidecar",
+                           description="Poll vLLM /metrics and serve the diagnosis: /metrics, /api/v1/diagnosis, "
+                                       "/ (HTML), /healthz, /readyz. Settings: YAML file, then VLLM_DIAG_* "
+                                       "environment variables, then these flags.")
+    serve.add_argument("--config", metavar="FILE", help="YAML configuration file")
     serve.add_argument("--target", action="append", metavar="URL", help="a vLLM /metrics URL (repeatable)")
-    serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on")
+    serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9863)")
     serve.add_argument("--web-config-file", metavar="FILE",
                        help="TLS and basic auth, in the Prometheus exporter-toolkit format")
     serve.set_defaults(func=cmd_serve)
 
-    diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while")
-    diag.add_argument("files", nargs="*", metavar="FILE", help="saved /metrics captures, in order")
+    diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while",
+                          description="Offline: saved /metrics captures, or one folder of them as written by "
+                                      "'simulate --out' or a target's record_dir (its vllm-diag.yaml and dcgm/ "
+                                      "are used unless --config or --dcgm is given). Recorded captures are "
+                                      "ordered by their scrape time. Live: --url for --duration seconds. "
+                                      "Never writes files.")
+    diag.add_argument("files", nargs="*", metavar="FILE|DIR",
+                      help="saved /metrics captures in scrape order, or one folder of captures")
     diag.add_argument("--url", help="live vLLM /metrics URL")
-    diag.add_argument("--duration", type=float, default=30.0, help="seconds to watch a live URL (default 30)")
-    diag.add_argument("--interval", type=float, default=15.0,
-                      help="seconds between captures, or between live scrapes (default 15)")
-    diag.add_argument("--window", type=float, help="window seconds (default: all captures)")
-    diag.add_argument("--config", help="YAML configuration: first target's engine facts, SLOs, thresholds")
-    diag.add_argument("--format", choices=("text", "json"), default="text")
+    diag.add_argument("--duration", type=positive, default=30.0, metavar="SECONDS",
+                      help="seconds to watch a live URL (default 30)")
+    diag.add_argument("--interval", type=positive, default=None, metavar="SECONDS",
+                      help="seconds between captures or live scrapes (default: the recorded scrape times, "
+                           "else the folder's vllm-diag.yaml, else 15)")
+    diag.add_argument("--window", type=positive, metavar="SECONDS",
+                      help="diagnosis window (default: the configured window, or all captures if longer)")
+    diag.add_argument("--config", metavar="FILE",
+                      help="YAML configuration: first target's engine facts, SLOs, thresholds")
+    diag.add_argument("--format", choices=("text", "json"), default="text",
+                      help="text report (default) or the JSON of /api/v1/diagnosis")
     diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
     diag.set_defaults(func=cmd_diagnose)
 
-    simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario")
+    simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario",
+                              description="A vLLM 0.32-compatible /metrics source from the built-in simulator: "
+                                          "served live (--port) or written as captures (--out).")
     simulator.configure_parser(simulate)
-    simulate.set_defaults(func=simulator.run)
+    simulate.set_defaults(func=_simulate)
 
-    demo_parser = sub.add_parser("demo", help="simulated vLLM engines plus the sidecar, for a first look")
+    demo_parser = sub.add_parser("demo", help="simulated vLLM engines plus the sidecar, for a first look",
+                                 description="Simulated vLLM engines plus the sidecar in one process, for a first "
+                                             "look without a GPU. The diagnosis window (three minutes) starts "
+                                             "filled with the simulator's warm-up, so verdicts are settled at once.")
     demo.configure_parser(demo_parser)
     demo_parser.set_defaults(func=_demo)
 
@@ -181,10 +277,34 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    host, _, port = args.listen.rpartition(":")
+    if not port.isdigit():
+        raise BadInput(f"--listen {args.listen!r}: not HOST:PORT")
+    ensure_free(host.strip("[]"), int(port), f"--listen {args.listen}")
+    ensure_free("127.0.0.1", args.simulator_port, f"--simulator-port {args.simulator_port}")
+    _check_window(args.window, args.interval)
     try:
         return demo.run(args)
     except KeyError as exc:
-        raise BadInput(str(exc.args[0])) from None
+        raise BadInput(f"--scenario: {exc.args[0]}") from None
+    except OSError as exc:  # a port taken between the check and the bind
+        raise BadInput(_os_error(exc)) from None
+
+
+def _simulate(args: argparse.Namespace) -> int:
+    if args.scenario and args.out is None and not args.list:
+        from exporter.simulator.server import DEFAULT_PORT
+
+        port = DEFAULT_PORT if args.port is None else args.port
+        ensure_free(args.host, port, f"--port {port}" if args.port is not None else f"port {port} (the default)")
+    try:
+        return simulator.run(args)
+    except OSError as exc:  # an --out folder we cannot write, a port taken meanwhile
+        raise BadInput(_os_error(exc)) from None
+
+
+def _os_error(exc: OSError) -> str:
+    return f"{exc.filename}: {exc.strerror}" if exc.filename else " ".join(str(exc).split())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,16 +1,19 @@
 """Configuration: one pydantic-settings model, from a YAML file, then VLLM_DIAG_* env, then flags.
 
-Invalid configuration fails at start with one line per bad field (dotted location and reason).
+Invalid configuration fails at start with one line per bad field: where the value came from
+(``FILE:LINE:COL``, the environment variable or the flag), its dotted location and the reason.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Mapping
 from urllib.parse import urlsplit
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
@@ -146,6 +149,8 @@ class Settings(BaseSettings):
     targets: list[Target] = Field(default_factory=list)
     log_level: str = "INFO"
     web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, basic auth")
+    runbook_base_url: str | None = Field(default=None, description="where the page links runbooks: "
+                                         "<base>/<alertname lowercased>.md (default: the alert rules' base)")
 
     @field_validator("listen")
     @classmethod
@@ -228,11 +233,18 @@ def target_from_url(url: str, **fields: Any) -> dict[str, Any]:
     return {"name": name, "url": url, **fields}
 
 
-def load_settings(config_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Build settings from file, environment and flag overrides; raise ConfigError on bad input."""
+def load_settings(config_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,
+                  origins: Mapping[str, str] | None = None) -> Settings:
+    """Build settings from file, environment and flag overrides; raise ConfigError on bad input.
+
+    Each error line names where the bad value came from: ``origins`` maps a dotted location
+    (``"listen"``, ``"targets"``) to the flag that set it, else the environment variable, else
+    ``FILE:LINE:COLUMN`` in the YAML file.
+    """
     path = Path(config_file) if config_file is not None else None
     if path is not None and not path.is_file():
-        raise ConfigError([f"config: file {str(path)!r} does not exist"])
+        raise ConfigError([f"{path}: no such configuration file"])
+    tree = _yaml_tree(path) if path is not None else None
     token = _YAML_FILE.set(path)
     try:
         return Settings(**dict(overrides or {}))
@@ -241,9 +253,78 @@ def load_settings(config_file: str | Path | None = None, overrides: Mapping[str,
         for error in exc.errors():
             location = ".".join(str(part) for part in error["loc"]) or "config"
             message = error["msg"].removeprefix("Value error, ")
-            lines.append(f"{location}: {message}")
+            flag = _flag(error["loc"], origins or {})
+            if flag is not None:  # the user typed a flag: name it, not the internal field it fills
+                lines.append(f"{flag}: {message}")
+            else:
+                lines.append(f"{_origin(error['loc'], error['type'], path, tree)}{location}: {message}")
         raise ConfigError(lines) from None
-    except (OSError, ValueError) as exc:  # unreadable or malformed YAML
-        raise ConfigError([f"config: {exc}"]) from None
+    except (OSError, ValueError) as exc:  # unreadable file
+        raise ConfigError([f"{path}: {exc}"]) from None
     finally:
         _YAML_FILE.reset(token)
+
+
+def _yaml_tree(path: Path) -> yaml.Node | None:
+    """The YAML file's node tree (for line and column of each field); one-line errors for bad YAML."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{path}: cannot read: {exc}"]) from None
+    try:
+        tree = yaml.compose(text, Loader=yaml.SafeLoader)
+        yaml.safe_load(text)  # composes, but also catches bad tags and values
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark is not None else str(path)
+        problem = " ".join(part for part in (exc.context, exc.problem) if part)
+        raise ConfigError([f"{where}: invalid YAML: {problem}"]) from None
+    except yaml.YAMLError as exc:
+        raise ConfigError([f"{path}: invalid YAML: {' '.join(str(exc).split())}"]) from None
+    if tree is not None and not isinstance(tree, yaml.MappingNode):
+        kind = "a list" if isinstance(tree, yaml.SequenceNode) else f"the single value {tree.value!r}"
+        raise ConfigError([f"{path}:{tree.start_mark.line + 1}:{tree.start_mark.column + 1}: expected a mapping "
+                           f"of settings (listen, window_seconds, slo, targets, ...), found {kind}"])
+    return tree
+
+
+def _flag(loc: tuple[Any, ...], origins: Mapping[str, str]) -> str | None:
+    """The flag that set the value at ``loc`` (or one of its parents), if any."""
+    parts = [str(part) for part in loc]
+    for end in range(len(parts), 0, -1):
+        flag = origins.get(".".join(parts[:end]))
+        if flag is not None:
+            return flag
+    return None
+
+
+def _origin(loc: tuple[Any, ...], kind: str, path: Path | None, tree: yaml.Node | None) -> str:
+    """Where a bad value came from, as a prefix: its environment variable, else FILE:LINE:COL."""
+    parts = [str(part) for part in loc]
+    environ = {name.upper() for name in os.environ}
+    for end in range(len(parts), 0, -1):  # the environment overrides the file, as the sources' priority says
+        name = "VLLM_DIAG_" + "__".join(parts[:end]).upper()
+        if name in environ:
+            return f"{name}: "
+    if path is None or tree is None:
+        return ""
+    node, key_node = _locate(tree, parts)
+    # A missing or unknown field points at its key (or parent); a bad value points at the value.
+    mark = (key_node if key_node is not None and kind in ("extra_forbidden", "missing") else node).start_mark
+    return f"{path}:{mark.line + 1}:{mark.column + 1}: "
+
+
+def _locate(tree: yaml.Node, parts: list[str]) -> tuple[yaml.Node, yaml.Node | None]:
+    """The deepest node along ``parts`` (and the key node naming it), for an error's position."""
+    node, key_node = tree, None
+    for part in parts:
+        if isinstance(node, yaml.MappingNode):
+            found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            found = (None, node.value[int(part)])
+        else:
+            found = None
+        if found is None:
+            break
+        key_node, node = found
+    return node, key_node

@@ -147,8 +147,9 @@ async def handle_diagnosis(request: web.Request) -> web.Response:
 
 
 async def handle_index(request: web.Request) -> web.Response:
-    doc = document.build(request.app[SIDECAR].snapshot())
-    return web.Response(text=html.render(doc), content_type="text/html", charset="utf-8")
+    sidecar = request.app[SIDECAR]
+    page = html.render(document.build(sidecar.snapshot()), runbook_base_url=sidecar.settings.runbook_base_url)
+    return web.Response(text=page, content_type="text/html", charset="utf-8")
 
 
 async def handle_text(request: web.Request) -> web.Response:
@@ -205,6 +206,7 @@ def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = Non
 def run(settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
     app = create_app(settings, host_probes=host_probes)
     ssl_context = load_web_config(settings.web_config_file).ssl_context() if settings.web_config_file else None
-    log.info("vllm-diag %s listening on %s (started %s)", __version__, settings.listen, time.strftime("%FT%T"))
-    web.run_app(app, host=settings.listen_host, port=settings.listen_port, print=None, access_log=None,
-                ssl_context=ssl_context)
+    # run_app calls `print` once the socket is bound: "listening" is never logged for a port we did not get.
+    web.run_app(app, host=settings.listen_host, port=settings.listen_port, access_log=None, ssl_context=ssl_context,
+                print=lambda _: log.info("vllm-diag %s listening on %s (started %s)", __version__, settings.listen,
+                                         time.strftime("%FT%T")))

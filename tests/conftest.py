@@ -37,3 +37,19 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+# The slow tier, left out by `pytest -m "not slow"` (the fast tier, under a minute): tests that
+# start real heavy parts, and the simulator's long runs (minutes of simulated traffic per test).
+SLOW_MARKERS = ("realvllm", "prometheus", "browser", "docker")
+SLOW_TESTS = (
+    "tests/simulator/test_scenarios.py::",
+    "tests/simulator/test_physics.py::",
+    "tests/simulator/test_format.py::test_captures_are_written_fast_and_deterministically",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if any(item.get_closest_marker(name) for name in SLOW_MARKERS) or item.nodeid.startswith(SLOW_TESTS):
+            item.add_marker(pytest.mark.slow)

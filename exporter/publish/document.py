@@ -1,4 +1,8 @@
-"""The one serialised form of the published state (SPEC JSON); JSON, HTML and text read it."""
+"""The one serialised form of the published state (SPEC JSON); JSON, HTML and text read it.
+
+The JSON keeps targets in configuration order; the human-facing outputs show the worst target
+first (``worst_first``), ranked by ``severity``.
+"""
 
 from __future__ import annotations
 
@@ -27,3 +31,88 @@ def build(states: Iterable[TargetState], now: float | None = None) -> dict[str, 
         "version": __version__,
         "targets": [_finite(state.to_dict()) for state in states],
     }
+
+
+# Worst first: a page-level symptom, then a target we cannot read, then ticket-level work, then
+# a target still gathering evidence, then informational findings, then healthy targets.
+SEVERITY_RANK: dict[str, int] = {"page": 0, "down": 1, "ticket": 2, "unknown": 3, "info": 4, "ok": 5}
+
+
+def informational(symptom: dict[str, Any]) -> bool:
+    """Context, not a problem: never the verdict, never red (a flag on newer documents, else severity)."""
+    flag = symptom.get("informational")
+    return bool(flag) if flag is not None else symptom.get("severity") == "info"
+
+
+def severity(target: dict[str, Any]) -> str:
+    """The target's worst state: page, down, ticket, unknown, info or ok."""
+    if target.get("state") == "down":
+        return "down"
+    found = {s.get("severity", "ticket") for s in target.get("symptoms", []) if not informational(s)}
+    for level in ("page", "ticket"):
+        if level in found:
+            return level
+    if found:  # a severity this page does not know yet: show it as work to do, not as healthy
+        return "ticket"
+    if target.get("state") == "insufficient_evidence":
+        return "unknown"
+    return "info" if target.get("symptoms") else "ok"
+
+
+def verdict_severity(target: dict[str, Any]) -> str:
+    """The severity behind the verdict layer: the worst symptom with a cause in that layer."""
+    layer = target["verdict"]["layer"]
+    if layer == "unknown":
+        return "down" if target.get("state") == "down" else "unknown"
+    if layer == "none":
+        return "ok"
+    behind = [s for s in target.get("symptoms", []) if any(c.get("layer") == layer for c in s.get("causes", []))]
+    levels = {"info" if informational(s) else s.get("severity", "ticket") for s in behind}
+    for level in ("page", "ticket", "info"):
+        if level in levels:
+            return level
+    return "ticket"
+
+
+def worst_first(targets: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Targets ordered for a reader: worst severity, then highest verdict score, then name."""
+    return sorted(targets, key=lambda t: (SEVERITY_RANK.get(severity(t), 2), -(t["verdict"].get("score") or 0.0),
+                                          t["target"]))
+
+
+def pending(target: dict[str, Any]) -> dict[str, Any] | None:
+    """The layer the active symptoms point at while the verdict (held by hysteresis) says another.
+
+    Newer documents say so themselves (``verdict.pending`` or ``pending``: a layer, or a mapping
+    with ``layer`` and maybe ``score``, ``count``, ``needed``); older ones are read from the
+    symptoms: the best-scoring layer with an active, non-informational cause.
+    """
+    verdict, scores = target["verdict"], target.get("layer_scores", {})
+    for holder in (verdict, target):
+        if "pending" in holder:
+            return _explicit_pending(holder["pending"], scores)
+    if target.get("state") != "ok":
+        return None
+    layers = {c["layer"] for s in target.get("symptoms", []) if not informational(s) for c in s.get("causes", [])}
+    if not layers:
+        return None
+    challenger = max(sorted(layers), key=lambda layer: scores.get(layer, 0.0))
+    held = verdict["layer"]
+    if challenger == held or scores.get(challenger, 0.0) <= scores.get(held, 0.0):
+        return None
+    return {"layer": challenger, "score": scores.get(challenger), "count": None, "needed": None,
+            "symptoms": [s["id"] for s in target["symptoms"] if not informational(s)
+                         and any(c["layer"] == challenger for c in s["causes"])]}
+
+
+def _explicit_pending(value: Any, scores: dict[str, float]) -> dict[str, Any] | None:
+    if not value:
+        return None
+    if isinstance(value, str):
+        return {"layer": value, "score": scores.get(value), "count": None, "needed": None, "symptoms": []}
+    if isinstance(value, dict) and value.get("layer"):
+        layer = value["layer"]
+        return {"layer": layer, "score": value.get("score", scores.get(layer)),
+                "count": value.get("count", value.get("evaluations")), "needed": value.get("needed", value.get("required")),
+                "symptoms": list(value.get("symptoms", []))}
+    return None

@@ -1,4 +1,9 @@
-"""The small HTML page at ``/``: jinja2 with autoescaping, no external assets, self-refreshing."""
+"""The small HTML page at ``/``: jinja2 with autoescaping, no external assets, self-refreshing.
+
+Worst target first, each with its verdict (coloured by the severity behind it), since when,
+the last scrape, a pending note while hysteresis holds the verdict, the evidence, runbook
+links and a legend. Numbers go through ``exporter.publish.numbers``, as in the text report.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,44 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from exporter.publish.text import KEY_SIGNALS, _fmt, abstentions, fact_value
+from exporter.catalog.symptoms import LAYERS, SYMPTOMS
+from exporter.publish import numbers
+from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
+from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value
+
+# What each layer means, for the legend (diagnosis-method.md, "The six layers").
+LAYER_HELP: dict[str, str] = {
+    "request": "the traffic itself: prompt and output lengths, arrival pattern, shared prefixes",
+    "scheduler": "token-budget allocation: max_num_batched_tokens, max_num_seqs, the waiting queue",
+    "kv_cache": "KV-cache space and reuse: preemption, headroom, prefix-cache hits",
+    "gpu_compute": "kernels and execution path on the GPU",
+    "cpu": "pre/post-processing and the engine loop: tokenisation, detokenisation, CPU starvation",
+    "distributed": "multi-GPU parallelism: tensor/pipeline all-reduce and bubbles",
+}
+VERDICT_HELP: dict[str, str] = {
+    "none": "healthy: no layer holds performance back (informational findings may still show)",
+    "unknown": "no diagnosis yet: the window holds too little data, or the target cannot be read",
+}
+SEVERITY_HELP: dict[str, str] = {
+    "page": "act now (the alert pages)",
+    "ticket": "work queue (the alert opens a ticket)",
+    "info": "context only: never the verdict, never an alert",
+    "down": "the target cannot be scraped",
+    "unknown": "still gathering evidence",
+    "ok": "healthy",
+}
+
+
+def runbook_url(symptom_id: str, base_url: str | None = None) -> str | None:
+    """The runbook of a symptom's alert: ``<base>/<alertname lowercased>.md``, as the alert rules link it."""
+    alert = next((s.alert for s in SYMPTOMS if s.id == symptom_id), None)
+    if alert is None:
+        return None
+    if base_url is None:
+        from exporter.render.rules import RUNBOOK_BASE_URL  # the one default, shared with the alert rules
+
+        base_url = RUNBOOK_BASE_URL
+    return f"{base_url.rstrip('/')}/{alert.lower()}.md"
 
 
 @lru_cache(maxsize=1)
@@ -19,12 +61,27 @@ def _environment() -> Environment:
         trim_blocks=True,
         lstrip_blocks=True,
     )
-    env.filters["fmt"] = _fmt
+    env.filters.update(
+        number=numbers.number, percent=numbers.percent, seconds=numbers.seconds, score=numbers.score,
+        timestamp=numbers.timestamp, iso=numbers.iso, by_unit=numbers.by_unit,
+    )
+    env.globals.update(
+        abstentions=abstentions, severity=severity, verdict_severity=verdict_severity, pending=pending,
+        informational=informational, ago=numbers.ago,
+    )
     env.filters["fact"] = fact_value
-    env.globals["abstentions"] = abstentions
     return env
 
 
-def render(document: dict[str, Any], refresh_seconds: int = 5) -> str:
+def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url: str | None = None) -> str:
     template = _environment().get_template("index.html.j2")
-    return template.render(doc=document, refresh=refresh_seconds, key_signals=KEY_SIGNALS)
+    targets = worst_first(document["targets"])
+    counts: dict[str, int] = {}
+    for target in targets:
+        counts[severity(target)] = counts.get(severity(target), 0) + 1
+    return template.render(
+        doc=document, targets=targets, counts=counts, refresh=refresh_seconds, key_signals=KEY_SIGNALS,
+        runbook=lambda symptom_id: runbook_url(symptom_id, runbook_base_url),
+        layers=LAYERS, layer_help=LAYER_HELP, verdict_help=VERDICT_HELP, severity_help=SEVERITY_HELP,
+        symptoms=SYMPTOMS,
+    )

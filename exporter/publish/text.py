@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from exporter.publish import numbers
+from exporter.publish.document import pending, worst_first
+
+# (signal key, label, unit for exporter.publish.numbers.by_unit)
 KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("ttft_p95_seconds", "TTFT p95", "s"),
     ("itl_p95_seconds", "ITL p95", "s"),
@@ -11,27 +15,17 @@ KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("queue_mean", "mean queue time", "s"),
     ("prefill_mean", "mean prefill time", "s"),
     ("ttft_frontend_mean", "mean frontend time", "s"),
-    ("preemption_rate", "preemptions/s", ""),
+    ("preemption_rate", "preemptions", "/s"),
     ("preemptions_per_request", "preemptions per request", ""),
     ("kv_cache_usage_max", "KV usage max", "%"),
     ("kv_cache_usage_mean", "KV usage mean", "%"),
     ("prefix_cache_hit_ratio", "prefix hit ratio", "%"),
     ("running_mean", "running (mean)", ""),
     ("waiting_mean", "waiting (mean)", ""),
-    ("requests_per_second", "requests/s", ""),
-    ("generation_tokens_per_second", "generated tokens/s", ""),
-    ("cpu_starvation_score", "CPU-starvation score", ""),
+    ("requests_per_second", "requests", "/s"),
+    ("generation_tokens_per_second", "generated tokens", "/s"),
+    ("cpu_starvation_score", "CPU-starvation score", "score"),
 )
-
-
-def _fmt(value: Any, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    if unit == "%":
-        return f"{value * 100:.1f}%"
-    if unit == "s":
-        return f"{value * 1000:.1f} ms" if value < 1 else f"{value:.2f} s"
-    return f"{value:.3g}"
 
 
 def fact_value(value: Any) -> str:
@@ -52,7 +46,7 @@ def abstentions(target: dict[str, Any]) -> list[tuple[str, list[str]]]:
 
 def render(document: dict[str, Any]) -> str:
     lines: list[str] = []
-    for target in document["targets"]:
+    for target in worst_first(document["targets"]):
         verdict = target["verdict"]
         head = f"{target['target']}"
         if target["model_name"]:
@@ -62,8 +56,12 @@ def render(document: dict[str, Any]) -> str:
         if target["state"] != "ok":
             reason = target["scrape"]["last_error"] if target["state"] == "down" else "window too short to diagnose"
             lines.append(f"state: {target['state']} ({reason})")
-        lines.append(f"verdict: {verdict['layer']} (score {verdict['score']:.2f})")
-        scores = ", ".join(f"{k} {v:.2f}" for k, v in target["layer_scores"].items())
+        lines.append(f"verdict: {verdict['layer']} (score {numbers.score(verdict['score'])})")
+        challenger = pending(target)
+        if challenger is not None:
+            lines.append(f"pending: {challenger['layer']} (score {numbers.score(challenger['score'])}) is not the "
+                         "verdict yet: hysteresis holds the verdict until it leads for long enough")
+        scores = ", ".join(f"{k} {numbers.score(v)}" for k, v in target["layer_scores"].items())
         lines.append(f"layer scores: {scores}")
         if not target["symptoms"] and target["state"] == "ok":
             lines.append("no symptom active")
@@ -71,7 +69,7 @@ def render(document: dict[str, Any]) -> str:
             lines.append("")
             lines.append(f"[{symptom['id']}] {symptom['title']} ({symptom['severity']})")
             for cause in symptom["causes"]:
-                lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {cause['strength']:.2f}]")
+                lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {numbers.score(cause['strength'])}]")
                 for line in cause["evidence"]:
                     lines.append(f"    evidence: {line}")
                 for action in cause["actions"]:
@@ -80,10 +78,11 @@ def render(document: dict[str, Any]) -> str:
         signals = target["signals"]
         if signals:
             lines.append("")
-            lines.append(f"signals over {signals.get('window_seconds', 0):.0f} s ({signals.get('scrapes', 0)} scrapes):")
+            lines.append(f"signals over {numbers.seconds(signals.get('window_seconds', 0))} "
+                         f"({signals.get('scrapes', 0)} scrapes):")
             for key, label, unit in KEY_SIGNALS:
                 if signals.get(key) is not None:
-                    lines.append(f"  {label}: {_fmt(signals[key], unit)}")
+                    lines.append(f"  {label}: {numbers.by_unit(signals[key], unit)}")
         if target.get("engine"):
             lines.append("")
             lines.append("engine facts:")

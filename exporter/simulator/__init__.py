@@ -17,6 +17,7 @@ import asyncio
 import sys
 from collections.abc import Sequence
 
+from exporter.argtypes import port, positive
 from exporter.simulator.capture import write_captures
 from exporter.simulator.scenarios import SCENARIOS, Expected, Scenario, get_scenario, scenario_names
 
@@ -41,11 +42,11 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
     )
     parser.add_argument("--list", action="store_true", help="list the scenarios and exit")
     parser.add_argument("--host", default="127.0.0.1", help="listen address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=None, help="serve /metrics on this port")
-    parser.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second")
+    parser.add_argument("--port", type=port, default=None, help="serve /metrics on this port")
+    parser.add_argument("--speed", type=positive, default=1.0, help="simulated seconds per wall second")
     parser.add_argument("--out", metavar="DIR", help="write captures to DIR instead of serving")
-    parser.add_argument("--duration", type=float, default=600.0, help="simulated seconds to capture")
-    parser.add_argument("--interval", type=float, default=15.0, help="simulated seconds between captures")
+    parser.add_argument("--duration", type=positive, default=600.0, help="simulated seconds to capture")
+    parser.add_argument("--interval", type=positive, default=15.0, help="simulated seconds between captures")
     parser.add_argument("--seed", type=int, default=None, help="override the scenario's seed")
     return parser
 
@@ -57,24 +58,25 @@ def run(args: argparse.Namespace) -> int:
             print(f"{sc.name:24s} {sc.case:8s} expect {sc.expected.verdict:11s} {sc.description}")
         return 0
     if not args.scenario:
-        print("simulate: --scenario NAME is required (see --list)", file=sys.stderr)
+        print("vllm-diag: --scenario NAME is required (see --list)", file=sys.stderr)
         return 2
     try:
         scenarios = [get_scenario(name) for name in args.scenario]
     except KeyError as exc:
-        print(f"simulate: {exc.args[0]}", file=sys.stderr)
+        print(f"vllm-diag: --scenario: {exc.args[0]}", file=sys.stderr)
         return 2
     if args.out is not None:
         if args.port is not None:
-            print("simulate: use either --port or --out, not both", file=sys.stderr)
+            print("vllm-diag: use either --port or --out, not both", file=sys.stderr)
             return 2
         if len(scenarios) != 1:
-            print("simulate: --out takes exactly one --scenario", file=sys.stderr)
+            print("vllm-diag: --out takes exactly one --scenario", file=sys.stderr)
             return 2
         try:
             paths = write_captures(scenarios[0], args.out, args.duration, args.interval, args.seed)
         except ValueError as exc:
-            print(f"simulate: {exc}", file=sys.stderr)
+            print(f"vllm-diag: --duration {args.duration:g} is shorter than --interval {args.interval:g}"
+                  if args.duration < args.interval else f"vllm-diag: {exc}", file=sys.stderr)
             return 2
         print(f"wrote {len(paths)} captures of {scenarios[0].name} to {args.out}")
         return 0

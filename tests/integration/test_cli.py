@@ -32,21 +32,7 @@ def test_offline_text_report_puts_the_verdict_first(fixtures_dir):
     assert evidence < action and "cost:" in lines[action + 1]
 
 
-@pytest.mark.parametrize("content, fragment", [
-    (None, "no such file"),
-    ("<html>login</html>\n", "not a sample line"),
-    ("# just a comment\n", "no vLLM metrics"),
-])
-def test_bad_input_exits_non_zero_with_one_line(tmp_path, content, fragment):
-    path = tmp_path / "capture.txt"
-    if content is not None:
-        path.write_text(content)
-    proc = run("diagnose", str(path), str(path))
-    assert proc.returncode == 2
-    assert fragment in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
-    assert proc.stdout == ""
-
-
+@pytest.mark.slow  # watches a live URL for seconds, by design
 def test_live_url_one_shot(fixtures_dir):
     pages = [read_capture(fixtures_dir, p) for p in ("chunked", "pressure-during", "pressure-peak-waiting", "pressure")]
     served = count()
@@ -77,6 +63,7 @@ def test_live_url_one_shot(fixtures_dir):
     assert target["signals"]["preemptions"] > 0
 
 
+@pytest.mark.slow
 def test_live_url_that_refuses_is_reported_not_crashed():
     proc = run("diagnose", "--url", "http://127.0.0.1:1/metrics", "--duration", "1", "--interval", "0.5",
                "--format", "json")
@@ -84,3 +71,83 @@ def test_live_url_that_refuses_is_reported_not_crashed():
     target = json.loads(proc.stdout)["targets"][0]
     assert target["state"] == "down" and target["verdict"]["layer"] == "unknown"
     assert target["scrape"]["errors_total"]["connect"] >= 1
+
+
+def diagnose_json(capsys, *args: str) -> dict:
+    """`vllm-diag diagnose ... --format json` in this process (no interpreter start per call)."""
+    from exporter.cli import main
+
+    assert main(["diagnose", *args, "--format", "json"]) == 0
+    out, err = capsys.readouterr()
+    return json.loads(out)["targets"][0]
+
+
+def comparable(target: dict) -> dict:
+    return {k: target[k] for k in ("target", "state", "verdict", "layer_scores", "symptoms", "signals", "missing")}
+
+
+def test_diagnose_a_simulate_out_folder_uses_its_config_and_dcgm(tmp_path, capsys):
+    from exporter.simulator import get_scenario, write_captures
+
+    folder = tmp_path / "caps"
+    write_captures("cpu-starved", folder, 240, 15)
+    explicit = diagnose_json(capsys, *sorted(str(p) for p in folder.glob("capture-*.txt")), "--interval", "15",
+                             "--config", str(folder / "vllm-diag.yaml"), "--dcgm", str(folder / "dcgm"))
+    assert explicit["verdict"]["layer"] == get_scenario("cpu-starved").expected.verdict
+    assert explicit["signals"]["gpu_utilization"] is not None  # the DCGM captures were read
+    # The folder alone, and the shell's DIR/* (captures, dcgm/, vllm-diag.yaml, scenario.json), say the same.
+    assert comparable(diagnose_json(capsys, str(folder))) == comparable(explicit)
+    assert comparable(diagnose_json(capsys, *sorted(str(p) for p in folder.iterdir()))) == comparable(explicit)
+    # Flags win over what the folder holds: without its engine facts, the rules that need them abstain.
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("window_seconds: 60\n")
+    assert diagnose_json(capsys, str(folder), "--config", str(bare))["abstained"] != explicit["abstained"]
+
+
+def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sidecar(tmp_path, capsys, fixtures_dir,
+                                                                                   capture_times):
+    """Captures written by the sidecar's record_dir, renamed so that name order is not time order."""
+    from exporter.config import load_settings
+    from exporter.pipeline import TargetPipeline
+    from exporter.poll import ScrapeResult
+
+    recorded = tmp_path / "recorded"
+    phases = ["steady", "chunked", "pressure-during", "pressure", "abort"]  # distinct scrape times
+    settings = load_settings(overrides={"window_seconds": 3600, "targets": [
+        {"name": "vllm-0", "url": "http://127.0.0.1:8000/metrics", "scrape_interval": 60, "timeout": 3,
+         "record_dir": str(recorded)}]})
+    live = TargetPipeline(settings.targets[0], settings)
+    for phase in phases:
+        body = read_capture(fixtures_dir, phase).encode()
+        state = live.ingest(ScrapeResult(started_at=capture_times[phase], duration=0.01, body=body))
+    files = sorted(recorded.iterdir(), key=lambda p: p.name)
+    assert len(files) == len(phases)
+    for index, path in enumerate(reversed(files)):  # the latest capture gets the first name
+        path.rename(recorded / f"capture-{index}.txt")
+
+    offline = diagnose_json(capsys, str(recorded), "--window", "3600")
+    assert offline["target"] == "vllm-0"  # named in the capture headers
+    assert offline["signals"] == {k: v for k, v in state.to_dict()["signals"].items()}
+    assert offline["verdict"]["layer"] == state.diagnosis.verdict.layer != "unknown"
+
+
+def test_diagnose_never_writes_even_with_record_dir_configured(tmp_path, capsys, fixtures_dir):
+    record = tmp_path / "must-not-exist"
+    config = tmp_path / "vllm-diag.yaml"
+    config.write_text(f"targets:\n  - name: vllm-0\n    url: http://127.0.0.1:8000/metrics\n"
+                      f"    record_dir: {record}\n")
+    files = [str(fixtures_dir / f"snapshot-{p}.txt") for p in ("chunked", "pressure-during", "pressure")]
+    assert diagnose_json(capsys, *files, "--config", str(config))["state"] == "ok"
+    assert not record.exists()
+
+
+def test_help_documents_every_flag_in_plain_text():
+    from exporter.cli import build_parser
+
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    for name, sub in [("vllm-diag", parser), *subparsers.items()]:
+        text = sub.format_help()
+        assert "``" not in text, name
+        undocumented = [a.option_strings or a.dest for a in sub._actions if not a.help]
+        assert not undocumented, (name, undocumented)

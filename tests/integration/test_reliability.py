@@ -167,6 +167,7 @@ async def test_duplicate_series_is_a_parse_failure(fixtures_dir):
         await upstream.close()
 
 
+@pytest.mark.slow
 async def test_many_concurrent_scrapers_are_served_from_the_last_state(fixtures_dir):
     base = read_capture(fixtures_dir, "pressure-during")
     upstream, hits = await _serve(lambda n: _bump(base, 1 + n / 10))

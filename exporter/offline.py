@@ -1,0 +1,119 @@
+"""What ``vllm-diag diagnose`` reads offline: capture files or a folder, in scrape order.
+
+A folder is what ``vllm-diag simulate --out`` or a target's ``record_dir`` writes: ``*.txt``
+captures, and beside them possibly ``vllm-diag.yaml`` (the engine facts) and ``dcgm/`` (GPU
+readings at the same instants). The same companions passed one by one (``diagnose DIR/*``)
+are recognised by name. Nothing here writes.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Sequence
+
+from exporter.pipeline import CAPTURE_HEADER, capture_timestamp
+
+CONFIG_NAME = "vllm-diag.yaml"  # written by `simulate --out` beside its captures
+DCGM_DIR = "dcgm"
+IGNORED_NAMES = frozenset({"scenario.json"})  # the simulator's description of a folder: not a capture
+CAPTURE_SUFFIX = ".txt"
+
+
+class CaptureError(ValueError):
+    """A one-line reason why the inputs are not a set of captures."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaptureSet:
+    files: tuple[Path, ...]  # in scrape order
+    stamps: tuple[float, ...] | None  # scrape times from the capture headers, when every capture has one
+    target: str | None  # the target named in the headers (recorded captures)
+    config: Path | None  # a vllm-diag.yaml found beside the captures
+    dcgm: Path | None  # a dcgm/ folder found beside the captures
+
+    @property
+    def spacing(self) -> float | None:
+        """Seconds between scrapes, from the recorded times (the median, robust to one late scrape)."""
+        if self.stamps is None or len(self.stamps) < 2:
+            return None
+        return statistics.median(b - a for a, b in zip(self.stamps, self.stamps[1:]))
+
+    @property
+    def span(self) -> float | None:
+        return None if self.stamps is None else self.stamps[-1] - self.stamps[0]
+
+
+def resolve(paths: Sequence[str]) -> CaptureSet:
+    """Sort the command line's paths into captures (in scrape order) and their companions."""
+    captures: list[Path] = []
+    config: Path | None = None
+    dcgm: Path | None = None
+    folders = 0
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir() and path.name == DCGM_DIR:
+            dcgm = path
+        elif path.is_dir():
+            folders += 1
+            found = sorted((p for p in path.iterdir() if p.is_file() and p.suffix == CAPTURE_SUFFIX),
+                           key=_natural_key)
+            if not found:
+                raise CaptureError(f"{path}: no captures (*{CAPTURE_SUFFIX}) in this folder")
+            captures += found
+            config = config or _if_file(path / CONFIG_NAME)
+            dcgm = dcgm or (path / DCGM_DIR if (path / DCGM_DIR).is_dir() else None)
+        elif path.is_file() and path.name == CONFIG_NAME:
+            config = path
+        elif path.is_file() and path.name in IGNORED_NAMES:
+            continue
+        elif path.is_file():
+            captures.append(path)
+        else:
+            raise CaptureError(f"{path}: no such file or folder")
+    if folders > 1 or (folders and len(captures) != len(set(captures))):
+        raise CaptureError("give one folder of captures (or its files), not several")
+    if not captures:
+        raise CaptureError("no capture files among the arguments")
+    return _in_scrape_order(captures, config, dcgm)
+
+
+def _in_scrape_order(captures: list[Path], config: Path | None, dcgm: Path | None) -> CaptureSet:
+    headers = {path: _header(path) for path in captures}
+    stamped = [path for path in captures if headers[path][0] is not None]
+    if stamped and len(stamped) != len(captures):
+        plain = next(path for path in captures if headers[path][0] is None)
+        raise CaptureError(f"{plain}: no '{CAPTURE_HEADER}' header, unlike {stamped[0]}: "
+                           "give recorded captures or plain ones, not both")
+    targets = sorted({t for _, t in headers.values() if t is not None})
+    if len(targets) > 1:
+        raise CaptureError(f"captures of several targets ({', '.join(targets)}): diagnose one target's files "
+                           f"at a time, e.g. {captures[0].parent}/{targets[0]}-*{CAPTURE_SUFFIX}")
+    if not stamped:  # plain captures: the order given (a folder's: by name)
+        return CaptureSet(tuple(captures), None, None, config, dcgm)
+    ordered = sorted(captures, key=lambda path: headers[path][0])  # type: ignore[arg-type, return-value]
+    stamps = tuple(headers[path][0] for path in ordered)
+    return CaptureSet(tuple(ordered), stamps, targets[0] if targets else None, config, dcgm)  # type: ignore[arg-type]
+
+
+def _header(path: Path) -> tuple[float | None, str | None]:
+    """Scrape time and target from a recorded capture's first line (None, None for a plain one)."""
+    try:
+        with path.open("rb") as fh:
+            first = fh.readline(512).decode("utf-8", "replace")
+    except OSError as exc:
+        raise CaptureError(f"{path}: cannot read ({exc.strerror})") from None
+    stamp = capture_timestamp(first)
+    match = re.search(r"\btarget=(\S+)", first) if stamp is not None else None
+    return stamp, match.group(1) if match else None
+
+
+def _natural_key(path: Path) -> list[object]:
+    """capture-2 before capture-10: digit runs compare as numbers."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", path.name)]
+
+
+def _if_file(path: Path) -> Path | None:
+    return path if path.is_file() else None
