@@ -32,7 +32,9 @@ def fact_value(value: Any) -> str:
     """An engine fact as written on a vLLM command line."""
     if isinstance(value, bool):
         return "on" if value else "off"
-    return f"{value:g}" if isinstance(value, float) else str(value)
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
+    return str(value)
 
 
 def abstentions(target: dict[str, Any]) -> list[tuple[str, list[str]]]:
@@ -67,7 +69,8 @@ def render(document: dict[str, Any]) -> str:
             lines.append("no symptom active")
         for symptom in target["symptoms"]:
             lines.append("")
-            lines.append(f"[{symptom['id']}] {symptom['title']} ({symptom['severity']})")
+            note = ": information only, never the verdict or an alert" if symptom.get("informational") else ""
+            lines.append(f"[{symptom['id']}] {symptom['title']} ({symptom['severity']}{note})")
             for cause in symptom["causes"]:
                 lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {numbers.score(cause['strength'])}]")
                 for line in cause["evidence"]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import re
 
+import pytest
+
 from exporter.catalog.thresholds import Thresholds
 from exporter.parse import parse
 from exporter.pipeline import COUNTERS
@@ -65,3 +67,54 @@ def test_absent_metric_is_missing_never_zero(fixtures_dir):
     s = _signals(stripped, times)
     assert s.preemptions is None and s.preemption_rate is None
     assert "vllm:num_preemptions_total" in s.missing
+
+
+# -- issue 11: honest inputs ------------------------------------------------------------------
+from exporter.signals import cpu_starvation, itl_tail  # noqa: E402
+from exporter.window import HistogramDelta  # noqa: E402
+
+ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, float("inf"))
+
+
+def _itl(counts: list[float]) -> HistogramDelta:
+    cumulative, total = [], 0.0
+    for c in counts:
+        total += c
+        cumulative.append(total)
+    return HistogramDelta(ITL_BOUNDS, tuple(cumulative), sum=0.0, count=total)
+
+
+def test_itl_tail_ratio_never_divides_by_a_made_up_median():
+    """Most gaps under 10 ms: p50 interpolated inside the first bucket is invented, so the bound stands in."""
+    hist = _itl([900, 40, 20, 10, 10, 10, 5, 5, 0, 0, 0, 0, 0])
+    interpolated = hist.quantile(0.99) / hist.quantile(0.5)
+    ratio, note = itl_tail(hist)
+    assert ratio == pytest.approx(hist.quantile(0.99) / 0.01)
+    assert ratio < interpolated and "lower bound" in note
+
+
+def test_itl_tail_inside_the_first_bucket_is_no_stutter():
+    ratio, note = itl_tail(_itl([1000] + [0] * 12))
+    assert ratio == 1.0 and "no tail" in note
+
+
+def test_itl_tail_from_resolved_quantiles_is_plain():
+    hist = _itl([0, 500, 300, 100, 50, 30, 20, 0, 0, 0, 0, 0, 0])
+    ratio, note = itl_tail(hist)
+    assert ratio == pytest.approx(hist.quantile(0.99) / hist.quantile(0.5)) and note == ""
+
+
+def test_cpu_score_needs_a_direct_source():
+    """The frontend share of e2e time or a busy API server are not starvation evidence on their own."""
+    score, per_input = cpu_starvation({"frontend_share": 0.9, "api_server_cpu_cores": 1.0}, Thresholds())
+    assert score is None
+    assert per_input["frontend_share"] == 1.0  # still reported, for the evidence
+
+
+@pytest.mark.parametrize("key, calm, starved", [
+    ("psi_some_share", 0.12, 0.6), ("cfs_throttled_share", 0.03, 0.6), ("run_queue_wait_share", 0.33, 0.8),
+])
+def test_direct_cpu_inputs_have_a_floor(key, calm, starved):
+    t = Thresholds()
+    assert cpu_starvation({key: calm}, t)[0] == 0.0
+    assert cpu_starvation({key: starved}, t)[0] == 1.0
