@@ -49,7 +49,7 @@ class Sidecar:
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
         self.attempted: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(DiagnosisCollector(lambda: self.states))
+        self.registry.register(DiagnosisCollector(lambda: self.states, settings))
         ProcessCollector(namespace="vllm_diag", registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
 

@@ -25,7 +25,7 @@ class Action:
 class Symptom:
     id: str
     title: str
-    severity: str  # alert severity: page (act now), ticket (work queue), info (context)
+    severity: str  # alert severity: critical (pages), warning (tickets), info (context)
     alert: str  # alert name, CamelCase with the VLLM prefix
 
 
@@ -40,13 +40,13 @@ class Cause:
 
 
 SYMPTOMS: tuple[Symptom, ...] = (
-    Symptom("A", "High TTFT, decode normal", "ticket", "VLLMSlowFirstToken"),
-    Symptom("B", "Poor inter-token latency (stuttering stream)", "ticket", "VLLMStutteringStream"),
-    Symptom("C", "Low throughput while the GPU idles", "ticket", "VLLMIdleEngine"),
-    Symptom("D", "Frequent preemption / recompute", "page", "VLLMFrequentPreemption"),
-    Symptom("E", "KV memory headroom at risk", "ticket", "VLLMKVHeadroomRisk"),
+    Symptom("A", "High TTFT, decode normal", "warning", "VLLMSlowFirstToken"),
+    Symptom("B", "Poor inter-token latency (stuttering stream)", "warning", "VLLMStutteringStream"),
+    Symptom("C", "Low throughput while the GPU idles", "warning", "VLLMIdleEngine"),
+    Symptom("D", "Frequent preemption / recompute", "critical", "VLLMFrequentPreemption"),
+    Symptom("E", "KV memory headroom at risk", "warning", "VLLMKVHeadroomRisk"),
     Symptom("F", "Prefix cache ineffective", "info", "VLLMPrefixCacheIneffective"),
-    Symptom("G", "Multi-GPU overhead outweighs the memory gained", "ticket", "VLLMParallelismOverhead"),
+    Symptom("G", "Multi-GPU overhead outweighs the memory gained", "warning", "VLLMParallelismOverhead"),
 )
 
 _RAISE_GMU = Action("raise gpu_memory_utilization", "more KV blocks, fewer preemptions, more concurrency",
