@@ -554,7 +554,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             severity="critical", symptom="none", layer="unknown", for_=grace,
             summary="A vLLM target has not come up within the startup grace.",
             description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
-                         f"the {grace} startup grace: the model load hangs, crashes or the URL is wrong."),
+                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): the model load hangs, crashes or the URL is wrong."),
             meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
                      f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
                      "startupProbe budget) before paging: a rollout never pages while replicas load."),
