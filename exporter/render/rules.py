@@ -610,7 +610,10 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     in (`vllm-diag render rules --config FILE` takes the deployment's `slo`): raw series carry none."""
     w = RATE_WINDOW
     rps = f"model:vllm_requests_finished:rate{w}"
-    gate = f"and ignoring (le)\n{rps} * {SMOOTHING_SECONDS} >= {fmt(o.thresholds['slo_min_requests'])}"
+    # `unless`: replicas a sidecar watches (same namespace/pod: the sidecar runs in vLLM's pod) alert
+    # through VLLMLatencyAboveSLO with their own objectives; these rules cover the rest, never both.
+    gate = (f"and ignoring (le)\n{rps} * {SMOOTHING_SECONDS} >= {fmt(o.thresholds['slo_min_requests'])}\n"
+            "unless on (namespace, pod)\nvllm_diag_up")
     out = []
     for name, record, objective, slo in (
             ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft_p95_seconds),
@@ -624,7 +627,8 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             meaning=(f"Computed by Prometheus from vLLM's own histograms ({record}), per model and deployment, "
                      f"for fleets without the sidecar. The objective ({fmt(slo)} s) is rendered into the rule from "
                      "the configuration given to `vllm-diag render rules --config FILE`; at least "
-                     f"{fmt(o.thresholds['slo_min_requests'])} requests must have finished in {w}."),
+                     f"{fmt(o.thresholds['slo_min_requests'])} requests must have finished in {w}. Quiet for a "
+                     "replica whose pod runs the sidecar (it alerts through VLLMLatencyAboveSLO instead)."),
             verify=(Verify(f"{objective} p95", record), Verify("finished requests per second", rps)),
             action="deploy the sidecar for a diagnosis, or follow the symptom runbooks (A for TTFT, B for ITL)",
             tradeoff="depends on the cause",
