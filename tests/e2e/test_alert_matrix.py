@@ -92,8 +92,9 @@ def expected(name: str) -> Expectation:
       where D is expected, CPU starvation where the verdict is ``cpu`` (as VLLMCPUStarvationSuspected:
       the simulator has no host CPU source, so there is no run-queue/PSI/throttling evidence);
     * delivered = those, minus what the root causes inhibit;
-    * allowed = the alerts of the catalog's "may also fire" symptoms, and the SLO outcome alert
-      (not for healthy-like scenarios, which deliver nothing at all).
+    * allowed = the alerts of the catalog's "may also fire" symptoms (with KV pressure where D may
+      fire, and then what it inhibits becomes optional to deliver), and the SLO outcome alert (not
+      for healthy-like scenarios, which deliver nothing at all).
     """
     if name in ROLLOUT_EXPECTED:
         return Expectation(ROLLOUT_EXPECTED[name])
@@ -105,8 +106,14 @@ def expected(name: str) -> Expectation:
     if exp.verdict == "none":
         return Expectation(frozenset())
     maybe = {SYMPTOM_BY_ID[s].alert for s in exp.also_possible if s in SYMPTOM_BY_ID} | {SLO_ALERT}
-    return Expectation(delivered=frozenset((symptom_alerts | roots) - silenced),
-                       allowed=frozenset(maybe - silenced), fired=frozenset(symptom_alerts | roots))
+    # A "may also fire" D brings its root cause along; what that root cause inhibits may then be
+    # held back instead of delivered (it must still fire).
+    maybe_roots = {"VLLMKVCachePressure"} if "D" in exp.also_possible else set()
+    maybe |= maybe_roots
+    optional = _inhibited_by(maybe_roots)
+    return Expectation(delivered=frozenset((symptom_alerts | roots) - silenced - optional),
+                       allowed=frozenset((maybe | ((symptom_alerts | roots) & optional)) - silenced),
+                       fired=frozenset(symptom_alerts | roots))
 
 
 def endpoints() -> list[str]:
