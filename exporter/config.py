@@ -195,8 +195,10 @@ class Settings(BaseSettings):
         return int(self.listen.rpartition(":")[2])
 
     def slo_for(self, target: Target) -> Slo:
-        """The objectives the rules compare ``target`` with: its own, else the global ones."""
-        return target.slo or self.slo
+        """The objectives the rules compare ``target`` with: its own fields over the global ones."""
+        if target.slo is None:
+            return self.slo
+        return self.slo.model_copy(update=target.slo.model_dump(exclude_unset=True))
 
     def resolved_thresholds(self) -> threshold_catalog.Thresholds:
         return threshold_catalog.Thresholds(self.thresholds)
