@@ -236,15 +236,26 @@ _FREE_CPU = Mitigation("move noisy neighbours off the node (cordon + evict the C
                        "pod's CPU limit in place where the cluster allows it", "other workloads move or get less CPU")
 _NO_MITIGATION = Mitigation("nothing urgent: no user-visible effect yet; schedule the knob change below",
                             "none")
-IMMEDIATE: Mapping[str, tuple[Mitigation, ...]] = {
-    "A": (_SCALE_OUT, _SHED, _ROUTE_LONG),
-    "B": (_SPLIT_BATCH, _ROUTE_LONG, _SCALE_OUT),
-    "C": (_FREE_CPU, _SCALE_OUT),
-    "D": (_CAP_TOKENS, _SHED, _SCALE_OUT, _ROUTE_LONG),
-    "E": (_CAP_TOKENS, _SCALE_OUT),
-    "F": (_NO_MITIGATION,),
-    "G": (_SCALE_OUT,),
+_ROUTE_PREFIX = Mitigation("route requests by prefix at the load balancer (session/prefix affinity) where it "
+                           "supports it", "uneven load across replicas")
+# Immediate mitigations per cause: what buys time before a knob change and a restart.
+IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
+    "A1": (_ROUTE_LONG, _SCALE_OUT), "A2": (_SCALE_OUT, _SHED), "A3": (_FREE_CPU, _SCALE_OUT),
+    "A4": (_ROUTE_LONG, _SCALE_OUT), "A5": (_NO_MITIGATION,),
+    "B1": (_SPLIT_BATCH, _ROUTE_LONG), "B2": (_SPLIT_BATCH, _ROUTE_LONG), "B3": (_SHED, _SCALE_OUT),
+    "C1": (_FREE_CPU, _SCALE_OUT), "C2": (_NO_MITIGATION,), "C3": (_CAP_TOKENS, _SHED, _SCALE_OUT),
+    "D": (_CAP_TOKENS, _SHED, _SCALE_OUT, _ROUTE_LONG), "E": (_CAP_TOKENS, _SCALE_OUT),
+    "F": (_NO_MITIGATION,), "F6": (_ROUTE_PREFIX, _SCALE_OUT), "G": (_SCALE_OUT,),
 }
+
+
+def cause_mitigations(causes: Sequence[Cause]) -> tuple[tuple[str, Mitigation], ...]:
+    """(when, mitigation) rows: each cause's immediate mitigations, labelled with the cause."""
+    return tuple((f"{c.id}: {c.title}", m) for c in causes for m in IMMEDIATE_BY_CAUSE[c.id])
+
+
+def always(*items: Mitigation) -> tuple[tuple[str, Mitigation], ...]:
+    return tuple(("any cause", m) for m in items)
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,7 +276,7 @@ class Alert:
     keep_firing_for: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra/overrides, e.g. runbook_url
     # Runbook: what on-call can do right now, without a restart (before the knobs that need one).
-    mitigations: tuple[Mitigation, ...] = ()
+    mitigations: tuple[tuple[str, Mitigation], ...] = ()  # (when: a cause, or "any cause"; mitigation)
     extra_labels: Mapping[str, str] = field(default_factory=dict)
 
     @property
@@ -370,7 +381,8 @@ def symptom_alert(s: Symptom, o: Options = DEFAULT_OPTIONS) -> Alert:
         summary=f"vLLM symptom {s.id}: {s.title}.",
         description=(f"Symptom {s.id} ({s.title}) was active {{{{ $value | humanizePercentage }}}} of the last "
                      f"{rng} on {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}). Possible causes: "
-                     f"{layers}; vllm_diag_cause_active{{symptom=\"{s.id}\"}} names the active one and its layer."),
+                     f"{layers}. Active now: {{{{ range query (printf \"vllm_diag_cause_active{{target=%q,symptom=\\\"{s.id}\\\"}} == 1\" "
+                     f"$labels.target) }}}}{{{{ .Labels.cause }}}} ({{{{ .Labels.layer }}}}) {{{{ end }}}}."),
         meaning=(f"The sidecar's diagnosis reported symptom class {s.id}, \"{s.title}\", in at least "
                  f"{fmt(share * 100)}% of its evaluations over the last {rng}, for longer than "
                  f"{FOR_SYMPTOM[s.severity]}. The `layer` label is `see_cause` when the causes sit in different "
@@ -378,7 +390,7 @@ def symptom_alert(s: Symptom, o: Options = DEFAULT_OPTIONS) -> Alert:
         causes=causes,
         verify=(Verify("active causes and their layers", f'vllm_diag_cause_active{{symptom="{s.id}"}} == 1'),
                 *SYMPTOM_VERIFY[s.id]),
-        mitigations=IMMEDIATE[s.id],
+        mitigations=cause_mitigations(causes),
     )
 
 
@@ -450,7 +462,7 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
                      f"{fmt(o.thresholds['cpu_evidence_throttled_share'])}, PSI > "
                      f"{fmt(o.thresholds['cpu_evidence_psi_share'])}) confirms it; without host evidence "
                      "VLLMCPUStarvationSuspected (warning) fires instead."),
-            causes=cpu_causes, verify=verify, mitigations=IMMEDIATE["C"])
+            causes=cpu_causes, verify=verify, mitigations=cause_mitigations(cpu_causes))
     return Alert(
         name="VLLMCPUStarvationSuspected", expr=expr, severity="warning", symptom="C", layer="cpu",
         for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
@@ -462,7 +474,7 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
                  "proxies from vLLM's own metrics (time outside the engine, API-server CPU): a slow tokenizer or "
                  "chat template reads the same. A warning, not a page; configure a CPU source on the target "
                  "(`cpu: {match: \"vllm serve\"}`, same PID namespace) so the sidecar can confirm it."),
-        causes=cpu_causes, verify=verify, mitigations=IMMEDIATE["C"])
+        causes=cpu_causes, verify=verify, mitigations=cause_mitigations(cpu_causes))
 
 
 def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
@@ -492,7 +504,7 @@ def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      f"concurrency (cause C3, {CAUSE_BY_ID['C3'].title.lower()})."),
             causes=(CAUSE_BY_ID["D"],),
             verify=(*SYMPTOM_VERIFY["D"], Verify("SLO ratio per objective (> 1 breaches)", slo_ratio(o))),
-            mitigations=IMMEDIATE["D"],
+            mitigations=cause_mitigations((CAUSE_BY_ID["D"],)),
         ),
         _cpu_alert(o, with_evidence=True),
         _cpu_alert(o, with_evidence=False),
@@ -529,7 +541,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                     Verify("active symptoms", "vllm_diag_symptom_active == 1")),
             action="follow the active symptom or root-cause alert's runbook (vllm_diag_layer_verdict names the layer)",
             tradeoff="depends on the cause; every knob trades TTFT against ITL, throughput or memory",
-            mitigations=(_SCALE_OUT, _SHED, _CAP_TOKENS),
+            mitigations=always(_SCALE_OUT, _SHED, _CAP_TOKENS),
         ),
         Alert(
             name="VLLMTargetDown",
@@ -547,8 +559,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             action="check the vLLM process/pod (logs, OOM kills, restarts) and that the target URL is reachable "
                    "from the sidecar",
             tradeoff="none: restoring the engine has no downside; a restart drops in-flight requests",
-            mitigations=(Mitigation("move traffic away from this replica (remove it from the load balancer) until "
-                                    "it answers", "less capacity meanwhile"),),
+            mitigations=always(Mitigation("move traffic away from this replica (remove it from the load balancer) "
+                                          "until it answers", "less capacity meanwhile")),
         ),
         Alert(
             name="VLLMTargetNeverUp",
@@ -563,8 +575,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             verify=down_verify,
             action="check the vLLM container's logs (download, OOM at load, CUDA errors) and the target URL",
             tradeoff="none",
-            mitigations=(Mitigation("roll back the rollout (`kubectl rollout undo`) if the new version does "
-                                    "not load", "back to the previous version"),),
+            mitigations=always(Mitigation("roll back the rollout (`kubectl rollout undo`) if the new version does "
+                                          "not load", "back to the previous version")),
         ),
         Alert(
             name="VLLMDiagSidecarDown",
@@ -634,7 +646,7 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             verify=(Verify(f"{objective} p95", record), Verify("finished requests per second", rps)),
             action="deploy the sidecar for a diagnosis, or follow the symptom runbooks (A for TTFT, B for ITL)",
             tradeoff="depends on the cause",
-            mitigations=(_SCALE_OUT, _SHED),
+            mitigations=always(_SCALE_OUT, _SHED),
         ))
     return out
 
