@@ -375,3 +375,28 @@ def test_all_queries_are_runnable_promql() -> None:
     for q in queries:
         assert "$" not in q, q
         assert q.count("(") == q.count(")") and q.count("{") == q.count("}"), q
+
+
+def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
+    """No fleet-wide raw line next to one target's: every raw `vllm:` selector and every recording
+    rule a panel reads carries `pod=~"$target"` (the target is named after its pod)."""
+    selector = re.compile(r"((?:vllm:|model:vllm_)[\w:]*)(\{[^{}]*\})?")
+    checked = 0
+    for query in dashboards.raw_queries():
+        for name, labels in selector.findall(query):
+            checked += 1
+            assert labels and 'pod=~"$target"' in labels, f"{name} unfiltered in: {query}"
+    assert checked > 10
+
+
+def test_panels_read_recording_rules_where_one_exists() -> None:
+    """Panels read the recorded series instead of recomputing them from raw histograms/counters."""
+    raw = "\n".join(dashboards.raw_queries())
+    for record in ("model:vllm_kv_cache_usage:max", "model:vllm_preemptions_per_request:ratio_rate5m",
+                   "model:vllm_prefix_cache_hit:ratio_rate5m", "model:vllm_ttft_seconds:p95_rate5m",
+                   "model:vllm_itl_seconds:p95_rate5m", "model:vllm_frontend_overhead_seconds:mean_rate5m",
+                   "model:vllm_requests_finished:rate5m"):
+        assert record in rules.recording_names() and record in raw, record
+    for recomputed in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
+                       "prefix_cache_hits_total", "kv_cache_usage_perc", "request_inference_time_seconds"):
+        assert recomputed not in raw, f"a panel recomputes {recomputed}"
