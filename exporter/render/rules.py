@@ -1,7 +1,9 @@
 """Prometheus alerting and recording rules, and the Alertmanager example, from the catalog.
 
-Reads top-down: settings, recording rules, alerts (symptom classes, root causes, operations),
-the runbook-link post-processing step, rendering. Every number in an expression comes from
+Reads top-down: settings (with ``Options``, what `render rules --config/--sidecar-job/
+--severity-labels` changes), recording rules (one `or` per vLLM naming generation), alerts
+(symptom classes, root causes, operations, raw-series), the runbook-link post-processing step,
+rendering. docs/alerting.md explains the choices and holds the measured alert matrix. Every number in an expression comes from
 ``exporter.catalog.thresholds`` or ``exporter.config`` (the test suite fails on any other
 comparison literal); ``for:`` durations and the rate window are declared once below with the
 reason for their value.
@@ -297,14 +299,6 @@ class Alert:
         firsts = [(c.id, c.actions[0]) for c in self.causes]
         return (" | ".join(f"{cid}: {a.action}" for cid, a in firsts),
                 " | ".join(f"{cid}: {a.cost}" for cid, a in firsts))
-
-
-def _primary_layer(causes: Sequence[Cause]) -> str:
-    """The layer most of a symptom's causes sit in (first in catalog order on a tie)."""
-    counts: dict[str, int] = {}
-    for c in causes:
-        counts[c.layer] = counts.get(c.layer, 0) + 1
-    return max(counts, key=lambda layer: (counts[layer], -list(counts).index(layer)))
 
 
 def _causes_of(symptom: str) -> tuple[Cause, ...]:

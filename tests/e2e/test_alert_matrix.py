@@ -27,10 +27,8 @@ takes 2-4 minutes on two busy cores, the playback 84 s.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
