@@ -84,7 +84,7 @@ def _settings(scenario: Scenario, column: Column, base: Settings) -> Settings:
     overrides: dict = {"targets": [target], "window_seconds": base.window_seconds,
                        "thresholds": dict(base.thresholds)}
     if scenario.slo is not None:
-        overrides["slo"] = scenario.slo
+        target["slo"] = scenario.slo  # the deployment's own objectives
     if base.window_seconds < 2 * interval:
         overrides["window_seconds"] = 2 * interval
     return load_settings(overrides=overrides)

@@ -92,6 +92,27 @@ def _check_url(value: str) -> str:
     return value
 
 
+class Slo(_Strict):
+    ttft_p95_seconds: float = Field(default=2.0, gt=0)
+    itl_p95_seconds: float = Field(default=0.1, gt=0)
+
+
+# Set from the downward API (metadata.name) in deploy/kubernetes: each replica's sidecar names its
+# target after its own pod, so alerts of two replicas never share a `target` label.
+POD_NAME_ENV = "POD_NAME"
+
+
+def default_target_name(url: str) -> str:
+    """The pod name where the downward API provides one, else host:port of the URL."""
+    import os
+
+    pod = os.environ.get(POD_NAME_ENV, "").strip()
+    if pod:
+        return pod[:63]
+    parts = urlsplit(url)
+    return re.sub(r"[^A-Za-z0-9_.:-]", "-", parts.netloc or url)[:63] or "vllm"
+
+
 class Target(_Strict):
     name: str
     url: str
@@ -105,6 +126,14 @@ class Target(_Strict):
     record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose")
     max_series_per_family: int = Field(default=2000, gt=0,
                                        description="cardinality cap: series beyond it are dropped and counted")
+    slo: Slo | None = Field(default=None, description="this target's objectives; the global slo when unset")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_name(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "name" not in data and isinstance(data.get("url"), str):
+            return {**data, "name": default_target_name(data["url"])}
+        return data
 
     @field_validator("name")
     @classmethod
@@ -127,11 +156,6 @@ class Target(_Strict):
         if self.timeout > self.scrape_interval:
             raise ValueError(f"timeout {self.timeout:g}s exceeds scrape_interval {self.scrape_interval:g}s")
         return self
-
-
-class Slo(_Strict):
-    ttft_p95_seconds: float = Field(default=2.0, gt=0)
-    itl_p95_seconds: float = Field(default=0.1, gt=0)
 
 
 _YAML_FILE: ContextVar[Path | None] = ContextVar("vllm_diag_yaml_file", default=None)
@@ -198,6 +222,12 @@ class Settings(BaseSettings):
     def listen_port(self) -> int:
         return int(self.listen.rpartition(":")[2])
 
+    def slo_for(self, target: Target) -> Slo:
+        """The objectives the rules compare ``target`` with: its own fields over the global ones."""
+        if target.slo is None:
+            return self.slo
+        return self.slo.model_copy(update=target.slo.model_dump(exclude_unset=True))
+
     def resolved_thresholds(self) -> threshold_catalog.Thresholds:
         return threshold_catalog.Thresholds(self.thresholds)
 
@@ -228,9 +258,7 @@ class ConfigError(ValueError):
 
 def target_from_url(url: str, **fields: Any) -> dict[str, Any]:
     """A target entry for ``--target URL``: named after host and port."""
-    parts = urlsplit(url)
-    name = re.sub(r"[^A-Za-z0-9_.:-]", "-", parts.netloc or url)[:63] or "vllm"
-    return {"name": name, "url": url, **fields}
+    return {"name": default_target_name(url), "url": url, **fields}
 
 
 def load_settings(config_file: str | Path | None = None, overrides: Mapping[str, Any] | None = None,

@@ -64,6 +64,7 @@ def settings_for(names: list[str], simulator: str, listen: str, interval: float,
         targets.append({
             "name": name, "url": f"{base}/metrics", "scrape_interval": interval, "timeout": min(2.0, interval),
             "engine": scenario.engine_facts(), **({"dcgm_url": f"{base}/dcgm/metrics"} if scenario.dcgm else {}),
+            **({"slo": scenario.slo} if scenario.slo else {}),
         })
     return load_settings(overrides={"listen": listen, "window_seconds": window, "targets": targets},
                          origins={"listen": "--listen", "window_seconds": "--window",

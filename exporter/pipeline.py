@@ -139,7 +139,7 @@ class TargetPipeline:
             observed[METRICS_SOURCE] = cache_info.facts(latest.info.get("vllm:cache_config_info", ()))
         facts = resolve(self.target.engine, observed)
         if ready:
-            ctx = Context(signals, engine_facts(facts), self.thresholds, self.settings.slo)
+            ctx = Context(signals, engine_facts(facts), self.thresholds, self.settings.slo_for(self.target))
             diagnosis = diagnose(ctx, self.tracker, now)
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1

@@ -51,7 +51,7 @@ class Sidecar:
         self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
         self.attempted: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(DiagnosisCollector(lambda: self.states))
+        self.registry.register(DiagnosisCollector(lambda: self.states, settings))
         ProcessCollector(namespace="vllm_diag", registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
 

@@ -34,7 +34,7 @@ class Action:
 class Symptom:
     id: str
     title: str
-    severity: str  # alert severity: page (act now), ticket (work queue), info (context)
+    severity: str  # alert severity: critical (pages), warning (tickets), info (context)
     alert: str  # alert name, CamelCase with the VLLM prefix
 
 
@@ -49,13 +49,13 @@ class Cause:
 
 
 SYMPTOMS: tuple[Symptom, ...] = (
-    Symptom("A", "High TTFT, decode normal", "ticket", "VLLMSlowFirstToken"),
-    Symptom("B", "Poor inter-token latency (stuttering stream)", "ticket", "VLLMStutteringStream"),
-    Symptom("C", "Low throughput while the GPU idles", "ticket", "VLLMIdleEngine"),
-    Symptom("D", "Frequent preemption / recompute", "page", "VLLMFrequentPreemption"),
-    Symptom("E", "KV memory headroom at risk", "ticket", "VLLMKVHeadroomRisk"),
+    Symptom("A", "High TTFT, decode normal", "warning", "VLLMSlowFirstToken"),
+    Symptom("B", "Poor inter-token latency (stuttering stream)", "warning", "VLLMStutteringStream"),
+    Symptom("C", "Low throughput while the GPU idles", "warning", "VLLMIdleEngine"),
+    Symptom("D", "Frequent preemption / recompute", "critical", "VLLMFrequentPreemption"),
+    Symptom("E", "KV memory headroom at risk", "warning", "VLLMKVHeadroomRisk"),
     Symptom("F", "Prefix cache ineffective", "info", "VLLMPrefixCacheIneffective"),
-    Symptom("G", "Multi-GPU overhead outweighs the memory gained", "ticket", "VLLMParallelismOverhead"),
+    Symptom("G", "Multi-GPU overhead outweighs the memory gained", "warning", "VLLMParallelismOverhead"),
 )
 
 _RAISE_GMU = Action("raise gpu_memory_utilization", "more KV blocks, fewer preemptions, more concurrency",
@@ -69,8 +69,6 @@ _RAISE_TP = Action("raise tensor_parallel_size", "weights spread out, frees KV s
                    "all-reduce per layer, communication latency", "tensor_parallel_size", "raise")
 _RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room", "pipeline bubbles, higher latency",
                    "pipeline_parallel_size", "raise")
-_SHED = Action("shed or re-route load now: scale out replicas, cap max_tokens at the gateway, send long contexts "
-               "to another pool", "immediate relief without a restart", "cost of replicas or truncated outputs")
 _NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
                     "stable few-shot and tool order",
                     "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")
@@ -162,7 +160,7 @@ CAUSES: tuple[Cause, ...] = (
     Cause("D", "D", "kv_cache", "Frequent preemption: KV cache is short",
           "Preemptions per admitted request are frequent: V1 recomputes preempted requests, wasting GPU work "
           "and making running/waiting oscillate.",
-          (_SHED, _RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
+          (_RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
     Cause("E", "E", "kv_cache", "No memory headroom: the engine is fragile at its KV cap",
           "Saturation alone is V1's normal regime. This fires on evidence of fragility: restarts (OOM) at the "
           "cap, or KV at the admission cap with a queue and preemptions or a latency tail. "

@@ -129,6 +129,32 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("info_strength", 0.45, "score",
               "Strength shown for informational findings (capacity, saturation, zero prefix reuse). They never count "
               "towards a layer score; it must stay below verdict_enter_score.", 0, 1),
+
+    # -- alerting (generated Prometheus rules; exporter/render/rules.py) ------------------
+    Threshold("alert_symptom_active_share", 0.3, "ratio",
+              "Share of the smoothing range (alert_smoothing_seconds) a symptom must be active for its alert "
+              "condition to hold. Symptoms flap with bursty traffic (case 1 is active ~1/3 of the time); "
+              "a share, not an unbroken streak, keeps `for:` meaningful.", 0, 1),
+    Threshold("alert_smoothing_seconds", 600, "seconds",
+              "Range over which alert conditions average the sidecar's 0/1 symptom and root-cause gauges.", 60),
+    Threshold("target_startup_grace_seconds", 900, "seconds",
+              "A target never up since the sidecar (pod) started pages only after this long: model loads take "
+              "up to the 15 min the deployment's startupProbe allows.", 0),
+    Threshold("kv_page_preemption_rate", 0.1, "1/s",
+              "Preemptions per second (smoothed) at which KV pressure pages without an SLO breach: below it the "
+              "shortage costs recompute but users do not notice.", 0),
+    Threshold("slo_min_requests", 100, "requests",
+              "Finished requests the smoothing range must hold before an SLO comparison pages: a p95 of a "
+              "handful of requests is noise.", 1),
+    Threshold("cpu_evidence_throttled_share", 0.1, "ratio",
+              "CFS-throttled share of periods that counts as CPU evidence for the CPU-starvation page.", 0, 1),
+    Threshold("cpu_evidence_psi_share", 0.1, "ratio",
+              "CPU PSI 'some' share that counts as CPU evidence for the CPU-starvation page.", 0, 1),
+    Threshold("stale_after_intervals", 4, "scrape intervals",
+              "A diagnosis older than this many of the target's scrape intervals counts as stale.", 2),
+    Threshold("traffic_min_requests_per_second", 0.01, "1/s",
+              "Finished requests per second (smoothed) below which there is no traffic to protect: the CPU "
+              "alert stays quiet.", 0),
 )
 
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.key: t.default for t in THRESHOLDS})

@@ -13,6 +13,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
+from exporter.config import Settings
 from exporter.signals import QUANTILES
 from exporter.state import SCRAPE_ERROR_REASONS, TargetState
 
@@ -38,6 +39,13 @@ SIGNAL_GAUGES: tuple[tuple[str, str, str], ...] = (
 )
 
 
+# (objective label, quantile label, Slo attribute): what the generated alert rules divide by.
+SLO_OBJECTIVES: tuple[tuple[str, str, str], ...] = (
+    ("ttft", "0.95", "ttft_p95_seconds"),
+    ("itl", "0.95", "itl_p95_seconds"),
+)
+
+
 def _labels(state: TargetState) -> tuple[list[str], list[str]]:
     return ["target", "model_name"], [state.target, state.model_name]
 
@@ -45,8 +53,9 @@ def _labels(state: TargetState) -> tuple[list[str], list[str]]:
 class DiagnosisCollector(Collector):
     """Yields the ``vllm_diag_*`` families for every target's current state."""
 
-    def __init__(self, states: Callable[[], Mapping[str, TargetState]]) -> None:
+    def __init__(self, states: Callable[[], Mapping[str, TargetState]], settings: Settings | None = None) -> None:
         self._states = states
+        self._settings = settings
 
     def describe(self) -> Iterable[Metric]:
         return list(self._families([]))
@@ -187,6 +196,22 @@ class DiagnosisCollector(Collector):
                 if value is not None:
                     plain[suffix].add_metric(tm, float(value))
 
+        yield from self._objectives()
         yield from (up, duration, errors, last_ok, dropped, restarts, fact, fact_info, ready, evaluated, kv, sched,
                     *latency.values(), breakdown, throughput, cpu_signal, *plain.values(),
                     layer_score, verdict, symptom, cause, finding, pending, rule_errors, source_errors)
+
+    def _objectives(self) -> Iterator[Metric]:
+        """Per-target SLOs and scrape intervals from the configuration (constant while serving)."""
+        slo = GaugeMetricFamily(P + "slo_seconds", "The objective the alert rules compare with, per target.",
+                                labels=["target", "objective", "quantile"])
+        interval = GaugeMetricFamily(P + "scrape_interval_seconds", "Configured scrape interval of the target.",
+                                     labels=["target"])
+        if self._settings is not None:
+            for target in self._settings.targets:
+                objectives = self._settings.slo_for(target)
+                for objective, quantile, attribute in SLO_OBJECTIVES:
+                    slo.add_metric([target.name, objective, quantile], getattr(objectives, attribute))
+                interval.add_metric([target.name], target.scrape_interval)
+        yield slo
+        yield interval

@@ -33,9 +33,9 @@ def build(states: Iterable[TargetState], now: float | None = None) -> dict[str, 
     }
 
 
-# Worst first: a page-level symptom, then a target we cannot read, then ticket-level work, then
+# Worst first: a critical symptom, then a target we cannot read, then warning-level work, then
 # a target still gathering evidence, then informational findings, then healthy targets.
-SEVERITY_RANK: dict[str, int] = {"page": 0, "down": 1, "ticket": 2, "unknown": 3, "info": 4, "ok": 5}
+SEVERITY_RANK: dict[str, int] = {"critical": 0, "down": 1, "warning": 2, "unknown": 3, "info": 4, "ok": 5}
 
 
 def informational(symptom: dict[str, Any]) -> bool:
@@ -45,15 +45,15 @@ def informational(symptom: dict[str, Any]) -> bool:
 
 
 def severity(target: dict[str, Any]) -> str:
-    """The target's worst state: page, down, ticket, unknown, info or ok."""
+    """The target's worst state: critical, down, warning, unknown, info or ok."""
     if target.get("state") == "down":
         return "down"
-    found = {s.get("severity", "ticket") for s in target.get("symptoms", []) if not informational(s)}
-    for level in ("page", "ticket"):
+    found = {s.get("severity", "warning") for s in target.get("symptoms", []) if not informational(s)}
+    for level in ("critical", "warning"):
         if level in found:
             return level
     if found:  # a severity this page does not know yet: show it as work to do, not as healthy
-        return "ticket"
+        return "warning"
     if target.get("state") == "insufficient_evidence":
         return "unknown"
     return "info" if target.get("symptoms") else "ok"
@@ -67,11 +67,11 @@ def verdict_severity(target: dict[str, Any]) -> str:
     if layer == "none":
         return "ok"
     behind = [s for s in target.get("symptoms", []) if any(c.get("layer") == layer for c in s.get("causes", []))]
-    levels = {"info" if informational(s) else s.get("severity", "ticket") for s in behind}
-    for level in ("page", "ticket", "info"):
+    levels = {"info" if informational(s) else s.get("severity", "warning") for s in behind}
+    for level in ("critical", "warning", "info"):
         if level in levels:
             return level
-    return "ticket"
+    return "warning"
 
 
 def worst_first(targets: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -31,8 +31,8 @@ VERDICT_HELP: dict[str, str] = {
     "unknown": "no diagnosis yet: the window holds too little data, or the target cannot be read",
 }
 SEVERITY_HELP: dict[str, str] = {
-    "page": "act now (the alert pages)",
-    "ticket": "work queue (the alert opens a ticket)",
+    "critical": "act now (the alert pages)",
+    "warning": "work queue (the alert opens a ticket)",
     "info": "context only: never the verdict, never an alert",
     "down": "the target cannot be scraped",
     "unknown": "still gathering evidence",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 # ---------------------------------------------------------------------------------------------
 # PromQL builder
@@ -90,20 +90,21 @@ OWNED_DIRS: tuple[tuple[str, str], ...] = (
 Outputs = Mapping[str, str]  # repo-relative path -> exact file content
 
 
-def _rules_outputs() -> dict[str, str]:
+def _rules_outputs(options: Any = None) -> dict[str, str]:
     from exporter.render import rules, runbooks
 
-    return {**rules.render_files(), **runbooks.render_files(), **rules.render_alertmanager()}
+    o = options or rules.DEFAULT_OPTIONS
+    return {**rules.render_files(o), **runbooks.render_files(o), **rules.render_alertmanager(o)}
 
 
-def _dashboard_outputs() -> dict[str, str]:
+def _dashboard_outputs(options: Any = None) -> dict[str, str]:
     from exporter.render import dashboards
 
     return dashboards.render_files()
 
 
 # `render rules` also writes the runbooks and the Alertmanager example: all three read the alert list.
-GENERATORS: Mapping[str, Callable[[], dict[str, str]]] = {
+GENERATORS: Mapping[str, Callable[[Any], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,
 }
@@ -113,12 +114,13 @@ OWNED_DIRS_BY_GENERATOR: Mapping[str, tuple[str, ...]] = {
 }
 
 
-def render(what: str) -> dict[str, str]:
-    """Every output of ``what`` (rules, dashboards or all), in memory."""
+def render(what: str, options: Any = None) -> dict[str, str]:
+    """Every output of ``what`` (rules, dashboards or all), in memory; ``options`` is an
+    ``exporter.render.rules.Options`` (deployment SLOs, thresholds, sidecar job, severity names)."""
     names = list(GENERATORS) if what == "all" else [what]
     out: dict[str, str] = {}
     for name in names:
-        out.update(GENERATORS[name]())
+        out.update(GENERATORS[name](options))
     return out
 
 

@@ -24,15 +24,55 @@ def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") 
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
     parser.add_argument("--root", type=Path, default=Path.cwd(),
                         help="repository root holding alert_rules/, dashboards/, docs/ (default: current directory)")
+    parser.add_argument("--config", type=Path, default=None,
+                        help="render with this deployment's slo and thresholds (raw-series rules have no sidecar "
+                             "to read the objectives from)")
+    parser.add_argument("--sidecar-job", default=None,
+                        help="Prometheus job name that scrapes the sidecar (default vllm-diag)")
+    parser.add_argument("--severity-labels", default=None, metavar="critical=X,warning=Y,info=Z",
+                        help="rename the severity label values for your routing tree")
     parser.set_defaults(func=run)
+
+
+def options_from(args: argparse.Namespace):
+    """Render options from the flags; None (the committed defaults) when no flag is given."""
+    from exporter.config import load_settings
+    from exporter.render.rules import DEFAULT_OPTIONS, SEVERITIES, Options
+
+    config, job, labels = getattr(args, "config", None), getattr(args, "sidecar_job", None), \
+        getattr(args, "severity_labels", None)
+    if config is None and job is None and labels is None:
+        return None
+    o = Options.from_settings(load_settings(config)) if config is not None else DEFAULT_OPTIONS
+    extra = {}
+    if job is not None:
+        extra["sidecar_job"] = job
+    if labels is not None:
+        mapping = dict(o.severity_labels)
+        for item in labels.split(","):
+            key, sep, value = item.partition("=")
+            if not sep or key.strip() not in SEVERITIES or not value.strip():
+                raise ValueError(f"--severity-labels: {item!r} is not one of {'/'.join(SEVERITIES)}=NAME")
+            mapping[key.strip()] = value.strip()
+        extra["severity_labels"] = mapping
+    from dataclasses import replace
+
+    return replace(o, **extra)
 
 
 def run(args: argparse.Namespace) -> int:
     from exporter.render import check, render, write
     from exporter.render.lint import lint
 
+    from exporter.config import ConfigError
+
     root: Path = args.root
-    outputs = render(args.what)
+    try:
+        options = options_from(args)
+    except (ConfigError, ValueError) as exc:
+        print(f"render: {exc}", file=sys.stderr)
+        return 2
+    outputs = render(args.what, options)
     # A query naming a series nobody emits is a bug in the generator, whichever mode runs.
     problems = [f"lint: {line}" for line in lint()]
     if args.check:

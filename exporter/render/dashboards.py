@@ -23,17 +23,26 @@ from exporter.catalog.symptoms import LAYERS
 from exporter.catalog.thresholds import BY_KEY, DEFAULTS
 from exporter.config import Slo
 from exporter.render import PromQL
-from exporter.render.rules import frontend_overhead
 
 # ---------------------------------------------------------------------------------------------
 # Selectors and constants
 # ---------------------------------------------------------------------------------------------
 
 DATASOURCE: dict[str, str] = {"type": "prometheus", "uid": "${datasource}"}
-# vllm_diag_* series carry the sidecar's target name; raw vllm: series only model_name (their
-# instance is vLLM's own address, which the sidecar's `target` does not map to).
+# vllm_diag_* series carry the sidecar's target name; raw vllm: series carry model_name and the
+# `pod` label Prometheus' Kubernetes discovery adds. The sidecar names its target after its pod by
+# default (downward API, deploy/kubernetes), so `pod=~"$target"` selects the same replica's raw
+# series: no fleet-wide line next to one target's. (Outside Kubernetes, set a `pod` label equal to
+# the target name on the vLLM scrape job; series without one match only the all-targets selection.)
 DIAG_SEL = 'target=~"$target", model_name=~"$model"'
-RAW = PromQL('model_name=~"$model"')
+RAW_SEL = 'model_name=~"$model", pod=~"$target"'
+RAW = PromQL(RAW_SEL)
+
+
+def recorded(record: str) -> str:
+    """A recording rule of alert_rules/vllm-diag-recording.yml, for the selected model and target."""
+    return f"{record}{{{RAW_SEL}}}"
+
 RATE = "$__rate_interval"
 SLO = Slo()
 
@@ -193,18 +202,17 @@ def _kv_usage() -> g.Panel:
     return timeseries(
         "KV cache usage", "Latest, window max and window mean per target (sidecar), and the raw engine gauge.",
         [(diag("vllm_diag_kv_cache_usage_ratio"), "{{target}} {{stat}}"),
-         (RAW.agg("max", "vllm:kv_cache_usage_perc"), "raw {{model_name}} max")],
-        metrics=["vllm_diag_kv_cache_usage_ratio", "vllm:kv_cache_usage_perc"], unit="percentunit",
+         (recorded("model:vllm_kv_cache_usage:max"), "raw {{pod}} max")],
+        metrics=["vllm_diag_kv_cache_usage_ratio", "model:vllm_kv_cache_usage:max"], unit="percentunit",
         judgement=catalog("kv_usage_high"), max_value=1)
 
 
 def _preemptions() -> g.Panel:
-    finished = RAW.sum_rate("vllm:request_success_total", RATE, drop=("finished_reason",))
     return timeseries(
         "Preemptions per finished request", "Frequent preemption means the KV cache is short (symptom D).",
         [(diag("vllm_diag_preemptions_per_request"), "{{target}}"),
-         (RAW.divide(RAW.sum_rate("vllm:num_preemptions_total", RATE), finished), "raw {{model_name}}")],
-        metrics=["vllm_diag_preemptions_per_request", "vllm:num_preemptions_total", "vllm:request_success_total"],
+         (recorded("model:vllm_preemptions_per_request:ratio_rate5m"), "raw {{pod}}")],
+        metrics=["vllm_diag_preemptions_per_request", "model:vllm_preemptions_per_request:ratio_rate5m"],
         judgement=catalog("preemptions_per_request"))
 
 
@@ -212,9 +220,8 @@ def _prefix_hits() -> g.Panel:
     return timeseries(
         "Prefix-cache hit ratio", "Cached / queried prompt tokens; low with long prompts = symptom F.",
         [(diag("vllm_diag_prefix_cache_hit_ratio"), "{{target}}"),
-         (RAW.ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", RATE), "raw {{model_name}}")],
-        metrics=["vllm_diag_prefix_cache_hit_ratio", "vllm:prefix_cache_hits_total",
-                 "vllm:prefix_cache_queries_total"],
+         (recorded("model:vllm_prefix_cache_hit:ratio_rate5m"), "raw {{pod}}")],
+        metrics=["vllm_diag_prefix_cache_hit_ratio", "model:vllm_prefix_cache_hit:ratio_rate5m"],
         unit="percentunit", judgement=catalog("prefix_hit_ratio_low", high_is_bad=False), max_value=1)
 
 
@@ -222,8 +229,8 @@ def _ttft() -> g.Panel:
     return timeseries(
         "TTFT quantiles", "Time to first token over the sidecar window, and the raw p95.",
         [(diag("vllm_diag_ttft_seconds"), "{{target}} p{{quantile}}"),
-         (RAW.quantile(0.95, "vllm:time_to_first_token_seconds", RATE), "raw {{model_name}} p0.95")],
-        metrics=["vllm_diag_ttft_seconds", "vllm:time_to_first_token_seconds_bucket"], unit="s",
+         (recorded("model:vllm_ttft_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
+        metrics=["vllm_diag_ttft_seconds", "model:vllm_ttft_seconds:p95_rate5m"], unit="s",
         judgement=slo("ttft_p95_seconds"))
 
 
@@ -231,8 +238,8 @@ def _itl() -> g.Panel:
     return timeseries(
         "ITL quantiles", "Inter-token latency over the sidecar window, and the raw p95.",
         [(diag("vllm_diag_itl_seconds"), "{{target}} p{{quantile}}"),
-         (RAW.quantile(0.95, "vllm:inter_token_latency_seconds", RATE), "raw {{model_name}} p0.95")],
-        metrics=["vllm_diag_itl_seconds", "vllm:inter_token_latency_seconds_bucket"], unit="s",
+         (recorded("model:vllm_itl_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
+        metrics=["vllm_diag_itl_seconds", "model:vllm_itl_seconds:p95_rate5m"], unit="s",
         judgement=slo("itl_p95_seconds"))
 
 
@@ -249,9 +256,8 @@ def _frontend_overhead() -> g.Panel:
         "Time outside the engine per request", "Mean TTFT spent in the frontend (sidecar) and raw "
         "mean(e2e) - mean(queue) - mean(inference): tokenization, templates, IPC, output handling.",
         [(diag("vllm_diag_ttft_breakdown_seconds", 'phase="frontend"'), "{{target}} frontend (TTFT)"),
-         (frontend_overhead(RAW, RATE), "raw {{model_name}} e2e - queue - inference")],
-        metrics=["vllm_diag_ttft_breakdown_seconds", "vllm:e2e_request_latency_seconds_sum",
-                 "vllm:request_queue_time_seconds_sum", "vllm:request_inference_time_seconds_sum"], unit="s")
+         (recorded("model:vllm_frontend_overhead_seconds:mean_rate5m"), "raw {{pod}} e2e - queue - inference")],
+        metrics=["vllm_diag_ttft_breakdown_seconds", "model:vllm_frontend_overhead_seconds:mean_rate5m"], unit="s")
 
 
 def _itl_tail_ratio() -> str:
@@ -298,9 +304,8 @@ def overview() -> g.Dashboard:
                        unit="short"),
             timeseries("Finished requests per second", "Client disconnects are not counted by vLLM.",
                        [(diag("vllm_diag_requests_per_second"), "{{target}}"),
-                        (RAW.sum_rate("vllm:request_success_total", RATE, drop=("finished_reason",)),
-                         "raw {{model_name}}")],
-                       metrics=["vllm_diag_requests_per_second", "vllm:request_success_total"], unit="reqps"),
+                        (recorded("model:vllm_requests_finished:rate5m"), "raw {{pod}}")],
+                       metrics=["vllm_diag_requests_per_second", "model:vllm_requests_finished:rate5m"], unit="reqps"),
             timeseries("Mean prompt and output length", "Tokens per finished request; long prompts make "
                        "prefill cost intrinsic (A1).",
                        [(RAW.mean("vllm:request_prompt_tokens", RATE), "{{model_name}} prompt"),

@@ -13,24 +13,25 @@ from typing import Any
 from exporter.render import rules
 
 
-def _page(alert: rules.Alert, inhibits: tuple[str, ...], inhibited_by: tuple[str, ...]) -> dict[str, Any]:
+def _page(alert: rules.Alert, inhibits: tuple[str, ...], inhibited_by: tuple[str, ...],
+          o: rules.Options) -> dict[str, Any]:
     action, tradeoff = alert.actions_text()
     return {
-        "alert": alert, "rule": rules.alert_rule(alert), "inhibits": inhibits, "inhibited_by": inhibited_by,
+        "alert": alert, "rule": rules.alert_rule(alert, o), "inhibits": inhibits, "inhibited_by": inhibited_by,
         "action": action, "tradeoff": tradeoff,
     }
 
 
-def render_files() -> dict[str, str]:
+def render_files(o: rules.Options = rules.DEFAULT_OPTIONS) -> dict[str, str]:
     template = rules.environment().get_template("runbook.md.j2")
     out: dict[str, str] = {}
-    for alert in rules.alerts():
+    for alert in rules.alerts(o):
         inhibits = next((targets for src, targets in rules.INHIBITIONS if src == alert.name), ())
         inhibited_by = tuple(src for src, targets in rules.INHIBITIONS if alert.name in targets)
-        out[rules.runbook_file(alert.name)] = template.render(**_page(alert, inhibits, inhibited_by))
+        out[rules.runbook_file(alert.name)] = template.render(**_page(alert, inhibits, inhibited_by, o))
     out[f"{rules.RUNBOOK_DIR}/README.md"] = rules.environment().get_template("runbooks-index.md.j2").render(
-        alerts=[rules.alert_rule(a) for a in rules.alerts()],
-        files={a.name: rules.runbook_file(a.name).rsplit("/", 1)[1] for a in rules.alerts()},
+        alerts=[rules.alert_rule(a, o) for a in rules.alerts(o)],
+        files={a.name: rules.runbook_file(a.name).rsplit("/", 1)[1] for a in rules.alerts(o)},
     )
     return out
 

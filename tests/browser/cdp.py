@@ -35,7 +35,8 @@ class Chromium:
         self._ids = count(1)
 
     async def __aenter__(self) -> "Chromium":
-        self._profile = tempfile.TemporaryDirectory()
+        # Chromium helpers may still write to the profile for a moment after the kill.
+        self._profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         self._proc = await asyncio.create_subprocess_exec(
             chromium_path(), *FLAGS, "--remote-debugging-address=127.0.0.1", "--remote-debugging-port=0",
             f"--user-data-dir={self._profile.name}", "about:blank",

@@ -11,12 +11,13 @@ the example's, unchanged: the inhibition is what is under test.
 
 Assertions are per ``target`` (the label the inhibition's ``equal`` uses):
 
-* ``kv-pressure``: ``VLLMKVCachePressure`` is delivered to the page receiver; ``VLLMFrequentPreemption``
+* ``kv-pressure``: ``VLLMKVCachePressure`` (critical) is delivered to the page receiver; ``VLLMFrequentPreemption``
   (symptom D) is in Alertmanager as ``suppressed`` with ``inhibitedBy`` naming the KV alert, and
   neither it nor any other symptom alert the KV alert explains (A, C, E, F) that fires for this
   target ever reaches the webhook.
-* ``cpu-starved``: ``VLLMCPUStarvation`` is delivered to the page receiver; ``VLLMIdleEngine``
-  (symptom C) is suppressed by it, and no symptom alert it explains (A, B, C) is delivered.
+* ``cpu-starved``: ``VLLMCPUStarvationSuspected`` (warning: no host CPU evidence in the simulator)
+  is delivered to the ticket receiver; ``VLLMIdleEngine`` (symptom C) is suppressed by it, and no
+  symptom alert it explains (A, B, C) is delivered.
 * ``healthy``: no alert at all, in Prometheus, Alertmanager or the webhook; and no operational
   alert (sidecar down, diagnosis stale, target down) for anyone.
 """
@@ -32,6 +33,7 @@ import pytest
 import yaml
 
 from exporter.config import load_settings
+from exporter.render import rules
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.simulator import get_scenario
@@ -54,7 +56,7 @@ DEADLINE_S = 60.0
 # After an alert reaches Alertmanager, a notification (if it were not inhibited) leaves within
 # group_wait, or group_interval for a group that already flushed; watch one more interval and a margin.
 SETTLE_S = float(AM_GROUP_WAIT.rstrip("s")) + 2 * float(AM_GROUP_INTERVAL.rstrip("s")) + 2.0
-OPERATIONAL = ("VLLMDiagSidecarDown", "VLLMDiagnosisStale", "VLLMTargetDown")
+OPERATIONAL = ("VLLMDiagSidecarDown", "VLLMDiagnosisStale", "VLLMTargetDown", "VLLMTargetNeverUp")
 
 
 def _replay(name: str, seconds: int = 90) -> list:
@@ -96,7 +98,7 @@ def _inhibited_by(source: str) -> set[str]:
     config = yaml.safe_load(ALERTMANAGER_EXAMPLE.read_text())
     for rule in config["inhibit_rules"]:
         if rule["source_matchers"] == [f'alertname="{source}"']:
-            assert rule["equal"] == ["target"], rule
+            assert rule["equal"] == list(rules.INHIBIT_EQUAL), rule
             (matcher,) = rule["target_matchers"]
             m = re.fullmatch(r'alertname=~"([A-Za-z|]+)"', matcher)
             assert m, matcher
@@ -118,7 +120,8 @@ def _suppressed(alert: dict[str, Any]) -> bool:
     return alert["status"]["state"] == "suppressed" and bool(alert["status"]["inhibitedBy"])
 
 
-def _assert_root_cause_inhibits(stack: Stack, target: str, source: str, symptoms: list[str]) -> None:
+def _assert_root_cause_inhibits(stack: Stack, target: str, source: str, symptoms: list[str],
+                                receiver: str = "/vllm-diag/page") -> None:
     explained = _inhibited_by(source)
     missing = set(symptoms) - explained
     assert not missing, f"the example config's {source} inhibition does not cover {missing}"
@@ -127,7 +130,7 @@ def _assert_root_cause_inhibits(stack: Stack, target: str, source: str, symptoms
     poll(lambda: _delivered(stack, target, source), timeout=DEADLINE_S,
          what=f"{source} for target {target} at the webhook", diagnostics=stack.report)
     paths = {d.path for d in _delivered(stack, target, source)}
-    assert paths == {"/vllm-diag/page"}, f"{source} routed to {paths}"
+    assert paths == {receiver}, f"{source} routed to {paths}"
 
     # The symptom alerts it explains reach Alertmanager and are held there by the inhibition.
     def symptoms_suppressed() -> bool:
@@ -166,8 +169,10 @@ def test_kv_pressure_delivers_the_kv_alert_and_inhibits_its_symptoms(e2e_stack: 
 
 
 def test_cpu_starved_delivers_the_cpu_alert_and_inhibits_its_symptoms(e2e_stack: Stack) -> None:
-    """cpu-starved: VLLMCPUStarvation pages; VLLMIdleEngine (C) is inhibited, never delivered (nor A if it fires)."""
-    _assert_root_cause_inhibits(e2e_stack, "cpu-starved", "VLLMCPUStarvation", ["VLLMIdleEngine"])
+    """cpu-starved: the simulator has no host CPU source, so the CPU alert is the warning
+    VLLMCPUStarvationSuspected (ticket receiver), not a page; VLLMIdleEngine (C) is inhibited by it."""
+    _assert_root_cause_inhibits(e2e_stack, "cpu-starved", "VLLMCPUStarvationSuspected", ["VLLMIdleEngine"],
+                                receiver="/vllm-diag/ticket")
 
 
 def test_healthy_delivers_nothing_and_no_operational_alert_fires(e2e_stack: Stack) -> None:

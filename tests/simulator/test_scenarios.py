@@ -25,9 +25,7 @@ def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool 
     files = write_captures(scenario, out, DURATION, INTERVAL, seed)
     overrides: dict = {"targets": [{
         "name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL, "timeout": 3,
-        "engine": scenario.engine_facts()}]}
-    if scenario.slo:
-        overrides["slo"] = scenario.slo
+        "engine": scenario.engine_facts(), **({"slo": scenario.slo} if scenario.slo else {})}]}
     settings = load_settings(overrides=overrides)
     host = simulated_host_inputs(scenario.build(seed))  # the CPU share is a property of the scenario
     pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)

@@ -50,22 +50,22 @@ def test_worst_first_and_informational_is_not_a_problem():
     fleet = [
         _target("healthy"),
         _target("info-only", verdict="kv_cache", score=0.4, symptoms=[_symptom("F", "info", "kv_cache")]),
-        _target("flag-says-info", symptoms=[_symptom("B", "ticket", "scheduler", informational=True)]),
-        _target("ticket", verdict="scheduler", score=0.9, symptoms=[_symptom("B", "ticket", "scheduler")]),
+        _target("flag-says-info", symptoms=[_symptom("B", "warning", "scheduler", informational=True)]),
+        _target("warning", verdict="scheduler", score=0.9, symptoms=[_symptom("B", "warning", "scheduler")]),
         _target("starting", state="insufficient_evidence", verdict="unknown"),
         _target("down", state="down", verdict="unknown"),
-        _target("page", verdict="kv_cache", score=0.8, symptoms=[_symptom("D", "page", "kv_cache")]),
+        _target("critical", verdict="kv_cache", score=0.8, symptoms=[_symptom("D", "critical", "kv_cache")]),
     ]
     assert [t["target"] for t in worst_first(fleet)] == [
-        "page", "down", "ticket", "starting", "info-only", "flag-says-info", "healthy"]
+        "critical", "down", "warning", "starting", "info-only", "flag-says-info", "healthy"]
     assert severity(fleet[1]) == "info" and severity(fleet[2]) == "info"
 
 
 def test_pending_from_the_document_or_from_the_symptoms():
-    held = _target("t", verdict="none", symptoms=[_symptom("B", "ticket", "scheduler")],
+    held = _target("t", verdict="none", symptoms=[_symptom("B", "warning", "scheduler")],
                    scores={"scheduler": 0.9, "kv_cache": 0.0})
     assert pending(held)["layer"] == "scheduler" and pending(held)["symptoms"] == ["B"]
-    settled = _target("t", verdict="scheduler", score=0.9, symptoms=[_symptom("B", "ticket", "scheduler")],
+    settled = _target("t", verdict="scheduler", score=0.9, symptoms=[_symptom("B", "warning", "scheduler")],
                       scores={"scheduler": 0.9})
     assert pending(settled) is None
     info_only = _target("t", symptoms=[_symptom("F", "info", "kv_cache")], scores={"kv_cache": 0.6})

@@ -1,0 +1,183 @@
+"""Time-compressed sidecar timelines for the alert matrix: the real pipeline, run ahead of time.
+
+Twenty simulated minutes per scenario cannot run in real time in CI, and the sidecar's window,
+rates and counters are wall-clock based. So each scenario is run *offline* through the real
+sidecar code (simulator engine -> ``render_vllm`` -> ``TargetPipeline.ingest`` -> the real
+``DiagnosisCollector`` exposition) at simulated scrape instants, and the resulting ``/metrics``
+bodies are served later at ``SPEED`` simulated seconds per wall second. Prometheus then sees, per
+wall second, what a Prometheus scraping every ``SPEED`` seconds would see of a live sidecar. The
+alert rules it evaluates are the generated ones with every duration divided by ``SPEED``
+(``scale_rules``): ``for``, ``keep_firing_for`` and range selectors alike, so every rule means the
+same in simulated time. Nothing else in the rules changes.
+
+Rollout timelines feed the same pipeline failed scrapes (connection refused) where the target is
+not up yet or has gone away, which is what the live sidecar's poller produces.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.config import load_settings
+from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
+from exporter.publish.collector import DiagnosisCollector
+from exporter.simulator import SCENARIOS, get_scenario
+from exporter.simulator.exposition import render_dcgm, render_vllm
+from exporter.dcgm import gpu_utilization
+
+SPEED = 15.0  # simulated seconds per wall second; Prometheus' 1 s interval = 15 s simulated
+SIM_INTERVAL_S = 5.0  # the sidecar's scrape interval (its default), simulated
+WINDOW_S = 60.0  # the sidecar's default window
+DURATION_S = 1260.0  # 21 simulated minutes per scenario (the issue asks >= 20)
+START_UNIX = 1.8e9
+
+# Rollout timelines: (name, base scenario, first up at, down from), simulated seconds.
+SLOW_START_S = 600.0  # a model load of 10 minutes: never pages (grace 15 minutes)
+CRASH_AT_S = 480.0  # up for 8 minutes, then gone: pages after `for`
+ROLLOUTS: dict[str, tuple[str, float, float | None]] = {
+    "rollout-slow-start": ("healthy", SLOW_START_S, None),
+    "rollout-crash": ("healthy", 0.0, CRASH_AT_S),
+}
+
+
+@dataclass(frozen=True)
+class Timeline:
+    name: str
+    bodies: tuple[bytes, ...]  # sidecar /metrics at 0, SIM_INTERVAL_S, 2 * SIM_INTERVAL_S, ...
+    symptoms: tuple[str, ...]  # active symptom ids per step ("" = none), for streak measurement
+
+    def at(self, sim_seconds: float) -> bytes:
+        index = min(len(self.bodies) - 1, max(0, int(sim_seconds // SIM_INTERVAL_S)))
+        return self.bodies[index]
+
+
+def _settings(name: str, engine_facts: dict):
+    return load_settings(overrides={"listen": "127.0.0.1:9863", "window_seconds": WINDOW_S, "targets": [
+        {"name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": SIM_INTERVAL_S,
+         "timeout": 1.0, "engine": engine_facts}]})
+
+
+def run_timeline(name: str) -> Timeline:
+    """One target's sidecar exposition at every simulated scrape, from the real pipeline."""
+    logging.getLogger("exporter").setLevel(logging.ERROR)  # a failed scrape per step would flood the log
+    base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
+    scenario = get_scenario(base)
+    settings = _settings(name, scenario.engine_facts())
+    pipeline = TargetPipeline(settings.targets[0], settings)
+    states = {}
+    registry = CollectorRegistry()
+    registry.register(DiagnosisCollector(lambda: states, settings))
+    engine = scenario.build()
+    bodies, symptoms = [], []
+    steps = int(DURATION_S // SIM_INTERVAL_S) + 1
+    for k in range(steps):
+        t = k * SIM_INTERVAL_S
+        now = START_UNIX + t
+        serving = t >= up_from and (down_from is None or t < down_from)
+        if serving:
+            engine.advance_to(t - up_from)
+            if scenario.dcgm:
+                pipeline.observe_gpu(now, gpu_utilization(render_dcgm(engine)))
+            body = render_vllm(engine, start_unix=START_UNIX + up_from).encode()
+            state = pipeline.ingest(ScrapeResult(now, 0.01, body))
+        else:
+            state = pipeline.ingest(ScrapeResult(now, 0.01, None, "connect", "connection refused"))
+        states[name] = state
+        bodies.append(generate_latest(registry))
+        symptoms.append("".join(sorted(s.id for s in state.diagnosis.symptoms)))
+    return Timeline(name, tuple(bodies), tuple(symptoms))
+
+
+def timeline_names() -> list[str]:
+    """Every scenario of the simulator's catalog, then the rollout timelines."""
+    return [*SCENARIOS, *ROLLOUTS]
+
+
+def run_all(names: list[str], workers: int = 2) -> dict[str, Timeline]:
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return dict(zip(names, pool.map(run_timeline, names)))
+
+
+def renamed(timeline: Timeline, target: str, name: str) -> Timeline:
+    """The same timeline under another `target` label (two replicas both called vllm-0)."""
+    old = f'target="{timeline.name}"'.encode()
+    new = f'target="{target}"'.encode()
+    return dataclasses.replace(timeline, name=name, bodies=tuple(b.replace(old, new) for b in timeline.bodies))
+
+
+# ---------------------------------------------------------------------------------------------
+# The test copy of the rules: every duration divided by SPEED
+# ---------------------------------------------------------------------------------------------
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_DURATION = r"(?:\d+(?:ms|s|m|h|d))+"
+
+
+def seconds(duration: str) -> float:
+    parts = re.findall(r"(\d+)(ms|s|m|h|d)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"unexpected duration {duration!r}"
+    return sum(int(n) * _UNITS[u] for n, u in parts)
+
+
+def _scaled(duration: str) -> str:
+    value = seconds(duration) / SPEED
+    return f"{value:g}s" if value >= 1 else f"{int(round(value * 1000))}ms"
+
+
+def scale_rules(text: str) -> str:
+    """``for:``, ``keep_firing_for:`` and every ``[range]`` divided by SPEED; nothing else touched."""
+    text = re.sub(rf"^(\s+(?:for|keep_firing_for):\s*)({_DURATION})\s*$",
+                  lambda m: m.group(1) + _scaled(m.group(2)), text, flags=re.MULTILINE)
+    return re.sub(rf"\[({_DURATION})\]", lambda m: f"[{_scaled(m.group(1))}]", text)
+
+
+# ---------------------------------------------------------------------------------------------
+# Streaks of the smoothed symptom condition (how `for:` was chosen; docs/alerting.md)
+# ---------------------------------------------------------------------------------------------
+
+
+def smoothed_streaks(timeline: Timeline, symptom: str, range_s: float, share: float) -> list[float]:
+    """Lengths (simulated seconds) of the runs where the symptom was active in >= ``share`` of the
+    scrapes of the last ``range_s`` (what avg_over_time(...[range]) >= share reads)."""
+    per_range = max(1, int(range_s // SIM_INTERVAL_S))
+    active = [symptom in s for s in timeline.symptoms]
+    streaks, run = [], 0
+    for k in range(len(active)):
+        window = active[max(0, k - per_range + 1):k + 1]
+        if sum(window) / len(window) >= share:
+            run += 1
+        elif run:
+            streaks.append(run * SIM_INTERVAL_S)
+            run = 0
+    if run:
+        streaks.append(run * SIM_INTERVAL_S)
+    return streaks
+
+
+def raw_streaks(timeline: Timeline, symptom: str) -> list[float]:
+    """Runs of the raw 0/1 gauge (what the old `== 1` condition with `for:` needed unbroken)."""
+    return smoothed_streaks(timeline, symptom, SIM_INTERVAL_S, 1.0)
+
+
+if __name__ == "__main__":  # python -m tests.e2e.replay: the streak table of docs/alerting.md
+    from exporter.catalog.thresholds import DEFAULTS
+
+    rng, share = DEFAULTS["alert_smoothing_seconds"], DEFAULTS["alert_symptom_active_share"]
+    timelines = run_all(list(SCENARIOS))
+    print("| scenario | symptom | longest raw streak (min) | smoothed: longest / shortest streak (min), count |")
+    print("|---|---|---|---|")
+    for name, tl in timelines.items():
+        for symptom in "ABCDEFG":
+            raw = raw_streaks(tl, symptom)
+            if not raw:
+                continue
+            smooth = smoothed_streaks(tl, symptom, rng, share)
+            body = (f"{max(smooth) / 60:.1f} / {min(smooth) / 60:.1f}, {len(smooth)}" if smooth else "never holds")
+            print(f"| `{name}` | {symptom} | {max(raw) / 60:.1f} | {body} |")
