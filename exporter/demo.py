@@ -18,14 +18,13 @@ import logging
 from aiohttp import web
 
 from exporter.argtypes import non_negative, port, positive
-from exporter.config import DEFAULT_LISTEN, Settings, Target, load_settings
+from exporter.config import DEFAULT_LISTEN, Settings, load_settings
 from exporter.dcgm import gpu_utilization
-from exporter.pipeline import HostProbe
 from exporter.poll import ScrapeResult
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
-from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator.hostcpu import host_probes_for
 from exporter.simulator.server import SIMS, LiveScenario, build_app
 
 log = logging.getLogger(__name__)
@@ -103,12 +102,8 @@ async def _run(names: list[str], listen: str, simulator_port: int, speed: float,
     settings = settings_for(names, simulator, listen, interval, window)
     simulator_app = build_app(names, speed=speed, warmup_s=warmup)
     sims = simulator_app[SIMS]
-
-    def host_probes(target: Target, span: float) -> HostProbe | None:
-        # The CPU source a real deployment configures (cpu: {match: "vllm serve"}), read from the engine.
-        live = sims.get(target.name)
-        return None if live is None else (lambda now: simulated_host_inputs(live.engine))
-
+    # The CPU source a real deployment configures (cpu: {match: "vllm serve"}), read from the engines.
+    host_probes = host_probes_for({name: (lambda live=live: live.engine) for name, live in sims.items()})
     sidecar_app = create_app(settings, host_probes=host_probes)
     prime(sidecar_app[SIDECAR], simulator_app[SIMS], warmup, window)
     runners = []

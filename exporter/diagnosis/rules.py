@@ -206,6 +206,8 @@ def rule_a1(ctx: Context) -> Finding:
         return clear(f"TTFT is not prefill-bound (prefill {_pct(s.ttft_prefill_share)}, queue {_pct(s.ttft_queue_share)})")
     if s.prompt_length_mean < t.long_prompt_tokens:
         return clear(f"prompts are not long (mean {s.prompt_length_mean:.0f} tokens)")
+    if rule_a5(ctx).status == "fired":
+        return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
     return fired(
         0.5 + 0.4 * _excess(breach.ratio, 1, 3),
         breach.evidence,

@@ -8,6 +8,8 @@ process that gets a share ``s`` of the CPU it asks for waits about ``1 - s`` of 
 
 from __future__ import annotations
 
+from typing import Callable, Mapping
+
 from exporter.signals import HostInputs
 from exporter.simulator.engine import Engine
 
@@ -22,3 +24,20 @@ def run_queue_wait_share(engine: Engine) -> float:
 
 def simulated_host_inputs(engine: Engine) -> HostInputs:
     return HostInputs(cpu_wait_share=run_queue_wait_share(engine), sources=("schedstat (simulated)",))
+
+
+def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> Callable[[object, float], Callable[[float], HostInputs] | None]:
+    """A sidecar host-probe factory over simulated engines, keyed by target name.
+
+    ``engines`` maps a target name to a function returning that scenario's current engine (the
+    live simulator replaces nothing, but a function keeps the lookup late). Targets that are not
+    simulated get no probe, as a target without a CPU source would.
+    """
+
+    def factory(target: object, span_seconds: float) -> Callable[[float], HostInputs] | None:
+        get = engines.get(getattr(target, "name", ""))
+        if get is None:
+            return None
+        return lambda now: simulated_host_inputs(get())  # type: ignore[arg-type]
+
+    return factory

@@ -296,12 +296,12 @@ _KV_PRESSURE = Scenario(
         "gpu_memory_utilization (GPU shared with another model): blocks run out, requests are "
         "preempted and recomputed over and over, and concurrency is capped by cache space."
     ),
-    knobs="gpu_memory_utilization 0.36 (~3.9k blocks); 1 req/s; ~1500 prompt, ~1500 output, "
+    knobs="gpu_memory_utilization 0.36 (~3.9k blocks); 1.15 req/s; ~1500 prompt, ~1500 output, "
     "max_tokens unset",
     engine=EngineConfig(gpu_memory_utilization=0.36),
     workload=_one(
         _chat(
-            1.0,
+            1.15,
             prompt=_lognormal(1500, 0.5, 100, 8000),
             output=_lognormal(1500, 0.6, 100, 8000),
             prefix=PrefixSpec(),

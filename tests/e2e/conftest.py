@@ -51,7 +51,8 @@ from aiohttp import web
 from exporter.config import load_settings
 from exporter.server import create_app
 from exporter.simulator import get_scenario
-from exporter.simulator.server import build_app
+from exporter.simulator.hostcpu import host_probes_for
+from exporter.simulator.server import SIMS, build_app
 from tests.conftest import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -484,10 +485,13 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
     try:
         # Simulator, webhook, sidecar (in that order: the sidecar polls the simulator at once).
         scenarios = [dataclasses.replace(get_scenario(n), seed=SCENARIO_SEEDS[n]) for n in SCENARIOS]
-        for name, app, port in (("simulator", build_app(scenarios, speed=1.0, warmup_s=WARMUP_S), sim_port),
+        simulator = build_app(scenarios, speed=1.0, warmup_s=WARMUP_S)
+        # The CPU source the shipped deployments configure, read from the simulated engines.
+        probes = host_probes_for({n: (lambda live=live: live.engine) for n, live in simulator[SIMS].items()})
+        for name, app, port in (("simulator", simulator, sim_port),
                                 ("webhook", webhook.app(), hook_port),
-                                ("sidecar", create_app(_sidecar_settings(stack.simulator_url, sidecar_port)),
-                                 sidecar_port)):
+                                ("sidecar", create_app(_sidecar_settings(stack.simulator_url, sidecar_port),
+                                                       host_probes=probes), sidecar_port)):
             runners.append((loops[name], loops[name].run(_serve(app, port))))
         poll(lambda: all(t["state"] == "ok" for t in stack.diagnosis().values()) and len(stack.diagnosis()) == 3,
              timeout=30, what="the sidecar's first diagnosis of every target", diagnostics=stack.report)

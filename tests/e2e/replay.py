@@ -28,6 +28,7 @@ from exporter.config import load_settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.publish.collector import DiagnosisCollector
+from exporter.simulator.hostcpu import simulated_host_inputs
 from exporter.simulator import SCENARIOS, get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.dcgm import gpu_utilization
@@ -58,10 +59,10 @@ class Timeline:
         return self.bodies[index]
 
 
-def _settings(name: str, engine_facts: dict):
+def _settings(name: str, engine_facts: dict, slo: dict | None = None):
     return load_settings(overrides={"listen": "127.0.0.1:9863", "window_seconds": WINDOW_S, "targets": [
         {"name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": SIM_INTERVAL_S,
-         "timeout": 1.0, "engine": engine_facts}]})
+         "timeout": 1.0, "engine": engine_facts, **({"slo": slo} if slo else {})}]})
 
 
 def run_timeline(name: str) -> Timeline:
@@ -69,12 +70,13 @@ def run_timeline(name: str) -> Timeline:
     logging.getLogger("exporter").setLevel(logging.ERROR)  # a failed scrape per step would flood the log
     base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
     scenario = get_scenario(base)
-    settings = _settings(name, scenario.engine_facts())
-    pipeline = TargetPipeline(settings.targets[0], settings)
+    settings = _settings(name, scenario.engine_facts(), scenario.slo)
+    engine = scenario.build()
+    # The CPU source the shipped deployments configure, read from the simulated engine.
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: simulated_host_inputs(engine))
     states = {}
     registry = CollectorRegistry()
     registry.register(DiagnosisCollector(lambda: states, settings))
-    engine = scenario.build()
     bodies, symptoms = [], []
     steps = int(DURATION_S // SIM_INTERVAL_S) + 1
     for k in range(steps):
@@ -91,7 +93,7 @@ def run_timeline(name: str) -> Timeline:
             state = pipeline.ingest(ScrapeResult(now, 0.01, None, "connect", "connection refused"))
         states[name] = state
         bodies.append(generate_latest(registry))
-        symptoms.append("".join(sorted(s.id for s in state.diagnosis.symptoms)))
+        symptoms.append("".join(sorted(s.id for s in state.diagnosis.active_symptoms)))
     return Timeline(name, tuple(bodies), tuple(symptoms))
 
 

@@ -87,8 +87,8 @@ def expected(name: str) -> Expectation:
     """What an endpoint must deliver.
 
     * each expected symptom's alert fires; the root causes the catalog implies fire too: KV pressure
-      where D is expected, CPU starvation where the verdict is ``cpu`` (as VLLMCPUStarvationSuspected:
-      the simulator has no host CPU source, so there is no run-queue/PSI/throttling evidence);
+      where D is expected, CPU starvation where the verdict is ``cpu`` (VLLMCPUStarvation: the
+      replay reads the simulated engines' run-queue wait, the evidence the critical page needs);
     * delivered = those, minus what the root causes inhibit;
     * allowed = the alerts of the catalog's "may also fire" symptoms (with KV pressure where D may
       fire, and then what it inhibits becomes optional to deliver), and the SLO outcome alert (not
@@ -99,7 +99,7 @@ def expected(name: str) -> Expectation:
     exp = SCENARIOS[REPLICAS.get(name, name)].expected
     symptom_alerts = {SYMPTOM_BY_ID[s].alert for s in exp.symptoms}
     roots = ({"VLLMKVCachePressure"} if "D" in exp.symptoms else set()) | (
-        {"VLLMCPUStarvationSuspected"} if exp.verdict == "cpu" else set())
+        {"VLLMCPUStarvation"} if exp.verdict == "cpu" else set())
     silenced = _inhibited_by(roots)
     if exp.verdict == "none":
         return Expectation(frozenset())

@@ -15,9 +15,10 @@ Assertions are per ``target`` (the label the inhibition's ``equal`` uses):
   (symptom D) is in Alertmanager as ``suppressed`` with ``inhibitedBy`` naming the KV alert, and
   neither it nor any other symptom alert the KV alert explains (A, C, E, F) that fires for this
   target ever reaches the webhook.
-* ``cpu-starved``: ``VLLMCPUStarvationSuspected`` (warning: no host CPU evidence in the simulator)
-  is delivered to the ticket receiver; ``VLLMIdleEngine`` (symptom C) is suppressed by it, and no
-  symptom alert it explains (A, B, C) is delivered.
+* ``cpu-starved``: ``VLLMCPUStarvation`` (critical: the sidecar reads the simulated engines'
+  run-queue wait, as the shipped deployments read vLLM's through schedstat) is delivered to the page
+  receiver; ``VLLMIdleEngine`` (symptom C) is suppressed by it, and no symptom alert it explains
+  (A, B, C) is delivered.
 * ``healthy``: no alert at all, in Prometheus, Alertmanager or the webhook; and no operational
   alert (sidecar down, diagnosis stale, target down) for anyone.
 """
@@ -169,10 +170,9 @@ def test_kv_pressure_delivers_the_kv_alert_and_inhibits_its_symptoms(e2e_stack: 
 
 
 def test_cpu_starved_delivers_the_cpu_alert_and_inhibits_its_symptoms(e2e_stack: Stack) -> None:
-    """cpu-starved: the simulator has no host CPU source, so the CPU alert is the warning
-    VLLMCPUStarvationSuspected (ticket receiver), not a page; VLLMIdleEngine (C) is inhibited by it."""
-    _assert_root_cause_inhibits(e2e_stack, "cpu-starved", "VLLMCPUStarvationSuspected", ["VLLMIdleEngine"],
-                                receiver="/vllm-diag/ticket")
+    """cpu-starved: run-queue wait is CPU evidence, so VLLMCPUStarvation pages; VLLMIdleEngine (C) is
+    inhibited by it."""
+    _assert_root_cause_inhibits(e2e_stack, "cpu-starved", "VLLMCPUStarvation", ["VLLMIdleEngine"])
 
 
 def test_healthy_delivers_nothing_and_no_operational_alert_fires(e2e_stack: Stack) -> None:
