@@ -80,7 +80,8 @@ def report(name: str, evaluations: list[Evaluation]) -> None:
         sig = e.doc["signals"]
         shown = [(s["id"], [c["id"] for c in s["causes"]], s["informational"]) for s in e.doc["symptoms"]]
         print(f"{name} t={e.t:.0f} verdict={e.doc['verdict']['layer']} symptoms={shown} "
-              f"ttft_p95={sig['ttft_p95_seconds']} itl_p95={sig['itl_p95_seconds']} "
+              f"ttft_p95={sig['ttft_p95_seconds']} itl_p95={sig['itl_p95_seconds']} itl_p99={sig.get('itl_p99_seconds')} "
+              f"itl_tail={sig['itl_tail_ratio']} running_mean={sig['running_mean']} "
               f"hit={sig['prefix_cache_hit_ratio']} preemptions={sig['preemptions']} "
               f"cpu={sig['cpu_starvation_score']} cpu_inputs={sig['cpu_inputs']}")
 
@@ -122,13 +123,15 @@ async def test_rag_like_load_within_slo_is_none(real_vllm: RealVLLM) -> None:
 
 
 # An ITL objective the preemption storm misses: the stutter is real, and must be blamed on D.
-# Here the storm's ITL p95 sits in the (25 ms, 50 ms] bucket (31 ms measured), so 20 ms is missed.
+# Here the storm's ITL p95 sits in vLLM's (10 ms, 25 ms] or (25 ms, 50 ms] bucket (24-44 ms measured),
+# so a 20 ms objective is missed (healthy loads here measure 17-25 ms: the objective is tight on purpose).
+STORM_PHASE = "pressure"  # 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s
 STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.02}
 
 
 async def test_preemption_storm_is_kv_cache_and_explains_the_stutter(real_vllm: RealVLLM) -> None:
     window = 20
-    evaluations, summary = await run_and_watch(real_vllm, "pressure", seconds=38, window=window, slo=STORM_SLO)
+    evaluations, summary = await run_and_watch(real_vllm, STORM_PHASE, seconds=34, window=window, slo=STORM_SLO)
     report("storm", evaluations)
     assert summary.completed > 0, summary
     # Settled under the storm: preemptions in the window.
