@@ -122,11 +122,11 @@ async def test_rag_like_load_within_slo_is_none(real_vllm: RealVLLM) -> None:
     assert all(h is not None and 0.02 <= h <= 0.3 for h in hit), hit
 
 
-# An ITL objective the preemption storm misses: the stutter is real, and must be blamed on D.
-# Here the storm's ITL p95 sits in vLLM's (10 ms, 25 ms] or (25 ms, 50 ms] bucket (24-44 ms measured),
-# so a 20 ms objective is missed (healthy loads here measure 17-25 ms: the objective is tight on purpose).
+# An ITL objective the storm misses, so B has an effect to explain (and must still not fire). The
+# storm's ITL p95 measured 23-44 ms here over four runs; healthy loads measure 10-36 ms on this tiny
+# CPU model, so the objective is tight on purpose: 15 ms.
 STORM_PHASE = "pressure"  # 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s
-STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.02}
+STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.015}
 
 
 async def test_preemption_storm_is_kv_cache_and_explains_the_stutter(real_vllm: RealVLLM) -> None:
