@@ -175,3 +175,32 @@ async def test_calm_engine_cpu_score_stays_low_with_psi_and_throttling(real_vllm
         assert {"run_queue_wait_share", "psi_some_share", "cfs_throttled_share"} <= set(inputs), inputs
         assert e.doc["signals"]["cpu_starvation_score"] <= 0.2, explain([e])
         assert e.doc["verdict"]["layer"] != "cpu", explain([e])
+
+
+@pytest.mark.xfail(strict=False, reason=(
+    "run-queue wait share of an idle vLLM is a ratio of tiny numbers: measured 0.52-0.76 (0.03-0.07 cores "
+    "used) on this shared 2-core host, which cpu_wait_share_floor 0.4 / full 0.7 map to a score of 0.39-1.00 "
+    "(PSI 0.01-0.02 and throttling 0.00-0.01 stay at 0); the VLLMCPUStarvation alert reads the score alone. "
+    "Reported to the lead; not fixed here (exporter/signals.py and the wait-share thresholds are not this "
+    "task's to change)."))
+async def test_idle_engine_cpu_score_stays_low_with_psi_and_throttling(real_vllm: RealVLLM) -> None:
+    if (reason := _cpu_sources_available()) is not None:
+        pytest.fail(f"cannot put vLLM into cgroups of its own here: {reason}", pytrace=False)
+    window = 12
+    scores, inputs = [], []
+    with own_cgroups(real_vllm.pids(), cpus=2.0):
+        settings = sidecar_settings(real_vllm, window=window, interval=1.0, slo=HEALTHY_SLO,
+                                    cpu={"pid": real_vllm.pid})
+        async with RunningSidecar(settings) as sidecar:
+            await sidecar.wait_scrapes(1)
+            for second in range(1, window + 8):
+                await asyncio.sleep(1)
+                doc = await sidecar.doc()
+                if second > window:  # the window holds only idle time
+                    scores.append(doc["signals"]["cpu_starvation_score"])
+                    inputs.append(doc["signals"]["cpu_inputs"])
+    for i in inputs:
+        print(f"idle-cpu {i}")
+    assert len(scores) >= 5, inputs
+    assert all({"run_queue_wait_share", "psi_some_share"} <= set(i) for i in inputs), inputs
+    assert all(s is not None and s <= 0.2 for s in scores), list(zip(scores, inputs))
