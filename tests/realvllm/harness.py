@@ -674,6 +674,12 @@ class Phase:
 PHASES: dict[str, Phase] = {
     # light load: nothing saturated
     "steady": Phase("steady", requests=40, concurrency=4, prompt_tokens=(30, 80), max_tokens=32),
+    # one stream at a time (a couple of requests/s here): within any SLO, too sparse to form batches
+    "light": Phase("light", requests=20, concurrency=1, prompt_tokens=(30, 80), max_tokens=32),
+    # RAG-like: a short shared system prompt (64 tokens = 2 KV blocks of 32) before a unique
+    # ~600-token "document" per request; 2 streams keep 2 x ~700 KV tokens well inside the cache
+    "rag": Phase("rag", requests=16, concurrency=2, prompt_tokens=(560, 640), max_tokens=32,
+                 shared_prefix_tokens=64),
     # shared ~430-token system prompt + 20 unique tokens: most prompt blocks hit the prefix cache
     "prefix": Phase("prefix", requests=40, concurrency=4, prompt_tokens=20, max_tokens=16, shared_prefix_tokens=430),
     # 900-token prompts > max-num-batched-tokens 128: every prefill is chunked
@@ -733,6 +739,14 @@ async def pressure(base_url: str, **kwargs: Any) -> LoadSummary:
     return await run_phase(base_url, "pressure", **kwargs)
 
 
+async def light(base_url: str, **kwargs: Any) -> LoadSummary:
+    return await run_phase(base_url, "light", **kwargs)
+
+
+async def rag(base_url: str, **kwargs: Any) -> LoadSummary:
+    return await run_phase(base_url, "rag", **kwargs)
+
+
 __all__ = [
     "PHASES",
     "INSTALL_SH",
@@ -744,11 +758,13 @@ __all__ = [
     "ensure_installed",
     "fetch_metrics_async",
     "free_port",
+    "light",
     "make_text",
     "model_dir",
     "pid_alive",
     "prefix",
     "pressure",
+    "rag",
     "run_load",
     "run_phase",
     "scrape_until",

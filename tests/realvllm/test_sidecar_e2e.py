@@ -101,7 +101,8 @@ async def test_light_steady_load_is_healthy_and_the_verdict_does_not_flap(real_v
     assert changes <= 1, verdicts
     settled = docs[-1]
     assert settled["verdict"]["layer"] == "none", (settled["layer_scores"], settled["symptoms"])
-    assert settled["symptoms"] == []
+    # Issue 11: spare capacity may be shown (C2 "underutilised"), as information only.
+    assert [s for s in settled["symptoms"] if not s["informational"]] == [], settled["symptoms"]
 
 
 async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_factory) -> None:
