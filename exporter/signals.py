@@ -26,6 +26,7 @@ class HostInputs:
     """
 
     cpu_wait_share: float | None = None  # run-queue wait / (run + wait) of the vLLM threads
+    cpu_busy_cores: float | None = None  # run time of those threads / window: how much CPU they used
     cpu_throttled_share: float | None = None  # throttled CFS periods / periods
     cpu_psi_share: float | None = None  # PSI cpu 'some' avg10 / 100
     gpu_utilization: float | None = None  # DCGM GPU utilisation, 0..1, mean over the window
@@ -251,9 +252,12 @@ def cpu_starvation(
     reported, for the evidence.
     """
     per_input: dict[str, float] = {}
+    wait = _scale(inputs.get("run_queue_wait_share"), thresholds.cpu_wait_share_floor, thresholds.cpu_wait_share_full)
+    busy = inputs.get("busy_cores")
+    if wait is not None and busy is not None and busy < thresholds.cpu_demand_min_cores:
+        wait = 0.0  # an idle engine's wait share is noise: nothing asks for CPU, nothing is starved
     direct = {
-        "run_queue_wait": _scale(inputs.get("run_queue_wait_share"), thresholds.cpu_wait_share_floor,
-                                 thresholds.cpu_wait_share_full),
+        "run_queue_wait": wait,
         "cfs_throttling": _scale(inputs.get("cfs_throttled_share"), thresholds.cpu_throttled_floor,
                                  thresholds.cpu_throttled_full),
         "psi": _scale(inputs.get("psi_some_share"), thresholds.cpu_psi_floor, thresholds.cpu_psi_full),
@@ -374,6 +378,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     cpu_inputs: dict[str, float] = {}
     for key, value in (
         ("run_queue_wait_share", host.cpu_wait_share),
+        ("busy_cores", host.cpu_busy_cores),
         ("cfs_throttled_share", host.cpu_throttled_share),
         ("psi_some_share", host.cpu_psi_share),
         # Share of e2e, not of TTFT: with a small fast model tokenization is a large share of a

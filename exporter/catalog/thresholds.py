@@ -112,7 +112,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "cpu_wait_share_floor). Measured on a real vLLM in its own cgroup on 2 shared cores: 0.01-0.02 idle, "
               "0.22-0.41 under a light steady load within a 2-CPU quota (20 s and 12 s windows); 0.66-0.68 when "
               "starved by a 1-CPU quota.", 0, 1),
-    Threshold("cpu_psi_full", 0.5, "ratio", "CPU PSI 'some' share (avg10/100) that maps to a score of 1.", 0, 1),
+    Threshold("cpu_psi_full", 0.65, "ratio",
+              "CPU PSI 'some' share (stalled time / window) that maps to a score of 1: measured 0.66-0.68 with a "
+              "real vLLM held to a 1-CPU quota it needs twice of.", 0, 1),
+    Threshold("cpu_demand_min_cores", 0.2, "cores",
+              "CPU the vLLM threads must use (run time / window) for their run-queue wait to count: an idle engine's "
+              "wait share is a ratio of tiny numbers (measured 0.52-0.76 idle, at 0.03-0.07 cores) and says "
+              "nothing about starvation.", 0),
     Threshold("api_server_busy_cores", 0.9, "cores",
               "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is saturated.", 0),
     # -- distributed (symptom G) ---------------------------------------------------------

@@ -106,8 +106,10 @@ class HostProbe:
         sources = []
         wait_share = throttled = psi = None
         run, wait = self._delta("schedstat", "run_ns"), self._delta("schedstat", "wait_ns")
+        busy = None
         if run is not None and wait is not None and run + wait > 0:
             wait_share = wait / (run + wait)
+            busy = run / 1e9 / span if span > 0 else None
             sources.append("schedstat")
         periods, hits = self._delta("cgroup", "nr_periods"), self._delta("cgroup", "nr_throttled")
         if periods is not None and hits is not None and periods > 0:
@@ -117,7 +119,7 @@ class HostProbe:
         if some is not None and span > 0:
             psi = min(1.0, some / (span * 1e6))
             sources.append("psi")
-        return HostInputs(cpu_wait_share=wait_share, cpu_throttled_share=throttled, cpu_psi_share=psi,
+        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled, cpu_psi_share=psi,
                           sources=tuple(sources))
 
 

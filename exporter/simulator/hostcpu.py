@@ -23,7 +23,9 @@ def run_queue_wait_share(engine: Engine) -> float:
 
 
 def simulated_host_inputs(engine: Engine) -> HostInputs:
-    return HostInputs(cpu_wait_share=run_queue_wait_share(engine), sources=("schedstat (simulated)",))
+    # Every scenario serves traffic: the engine core keeps about a core busy stepping.
+    return HostInputs(cpu_wait_share=run_queue_wait_share(engine), cpu_busy_cores=1.0,
+                      sources=("schedstat (simulated)",))
 
 
 def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> Callable[[object, float], Callable[[float], HostInputs] | None]:

@@ -39,6 +39,7 @@ from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_vllm
+from exporter.simulator.hostcpu import simulated_host_inputs
 from tests.e2e.conftest import (
     AM_GROUP_INTERVAL,
     AM_GROUP_WAIT,
@@ -66,7 +67,9 @@ def _replay(name: str, seconds: int = 90) -> list:
     settings = load_settings(overrides={"listen": "127.0.0.1:9863", "window_seconds": WINDOW_S, "targets": [
         {"name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": SIDECAR_INTERVAL_S,
          "timeout": 1.0, "engine": scenario.engine_facts()}]})
-    pipeline, engine, start = TargetPipeline(settings.targets[0], settings), scenario.build(), 1.8e9
+    engine, start = scenario.build(), 1.8e9
+    # The CPU source the stack gives the sidecar (exporter.simulator.hostcpu), as in conftest.
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: simulated_host_inputs(engine))
     states = []
     for k in range(seconds):
         engine.advance_to(WARMUP_S + k * SIDECAR_INTERVAL_S)

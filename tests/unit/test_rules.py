@@ -195,7 +195,7 @@ def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
 
 
 @pytest.mark.parametrize("overrides", [{"verdict_exit_score": 0.5}, {"verdict_exit_score": 0.6},
-                                       {"info_strength": 0.5}, {"cpu_psi_floor": 0.6}])
+                                       {"info_strength": 0.5}, {"cpu_psi_floor": 0.7}])
 def test_thresholds_reject_a_band_that_is_not_a_band(overrides):
     with pytest.raises(ValueError):
         Thresholds(overrides)

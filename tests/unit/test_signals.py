@@ -112,9 +112,16 @@ def test_cpu_score_needs_a_direct_source():
 
 
 @pytest.mark.parametrize("key, calm, starved", [
-    ("psi_some_share", 0.12, 0.6), ("cfs_throttled_share", 0.03, 0.6), ("run_queue_wait_share", 0.33, 0.8),
+    ("psi_some_share", 0.3, 0.7), ("cfs_throttled_share", 0.03, 0.6), ("run_queue_wait_share", 0.33, 0.8),
 ])
 def test_direct_cpu_inputs_have_a_floor(key, calm, starved):
     t = Thresholds()
     assert cpu_starvation({key: calm}, t)[0] == 0.0
     assert cpu_starvation({key: starved}, t)[0] == 1.0
+
+
+def test_an_idle_engine_is_not_starved_however_long_its_threads_wait():
+    """Idle vLLM on a busy host: wait share 0.7 of almost no run time (measured on a real vLLM)."""
+    t = Thresholds()
+    assert cpu_starvation({"run_queue_wait_share": 0.7, "busy_cores": 0.05}, t)[0] == 0.0
+    assert cpu_starvation({"run_queue_wait_share": 0.7, "busy_cores": 1.2}, t)[0] == 1.0
