@@ -621,10 +621,12 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     in (`vllm-diag render rules --config FILE` takes the deployment's `slo`): raw series carry none."""
     w = RATE_WINDOW
     rps = f"model:vllm_requests_finished:rate{w}"
-    # `unless`: replicas a sidecar watches (same namespace/pod: the sidecar runs in vLLM's pod) alert
-    # through VLLMLatencyAboveSLO with their own objectives; these rules cover the rest, never both.
+    # `unless`: replicas a sidecar watches alert through VLLMLatencyAboveSLO with their own
+    # objectives; these rules cover the rest, never both. A sidecar's target is its pod's name (the
+    # downward API default), so the sidecar's `target` label names the vLLM pod it watches, whether
+    # the sidecar runs in that pod or watches it from elsewhere.
     gate = (f"and ignoring (le)\n{rps} * {SMOOTHING_SECONDS} >= {fmt(o.thresholds['slo_min_requests'])}\n"
-            "unless on (namespace, pod)\nvllm_diag_up")
+            'unless on (namespace, pod)\nlabel_replace(vllm_diag_up, "pod", "$1", "target", "(.+)")')
     out = []
     for name, record, objective, slo in (
             ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft_p95_seconds),

@@ -107,11 +107,11 @@ def rule_groups() -> list[str]:
 
 
 def sidecar_down_alert() -> str:
-    """The alert on the sidecar's scrape health: `up{job=~RE}` with RE matching the sidecar's job."""
+    """The alert on the sidecar's scrape health: `up{job="JOB"}` (or `up{job=~RE}`) for the sidecar's job."""
     names = []
     for rule in alert_rules():
-        for pattern in re.findall(r'\bup\{job=~"([^"]+)"\}', rule["expr"]):
-            if re.fullmatch(pattern, SIDECAR_JOB):
+        for op, pattern in re.findall(r'\bup\{job(=~?)"([^"]+)"\}', rule["expr"]):
+            if (re.fullmatch(pattern, SIDECAR_JOB) if op == "=~" else pattern == SIDECAR_JOB):
                 names.append(rule["alert"])
     assert len(set(names)) == 1, f"expected one alert on up{{job={SIDECAR_JOB}}}, found {names}"
     return names[0]

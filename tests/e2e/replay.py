@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import load_settings
+from exporter.config import Settings, load_settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.publish.collector import DiagnosisCollector
@@ -35,7 +35,7 @@ from exporter.dcgm import gpu_utilization
 
 SPEED = 15.0  # simulated seconds per wall second; Prometheus' 1 s interval = 15 s simulated
 SIM_INTERVAL_S = 5.0  # the sidecar's scrape interval (its default), simulated
-WINDOW_S = 60.0  # the sidecar's default window
+WINDOW_S = Settings.model_fields["window_seconds"].default  # the sidecar's shipped window
 DURATION_S = 1260.0  # 21 simulated minutes per scenario (the issue asks >= 20)
 START_UNIX = 1.8e9
 

@@ -319,7 +319,11 @@ def test_print_the_matrix(matrix: dict[str, Any]) -> None:
     lines = ["| scenario | expected delivered | delivered (onset->delivery / for, sim. min) | fired, not delivered "
              "(inhibited) | may also deliver |", "|---|---|---|---|---|"]
     lines += [f"| `{r[0]}` | {r[1]} | {r[2]} | {r[3]} | {r[4]} |" for r in _matrix_rows(matrix)]
-    print(f"\nreplay {matrix['replay_s']:.0f} s, playback {matrix['playback_s']:.0f} s\n" + "\n".join(lines))
+    report = f"replay {matrix['replay_s']:.0f} s, playback {matrix['playback_s']:.0f} s\n\n" + "\n".join(lines)
+    print("\n" + report)
+    artifacts = Path(__file__).resolve().parents[2] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    (artifacts / "alert-matrix.md").write_text(report + "\n", encoding="utf-8")
     assert len(lines) == 2 + len(endpoints())
 
 

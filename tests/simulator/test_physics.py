@@ -63,10 +63,10 @@ def test_fewer_kv_blocks_raise_preemptions() -> None:
     sc = SCENARIOS["kv-pressure"]
     preemptions = {
         blocks: _run(sc.with_engine(num_gpu_blocks_override=blocks)).stats.num_preemptions
-        for blocks in (12000, 4000, 2600)
+        for blocks in (16000, 6000, 4000)
     }
-    assert preemptions[12000] == 0, preemptions
-    assert preemptions[12000] < preemptions[4000] < preemptions[2600], preemptions
+    assert preemptions[16000] == 0, preemptions
+    assert preemptions[16000] < preemptions[6000] < preemptions[4000], preemptions
 
 
 def test_breaking_the_shared_prefix_lowers_the_hit_ratio() -> None:
