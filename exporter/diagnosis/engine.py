@@ -19,7 +19,7 @@ from dataclasses import dataclass, replace
 
 from exporter.catalog.symptoms import CAUSE_BY_ID, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
-from exporter.diagnosis.rules import RULES, Context, Finding
+from exporter.diagnosis.rules import RULES, Context, Finding, unknown_fact
 from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,7 @@ def concrete(action: Action, ctx: Context) -> Action | None:
         return action
     current = knob_value(action.knob, ctx)
     if current is None:
-        return replace(action, action=f"{action.action} (current value unknown: configure engine.{action.knob})"
-                       if action.knob not in ("gpu_memory_utilization",) else f"{action.action} (current value unknown)")
+        return replace(action, action=f"{action.action} (current value unknown: {unknown_fact(action.knob)})")
     proposed = proposed_value(action.knob, action.direction, current, ctx)
     if proposed is None:
         return None  # e.g. lowering tensor_parallel_size below 1: nothing to advise

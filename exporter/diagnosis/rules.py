@@ -56,6 +56,12 @@ def abstain(*missing: str) -> Finding:
     return Finding("abstain", 0.0, (), tuple(missing))
 
 
+def unknown_fact(name: str) -> str:
+    """What to do about an engine fact neither configured nor discovered (vLLM does not export it)."""
+    return (f"engine.{name} (not on /metrics: configure it, or run the sidecar in vLLM's PID namespace "
+            "so it reads vLLM's command line)")
+
+
 def _excess(value: float, threshold: float, full: float) -> float:
     """0 at threshold, 1 at full (either direction)."""
     if full == threshold:
@@ -273,7 +279,7 @@ def rule_a4(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     budget = ctx.facts.max_num_batched_tokens
     if budget is None:
-        return abstain("engine.max_num_batched_tokens (not exported by vLLM: configure it)")
+        return abstain(unknown_fact("max_num_batched_tokens"))
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
@@ -353,7 +359,7 @@ def rule_b2(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     budget = ctx.facts.max_num_batched_tokens
     if budget is None:
-        return abstain("engine.max_num_batched_tokens (not exported by vLLM: configure it)")
+        return abstain(unknown_fact("max_num_batched_tokens"))
     if (early := _stutter_gate(ctx)) is not None:
         return early
     tail = s.itl_tail_ratio
@@ -399,7 +405,7 @@ def rule_b3(ctx: Context) -> Finding:
         return clear(f"ITL stutters ({_tail_text(s)}): see B1/B2")
     fill = _batch_fill(ctx)
     if fill is None:
-        return abstain("engine.max_num_seqs (not exported by vLLM: configure it)")
+        return abstain(unknown_fact("max_num_seqs"))
     if fill < t.batch_fill_high:
         return clear(f"batch is {_pct(fill)} of max_num_seqs: not a throughput-oriented batch")
     evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
@@ -645,7 +651,7 @@ def rule_g(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     tp, pp = ctx.facts.tensor_parallel_size, ctx.facts.pipeline_parallel_size
     if tp is None and pp is None:
-        return abstain("engine.tensor_parallel_size / pipeline_parallel_size (not exported by vLLM)")
+        return abstain(unknown_fact("tensor_parallel_size / pipeline_parallel_size"))
     degree = (tp or 1) * (pp or 1)
     if degree == 1:
         return clear("single-GPU engine")
