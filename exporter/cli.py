@@ -13,6 +13,7 @@ import logging
 import re
 import socket
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -76,6 +77,33 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    _emit(document.build([_diagnosed(args).state]), args.format)
+    return 0
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    """diagnose, then the what-if advisor on the same window (exporter/advisor)."""
+    from exporter.advisor import BadQuestion, advise, parse_question
+    from exporter.facts.resolve import engine_facts
+
+    for question in args.what_if or ():
+        try:
+            parse_question(question)
+        except BadQuestion as exc:
+            raise BadInput(f"--what-if {question}: {exc}") from None
+    pipeline = _diagnosed(args)
+    state = pipeline.state
+    active = {cause.id for cause in state.diagnosis.active_causes if not cause.informational}
+    try:
+        result = advise(pipeline.window, engine_facts(state.engine), pipeline.thresholds, args.what_if or (), active)
+    except BadQuestion as exc:
+        raise BadInput(f"--what-if: {exc}") from None
+    _emit(document.build([replace(state, advice=result)]), args.format)
+    return 0
+
+
+def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
+    """The pipeline after judging the captures (or the live URL) as one window."""
     if bool(args.files) == bool(args.url):
         raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}
@@ -90,7 +118,7 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
         _check_window(window, interval)
         settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]},
                              DIAGNOSE_FLAGS)
-        state = asyncio.run(_live(settings, args.duration))
+        return asyncio.run(_live(settings, args.duration))
     else:
         try:
             captures = resolve(args.files)
@@ -116,9 +144,8 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             # The captures are one window, judged once as a whole: the live verdict's hysteresis
             # would hold what the first few captures suggested (two captures vs three would differ).
             pipeline.tracker = type(pipeline.tracker)()
-            state = pipeline.evaluate(state.evaluated_at)
-    _emit(document.build([state]), args.format)
-    return 0
+            pipeline.evaluate(state.evaluated_at)
+        return pipeline
 
 
 def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, from_folder: bool) -> float:
@@ -153,7 +180,7 @@ def _validate_capture(path: Path) -> None:
         raise BadInput(f"{path}: no vLLM metrics in this capture (is it a vLLM /metrics page?)")
 
 
-async def _live(settings: Settings, duration: float):
+async def _live(settings: Settings, duration: float) -> TargetPipeline:
     target = settings.targets[0]
     pipeline = TargetPipeline(target, settings)
     loop = asyncio.get_running_loop()
@@ -169,7 +196,7 @@ async def _live(settings: Settings, duration: float):
             if started + target.scrape_interval > deadline:
                 break
             await asyncio.sleep(max(0.0, started + target.scrape_interval - loop.time()))
-    return pipeline.state
+    return pipeline
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -258,6 +285,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="text report (default) or the JSON of /api/v1/diagnosis")
     diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
     diag.set_defaults(func=cmd_diagnose)
+
+    # advise takes diagnose's inputs (parents=[diag] copies its arguments, and any it gains later).
+    adv = sub.add_parser("advise", parents=[diag], add_help=False,
+                         help="predict what a knob change would do to this workload",
+                         description="Diagnose the captures (or a live URL) as 'diagnose' does, calibrate the "
+                                     "engine model to that window, check it reproduces the window, then predict "
+                                     "TTFT p95, ITL p95, preemptions/s and throughput for each --what-if (alone, "
+                                     "then together), or for the changes the active causes suggest. Never writes "
+                                     "files.")
+    adv.add_argument("--what-if", action="append", metavar="KNOB=VALUE",
+                     help="a change to evaluate (repeatable), e.g. max_num_seqs=6, kv_cache_memory_bytes=8GiB, "
+                          "max_tokens=512, max_num_batched_tokens=4096")
+    adv.set_defaults(func=cmd_advise)
 
     simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario",
                               description="A vLLM 0.32-compatible /metrics source from the built-in simulator: "

@@ -7,11 +7,14 @@ a half-updated diagnosis and nothing is computed when someone scrapes us.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal, Mapping
 
 from exporter.catalog.symptoms import LAYERS, Action
 from exporter.facts.base import Fact
 from exporter.signals import Signals
+
+if TYPE_CHECKING:  # the advisor pulls in the simulator: only for type checking here
+    from exporter.advisor.result import AdviceResult
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
 SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
@@ -123,10 +126,12 @@ class TargetState:
     rule_errors_total: Mapping[str, int] = field(default_factory=dict)  # cause id -> evaluations that raised
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
     engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
+    advice: AdviceResult | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         signals = self.signals.to_dict() if self.signals is not None else {}
+        advice = self.advice.to_dict() if self.advice is not None else {}
         return {
             "target": self.target,
             "model_name": self.model_name,
@@ -154,4 +159,5 @@ class TargetState:
                 "last_error": self.health.last_error,
                 "errors_total": dict(self.health.errors_total),
             },
+            **advice,  # advice, observed, reason, calibration
         }

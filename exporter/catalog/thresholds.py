@@ -164,6 +164,31 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("traffic_min_requests_per_second", 0.01, "1/s",
               "Finished requests per second (smoothed) below which there is no traffic to protect: the CPU "
               "alert stays quiet.", 0),
+
+    # -- what-if advisor (exporter/advisor) -----------------------------------------------
+    Threshold("advice_min_requests", 20, "requests",
+              "Finished requests the window must hold before the advisor calibrates its engine model: fewer "
+              "give length distributions and latency tails too noisy to reproduce.", 1),
+    Threshold("advice_max_calibration_error", 0.35, "ratio",
+              "Largest relative error on TTFT p95, ITL p95 and throughput with which the calibrated model may "
+              "still reproduce the window; above it the advisor says so and predicts nothing.", 0),
+    Threshold("advice_preemption_floor", 0.05, "1/s",
+              "Preemption rate below which observed and predicted rates count as the same (none to speak of): "
+              "relative errors between two near-zero rates mean nothing.", 0),
+    Threshold("advice_closed_occupancy_cv", 0.25, "ratio",
+              "Coefficient of variation of running + waiting across the window's scrapes below which the "
+              "traffic counts as closed (a fixed set of clients), with at least 1.5 requests in flight.", 0),
+    Threshold("advice_open_occupancy_cv", 0.5, "ratio",
+              "Coefficient of variation of running + waiting above which traffic counts as open; between the "
+              "two the advisor predicts both and shows the difference.", 0),
+    Threshold("advice_worse_share", 0.05, "ratio",
+              "Relative change by which a predicted metric must get worse to be listed under what gets worse.", 0),
+    Threshold("advice_cpu_seconds", 20, "seconds",
+              "CPU time the sidecar's advisor worker may spend per target and evaluation; candidates beyond it "
+              "are left out (the CLI has no budget).", 1),
+    Threshold("advice_interval_seconds", 300, "seconds",
+              "How often the sidecar's advisor worker re-calibrates and re-predicts each target (off the poll loop).",
+              30),
 )
 
 DEFAULTS: Mapping[str, float] = MappingProxyType({t.key: t.default for t in THRESHOLDS})

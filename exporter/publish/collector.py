@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector
 
 from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
 from exporter.config import Settings
+from exporter.publish import advice
 from exporter.signals import QUANTILES
 from exporter.state import SCRAPE_ERROR_REASONS, TargetState
 
@@ -200,6 +201,7 @@ class DiagnosisCollector(Collector):
         yield from (up, duration, errors, last_ok, dropped, restarts, fact, fact_info, ready, evaluated, kv, sched,
                     *latency.values(), breakdown, throughput, cpu_signal, *plain.values(),
                     layer_score, verdict, symptom, cause, finding, pending, rule_errors, source_errors)
+        yield from advice.families(states)
 
     def _objectives(self) -> Iterator[Metric]:
         """Per-target SLOs and scrape intervals from the configuration (constant while serving)."""

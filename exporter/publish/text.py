@@ -34,6 +34,8 @@ def fact_value(value: Any) -> str:
         return "on" if value else "off"
     if isinstance(value, float):
         return str(int(value)) if value.is_integer() else f"{value:.6g}"
+    if isinstance(value, dict):  # a combined what-if: knob -> value
+        return ", ".join(f"{k}={fact_value(v)}" for k, v in value.items())
     return str(value)
 
 
@@ -91,6 +93,8 @@ def render(document: dict[str, Any]) -> str:
             lines.append("engine facts:")
             for name, fact in target["engine"].items():
                 lines.append(f"  {name}: {fact_value(fact['value'])} ({fact['source']})")
+        if "advice" in target:
+            lines.extend(advice_lines(target))
         if target["missing"]:
             lines.append(f"missing: {', '.join(target['missing'])}")
         if target["state"] == "ok":
@@ -98,3 +102,35 @@ def render(document: dict[str, Any]) -> str:
                 lines.append(f"not judged ({', '.join(causes)}): needs {need}")
         lines.append("")
     return "\n".join(lines).rstrip() + "\n"
+
+
+ADVICE_METRICS: tuple[tuple[str, str, str], ...] = (
+    ("ttft_p95_seconds", "TTFT p95", "s"), ("itl_p95_seconds", "ITL p95", "s"),
+    ("preemption_rate", "preemptions", "/s"), ("generation_tokens_per_second", "generated tokens", "/s"),
+)
+
+
+def advice_lines(target: dict[str, Any]) -> list[str]:
+    """The what-if advisor's answer (``vllm-diag advise``): observed, then each change, best first."""
+    lines = ["", "what if (predicted from this window):"]
+    calibration = target.get("calibration") or {}
+    if calibration.get("arrivals"):
+        lines.append(f"  traffic: {calibration['arrivals']}")
+    observed = target.get("observed") or {}
+    lines.append("  now: " + ", ".join(f"{label} {numbers.by_unit(observed.get(key), unit)}"
+                                       for key, label, unit in ADVICE_METRICS))
+    if not target["advice"]:
+        lines.append(f"  no prediction: {target.get('reason') or 'nothing to evaluate'}")
+    for item in target["advice"]:
+        current = "unset" if item["current"] is None else fact_value(item["current"])
+        lines.append(f"  {item['knob']} {current} -> {fact_value(item['proposed'])}: {item['why']}")
+        parts = []
+        for key, label, unit in ADVICE_METRICS:
+            interval = item["interval"].get(key)
+            span = (f" ({numbers.by_unit(interval[0], unit)}-{numbers.by_unit(interval[1], unit)})"
+                    if interval else "")
+            parts.append(f"{label} {numbers.by_unit(item['predicted'].get(key), unit)}{span}")
+        lines.append("    predicted: " + ", ".join(parts))
+        if item["worse"]:
+            lines.append("    worse: " + "; ".join(item["worse"]))
+    return lines

@@ -1,0 +1,85 @@
+"""Open or closed traffic, read from the window.
+
+Open traffic (production APIs) arrives whatever the latency: a slower engine builds a queue.
+Closed traffic (a fixed set of clients, batch jobs, benchmarks) sends the next request when the
+last response is complete: requests in flight stay constant and throughput follows latency. A
+what-if differs a lot between the two (a faster engine serves closed clients more often), so the
+advisor predicts both when the window cannot tell them apart.
+
+The tell is the number of requests in the engine (running + waiting) across the scrapes: nearly
+constant (and above one) for closed traffic, fluctuating for open traffic.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from typing import Literal
+
+from exporter.advisor.model import Clients, OpenArrivals
+from exporter.catalog.thresholds import Thresholds
+from exporter.window import Window
+
+Kind = Literal["open", "closed", "unclear"]
+
+
+@dataclass(frozen=True, slots=True)
+class ArrivalModel:
+    kind: Kind
+    open: OpenArrivals
+    closed: Clients
+    occupancy_mean: float
+    occupancy_cv: float
+    dispersion: float  # variance / mean of finished requests per scrape interval (1: Poisson)
+
+    def primary(self) -> OpenArrivals | Clients:
+        """The traffic the calibration fits to (open when unclear: the conservative reading)."""
+        return self.closed if self.kind == "closed" else self.open
+
+    def alternatives(self) -> dict[str, OpenArrivals | Clients]:
+        if self.kind == "unclear":
+            return {"open": self.open, "closed": self.closed}
+        return {self.kind: self.primary()}
+
+    def describe(self) -> str:
+        if self.kind == "closed":
+            what = f"closed: {self.closed.count} clients, think time {self.closed.think_s:.2f} s"
+        elif self.kind == "open":
+            what = f"open: {self.open.rate:.2f} req/s, gap CV^2 {self.open.cv2:.2f}"
+        else:
+            what = (f"unclear (open {self.open.rate:.2f} req/s or closed {self.closed.count} clients): "
+                    "both predicted")
+        return f"{what}; running + waiting {self.occupancy_mean:.1f} (CV {self.occupancy_cv:.2f})"
+
+
+def _finished_per_step(window: Window) -> list[float]:
+    out = []
+    for step in window.steps:
+        out.append(sum(step.counters.get("vllm:request_success_total", {}).values()))
+    return out
+
+
+def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | None) -> ArrivalModel:
+    rate = window.rate("vllm:request_success_total") or 0.0
+    running = window.gauge_series("vllm:num_requests_running")
+    waiting = window.gauge_series("vllm:num_requests_waiting")
+    occupancy = [r + w for r, w in zip(running, waiting)] or [0.0]
+    mean = statistics.fmean(occupancy)
+    cv = statistics.pstdev(occupancy) / mean if mean > 0 else math.inf
+    per_step = _finished_per_step(window)
+    dispersion = 1.0
+    if len(per_step) >= 6 and statistics.fmean(per_step) > 0:
+        dispersion = statistics.pvariance(per_step) / statistics.fmean(per_step)
+    # Counts per interval of a renewal process have variance/mean -> CV^2 of its gaps.
+    cv2 = min(10.0, max(0.3, dispersion))
+    clients = max(1, round(mean))
+    # Little's law for the closed loop: clients / rate = time in system + think time.
+    think = max(0.0, clients / rate - (e2e_mean or 0.0)) if rate > 0 else 0.0
+    if mean >= 1.5 and cv <= thresholds.advice_closed_occupancy_cv:
+        kind: Kind = "closed"
+    elif mean < 1.0 or cv >= thresholds.advice_open_occupancy_cv:
+        kind = "open"
+    else:
+        kind = "unclear"
+    return ArrivalModel(kind, OpenArrivals(max(rate, 1e-3), cv2), Clients(clients, think), mean, cv, dispersion)

@@ -1,0 +1,399 @@
+"""Window -> a calibrated engine model that reproduces what the window shows.
+
+What is read, and from where (all window deltas, never lifetime counters):
+
+* traffic: finished requests per second (``request_success_total``) and their dispersion across
+  scrapes (burstiness), running + waiting (open or closed, ``arrival``);
+* lengths: the prompt and output token histograms, placed inside their buckets so the exact
+  window means (``_sum``/``_count``) come out;
+* step cost: ``fixed + per_token x tokens`` solved so the simulated ITL mean and prefill-time mean
+  equal the observed ones (``fit_step_cost``);
+* KV: ``num_gpu_blocks`` and ``block_size`` from ``cache_config_info``; budget and sequence cap
+  from the engine facts;
+* prefix reuse: the token hit ratio, as one shared system prompt of that share of the mean prompt;
+* frontend: mean TTFT minus queue and prefill time (tokenisation, template, IPC).
+
+``check`` then runs the calibrated model with several seeds and compares TTFT p95, ITL p95,
+preemptions/s and generation throughput with the window; the error is part of the result.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from dataclasses import dataclass, replace
+from typing import Any, cast
+
+from exporter.advisor.arrival import ArrivalModel, infer_arrivals
+from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
+from exporter.catalog.thresholds import Thresholds
+from exporter.config import EngineFacts
+from exporter.simulator.engine import CostModel, EngineConfig, Histogram
+from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
+from exporter.window import HistogramDelta, Window
+
+METRIC_KEYS: tuple[str, ...] = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate",
+                                "generation_tokens_per_second")
+SEEDS: tuple[int, ...] = (1, 2, 3)
+FIT_ROUNDS = 4
+NOISE_ROUNDS = 5
+NOISE_SIGMA_MAX = 1.6
+
+
+class CannotCalibrate(Exception):
+    """Too little evidence, or a deployment the model does not cover: the advisor predicts nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The four numbers a what-if is judged by (None when the window has no such observation)."""
+
+    ttft_p95_seconds: float | None
+    itl_p95_seconds: float | None
+    preemption_rate: float | None
+    generation_tokens_per_second: float | None
+
+    def get(self, key: str) -> float | None:
+        return cast("float | None", getattr(self, key))
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {key: self.get(key) for key in METRIC_KEYS}
+
+
+def observe(window: Window) -> Outcome:
+    """The observed outcome over the window, read exactly as the simulated one is."""
+    ttft = window.histogram("vllm:time_to_first_token_seconds")
+    itl = window.histogram("vllm:inter_token_latency_seconds")
+    return Outcome(
+        ttft_p95_seconds=ttft.quantile(0.95) if ttft is not None else None,
+        itl_p95_seconds=itl.quantile(0.95) if itl is not None else None,
+        preemption_rate=window.rate("vllm:num_preemptions_total"),
+        generation_tokens_per_second=window.rate("vllm:generation_tokens_total"),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Length distributions from histograms
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Empirical:
+    """Token lengths at fixed points (one per populated bucket), with a small jitter.
+
+    The points sit at the same relative position inside each bucket, chosen so that the mean is
+    the window's exact mean; a ``cap`` models a max_tokens limit at the gateway.
+    """
+
+    values: tuple[float, ...]
+    weights: tuple[float, ...]
+    jitter: float = 0.05
+    cap: int | None = None
+
+    @property
+    def mean(self) -> float:
+        total = math.fsum(self.weights)
+        return math.fsum(v * w for v, w in zip(self.values, self.weights)) / total
+
+    def capped_mean(self, cap: int) -> float:
+        total = math.fsum(self.weights)
+        return math.fsum(min(v, cap) * w for v, w in zip(self.values, self.weights)) / total
+
+    def quantile(self, q: float) -> float:
+        total, acc = math.fsum(self.weights), 0.0
+        for value, weight in sorted(zip(self.values, self.weights)):
+            acc += weight
+            if acc >= q * total:
+                return value
+        return max(self.values)
+
+    def sample(self, rng: random.Random) -> int:
+        value = rng.choices(self.values, self.weights)[0] * (1.0 + rng.uniform(-self.jitter, self.jitter))
+        out = max(1, int(round(value)))
+        return min(out, self.cap) if self.cap is not None else out
+
+
+def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
+    """Place each populated bucket's mass at lower + theta x width, theta solved for the exact mean."""
+    bounds = hist.bounds
+    counts: list[tuple[float, float, float]] = []  # (lower, upper, count)
+    below = 0.0
+    for i, (bound, cum) in enumerate(zip(bounds, hist.cumulative)):
+        lower = bounds[i - 1] if i > 0 else 0.0
+        n = cum - below
+        below = cum
+        if n > 0:
+            upper = bound if math.isfinite(bound) else lower * 2.0
+            counts.append((max(lower, 1.0), max(upper, 1.0), n))
+    if not counts:
+        raise CannotCalibrate("a token-length histogram holds no observation in the window")
+    mean = hist.mean() or sum(0.5 * (lo + hi) * n for lo, hi, n in counts) / sum(n for _, _, n in counts)
+    lo_mean = sum(lo * n for lo, _, n in counts) / sum(n for _, _, n in counts)
+    hi_mean = sum(hi * n for _, hi, n in counts) / sum(n for _, _, n in counts)
+    theta = 0.5 if hi_mean <= lo_mean else min(1.0, max(0.0, (mean - lo_mean) / (hi_mean - lo_mean)))
+    values = tuple(lo + theta * (hi - lo) for lo, hi, _ in counts)
+    return Empirical(values=values, weights=tuple(n for _, _, n in counts))
+
+
+# --------------------------------------------------------------------------------------------
+# The calibration
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    """Everything the model needs to replay this window, plus how well it did."""
+
+    duration_s: float
+    warmup_s: float
+    prompt: Empirical
+    output: Empirical
+    shared_prefix_tokens: int
+    arrivals: ArrivalModel
+    cost: StepCost
+    frontend_s: float
+    block_size: int
+    num_gpu_blocks: int
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    max_model_len: int
+    enable_prefix_caching: bool
+    kv_bytes_per_block: float | None  # when kv_cache_memory_bytes is known: what one block costs
+
+    def engine_config(self, **changes: Any) -> EngineConfig:
+        values: dict[str, Any] = {
+            "max_num_batched_tokens": self.max_num_batched_tokens, "max_num_seqs": self.max_num_seqs,
+            "num_gpu_blocks_override": self.num_gpu_blocks, "block_size": self.block_size,
+            "max_model_len": self.max_model_len, "enable_prefix_caching": self.enable_prefix_caching,
+            "costs": CostModel(tokenize_base_s=self.frontend_s, tokenize_per_token_s=0.0, output_per_token_s=0.0),
+        }
+        values.update(changes)
+        # The model length never exceeds what the (possibly smaller) cache can hold for one request.
+        values["max_model_len"] = min(values["max_model_len"], (values["num_gpu_blocks_override"] - 1) * self.block_size)
+        values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], values["max_num_seqs"])
+        return EngineConfig(**values)
+
+    def workload(self, output_cap: int | None = None, shared_prefix_tokens: int | None = None) -> Workload:
+        shared = self.shared_prefix_tokens if shared_prefix_tokens is None else shared_prefix_tokens
+        output = replace(self.output, cap=output_cap) if output_cap is not None else self.output
+        prompt = self.prompt
+        if shared:
+            # The shared part is added before the request's own part: keep the total mean as observed.
+            scale = max(1.0, self.prompt.mean - shared) / self.prompt.mean
+            prompt = replace(prompt, values=tuple(max(1.0, v * scale) for v in prompt.values))
+        prefix = PrefixSpec(groups=1, shared_len=shared) if shared else PrefixSpec()
+        cls = RequestClass("observed", Arrivals("steady", rate=0.0), cast(LengthDist, prompt),
+                           cast(LengthDist, output), prefix, max_tokens=None)
+        return Workload(classes=(cls,), client_timeout_s=1e9)
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One simulated window: its outcome and the fit's linear sums."""
+
+    outcome: Outcome
+    itl_coefficients: tuple[float, float] | None
+    prefill_coefficients: tuple[float, float] | None
+
+
+def _delta(before: tuple[list[int], float, int], hist: Histogram) -> HistogramDelta:
+    counts, total, n = before
+    bounds = (*hist.bounds, math.inf)
+    cum, acc = [], 0
+    for now, then in zip(hist.counts, counts):
+        acc += now - then
+        cum.append(float(acc))
+    return HistogramDelta(bounds, tuple(cum), hist.sum - total, float(hist.count - n))
+
+
+def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic: OpenArrivals | Clients,
+             cost: StepCost, seed: int) -> Run:
+    """Run the model for warm-up + the window's duration; measure the window part only."""
+    engine = CalibratedEngine(config, workload, cost, traffic, seed=seed, measure_from=cal.warmup_s)
+    engine.advance_to(cal.warmup_s)
+    st = engine.stats
+    ttft0 = (list(st.time_to_first_token.counts), st.time_to_first_token.sum, st.time_to_first_token.count)
+    itl0 = (list(st.inter_token_latency.counts), st.inter_token_latency.sum, st.inter_token_latency.count)
+    pre0, gen0, t0 = st.num_preemptions, st.generation_tokens, engine.now
+    engine.advance_to(cal.warmup_s + cal.duration_s)
+    span = max(engine.now - t0, 1e-9)
+    ttft, itl = _delta(ttft0, st.time_to_first_token), _delta(itl0, st.inter_token_latency)
+    outcome = Outcome(
+        ttft_p95_seconds=ttft.quantile(0.95), itl_p95_seconds=itl.quantile(0.95),
+        preemption_rate=(st.num_preemptions - pre0) / span,
+        generation_tokens_per_second=(st.generation_tokens - gen0) / span,
+    )
+    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients())
+
+
+def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
+                  itl_mean: float, prefill_mean: float | None) -> StepCost:
+    """Solve fixed, per_token >= 0 from ITL mean = a x s1 + b x k1 and prefill mean = a x s2 + b x k2."""
+    s1, k1 = itl
+    if prefill is not None and prefill_mean is not None:
+        s2, k2 = prefill
+        det = s1 * k2 - s2 * k1
+        if abs(det) > 1e-12:
+            a = (itl_mean * k2 - prefill_mean * k1) / det
+            b = (s1 * prefill_mean - s2 * itl_mean) / det
+            if a > 0 and b >= 0:
+                return StepCost(a, b)
+        # One of the two is not positive: the best fit with the other alone (least squares).
+        only_a = (itl_mean * s1 + prefill_mean * s2) / (s1 * s1 + s2 * s2)
+        only_b = (itl_mean * k1 + prefill_mean * k2) / max(k1 * k1 + k2 * k2, 1e-12)
+        err_a = (only_a * s1 - itl_mean) ** 2 + (only_a * s2 - prefill_mean) ** 2
+        err_b = (only_b * k1 - itl_mean) ** 2 + (only_b * k2 - prefill_mean) ** 2
+        return StepCost(only_a, 0.0) if err_a <= err_b or k1 <= 0 else StepCost(1e-5, only_b)
+    return StepCost(itl_mean / max(s1, 1e-9), 0.0)
+
+
+def _need(value: Any, what: str) -> Any:
+    if value is None:
+        raise CannotCalibrate(f"needs {what}")
+    return value
+
+
+def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Calibration:
+    """Everything but the step cost from the window and facts; then the step cost by fitting."""
+    if window.duration <= 0 or len(window) < 3:
+        raise CannotCalibrate("the window holds fewer than three scrapes")
+    for name, value in (("tensor_parallel_size", facts.tensor_parallel_size),
+                        ("pipeline_parallel_size", facts.pipeline_parallel_size),
+                        ("data_parallel_size", facts.data_parallel_size)):
+        if value is not None and value > 1:
+            raise CannotCalibrate(f"{name} {value}: the model does not cover multi-GPU parallelism")
+    if window.restarts:
+        raise CannotCalibrate("the engine restarted inside the window")
+    finished = window.increase("vllm:request_success_total") or 0.0
+    if finished < thresholds.advice_min_requests:
+        raise CannotCalibrate(f"{finished:.0f} finished requests in the window, needs "
+                              f"{thresholds.advice_min_requests:.0f} (advice_min_requests)")
+    budget = _need(facts.max_num_batched_tokens, "engine.max_num_batched_tokens (configure it or share vLLM's PID "
+                                                 "namespace)")
+    max_seqs = _need(facts.max_num_seqs, "engine.max_num_seqs (configure it or share vLLM's PID namespace)")
+    blocks = _need(facts.num_gpu_blocks, "num_gpu_blocks from vllm:cache_config_info")
+    block_size = _need(facts.block_size, "block_size from vllm:cache_config_info")
+    prompt_hist = _need(window.histogram("vllm:request_prompt_tokens"), "vllm:request_prompt_tokens")
+    output_hist = _need(window.histogram("vllm:request_generation_tokens"), "vllm:request_generation_tokens")
+    itl_hist = _need(window.histogram("vllm:inter_token_latency_seconds"), "vllm:inter_token_latency_seconds")
+    ttft_hist = _need(window.histogram("vllm:time_to_first_token_seconds"), "vllm:time_to_first_token_seconds")
+    prefill_hist = window.histogram("vllm:request_prefill_time_seconds")
+    queue_hist = window.histogram("vllm:request_queue_time_seconds")
+    e2e_hist = window.histogram("vllm:e2e_request_latency_seconds")
+    if not itl_hist.count or not ttft_hist.count:
+        raise CannotCalibrate("no token latencies in the window")
+    prompt, output = lengths_from_histogram(prompt_hist), lengths_from_histogram(output_hist)
+    queries = window.increase("vllm:prefix_cache_queries_total") or 0.0
+    hits = window.increase("vllm:prefix_cache_hits_total") or 0.0
+    hit_ratio = hits / queries if queries > 0 else 0.0
+    shared = int(hit_ratio * prompt.mean) // block_size * block_size + (block_size if hit_ratio > 0 else 0)
+    shared = min(shared, int(prompt.mean))
+    ttft_mean = ttft_hist.mean() or 0.0
+    queue_mean = queue_hist.mean() if queue_hist is not None else None
+    prefill_mean = prefill_hist.mean() if prefill_hist is not None else None
+    frontend = max(0.0, ttft_mean - (queue_mean or 0.0) - (prefill_mean or 0.0)) if prefill_mean is not None else 0.0
+    e2e_mean = e2e_hist.mean() if e2e_hist is not None else None
+    arrivals = infer_arrivals(window, thresholds, e2e_mean)
+    kv_bytes = facts.kv_cache_memory_bytes
+    cal = Calibration(
+        duration_s=min(window.duration, 300.0),
+        warmup_s=min(60.0, max(10.0, 3.0 * (e2e_mean or 1.0))),
+        prompt=prompt, output=output, shared_prefix_tokens=shared if facts.enable_prefix_caching is not False else 0,
+        arrivals=arrivals, cost=StepCost(itl_hist.mean() or 0.01, 0.0), frontend_s=frontend,
+        block_size=block_size, num_gpu_blocks=blocks, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
+        max_model_len=facts.max_model_len or (blocks - 1) * block_size,
+        enable_prefix_caching=facts.enable_prefix_caching is not False,
+        kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
+    )
+    return replace(cal, cost=_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist.quantile(0.95)))
+
+
+def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,
+               rounds: int) -> tuple[StepCost, Run]:
+    """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the observed."""
+    config, workload = cal.engine_config(), cal.workload()
+    traffic = cal.arrivals.primary()
+    run = simulate(cal, config, workload, traffic, cost, SEEDS[0])
+    for _ in range(rounds):
+        if run.itl_coefficients is None:
+            raise CannotCalibrate("the model produced no decode steps for this traffic")
+        new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
+        new = replace(new, noise_sigma=cost.noise_sigma)
+        converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
+                     and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9))
+        cost = new
+        run = simulate(cal, config, workload, traffic, cost, SEEDS[0])
+        if converged:
+            break
+    return cost, run
+
+
+def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_p95: float | None) -> StepCost:
+    """Means first; then, when the simulated ITL tail is short of the observed one, the step-time
+    noise that makes it (bisection on sigma, the means re-fitted at each)."""
+    cost, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS)
+    sim_p95 = run.outcome.itl_p95_seconds
+    if itl_p95 is None or sim_p95 is None or sim_p95 >= 0.9 * itl_p95:
+        return cost
+    lo, hi = 0.0, NOISE_SIGMA_MAX
+    best, best_err = cost, abs(sim_p95 - itl_p95)
+    for _ in range(NOISE_ROUNDS):
+        sigma = (lo + hi) / 2.0
+        trial, run = _fit_means(cal, replace(cost, noise_sigma=sigma), itl_mean, prefill_mean, 2)
+        p95 = run.outcome.itl_p95_seconds or 0.0
+        if abs(p95 - itl_p95) < best_err:
+            best, best_err = trial, abs(p95 - itl_p95)
+        if p95 < itl_p95:
+            lo = sigma
+        else:
+            hi = sigma
+    return best
+
+
+def relative_error(simulated: float | None, observed: float | None, floor: float = 0.0) -> float | None:
+    """(simulated - observed) / observed; 0 when both are at or below ``floor``; None when unknown."""
+    if simulated is None or observed is None:
+        return None
+    if observed <= floor and simulated <= floor:
+        return 0.0
+    if observed <= 0:
+        return math.inf
+    return (simulated - observed) / observed
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    """How well the calibrated model reproduces the window, per metric (relative errors)."""
+
+    simulated: Outcome
+    errors: dict[str, float | None]
+    runs: tuple[Outcome, ...]
+    ok: bool
+    reason: str
+
+
+def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
+          traffic: OpenArrivals | Clients | None = None) -> Check:
+    """Run the calibrated model with every seed and compare it with the window."""
+    traffic = traffic or cal.arrivals.primary()
+    config, workload = cal.engine_config(), cal.workload()
+    runs = tuple(simulate(cal, config, workload, traffic, cal.cost, seed).outcome for seed in SEEDS)
+    mean = Outcome(*(_mean([r.get(k) for r in runs]) for k in METRIC_KEYS))
+    floor = thresholds.advice_preemption_floor
+    errors = {key: relative_error(mean.get(key), observed.get(key), floor if key == "preemption_rate" else 0.0)
+              for key in METRIC_KEYS}
+    limit = thresholds.advice_max_calibration_error
+    bad = [f"{key} off by {err:+.0%}" for key, err in errors.items()
+           if err is not None and key != "preemption_rate" and abs(err) > limit]
+    pre_err = errors["preemption_rate"]
+    if pre_err is not None and abs(pre_err) > 2 * limit:
+        bad.append(f"preemption_rate off by {pre_err:+.0%}")
+    reason = ("the calibrated model does not reproduce the window (" + ", ".join(bad) +
+              f"; limit {limit:.0%}, advice_max_calibration_error)") if bad else ""
+    return Check(mean, errors, runs, not bad, reason)
+
+
+def _mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None

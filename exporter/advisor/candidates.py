@@ -1,0 +1,211 @@
+"""Which changes to evaluate: the user's ``--what-if KNOB=VALUE`` questions, else the ones the
+active causes and the engine facts suggest.
+
+A change is a knob (vLLM's engine argument name in snake case, or ``max_tokens`` for a cap at the
+gateway, ``prefix_hit_ratio`` for prompt normalisation, ``replicas``), its current value and the
+proposed one. ``apply`` turns a set of changes into the model's engine config, workload and traffic.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, replace
+
+from exporter.advisor.calibrate import Calibration
+from exporter.advisor.model import Clients, OpenArrivals
+from exporter.simulator.engine import EngineConfig
+from exporter.simulator.workload import Workload
+
+# Knobs the model can evaluate; the help says what each one changes in it.
+KNOBS: dict[str, str] = {
+    "max_num_batched_tokens": "token budget per engine step",
+    "max_num_seqs": "most requests running at once",
+    "num_gpu_blocks_override": "KV-cache blocks",
+    "kv_cache_memory_bytes": "KV-cache size in bytes (needs kv_cache_memory_bytes among the engine facts)",
+    "max_tokens": "output cap at the gateway (requests' max_tokens)",
+    "prefix_hit_ratio": "share of prompt tokens served from the prefix cache (prompt normalisation upstream)",
+    "api_server_count": "API-server processes sharing the frontend work (tokenisation, detokenisation)",
+    "replicas": "vLLM replicas sharing the traffic (throughput is the fleet's)",
+}
+NOT_MODELLED: dict[str, str] = {
+    "long_prefill_token_threshold": "partial-prefill limits are not in the engine model",
+    "max_num_partial_prefills": "partial-prefill limits are not in the engine model",
+    "gpu_memory_utilization": "the model sizes KV in blocks: ask with kv_cache_memory_bytes or num_gpu_blocks_override",
+    "tensor_parallel_size": "the model does not cover multi-GPU parallelism",
+    "pipeline_parallel_size": "the model does not cover multi-GPU parallelism",
+}
+ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
+
+
+class BadQuestion(ValueError):
+    """A --what-if the advisor cannot answer, with the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    knob: str
+    current: float | None
+    proposed: float
+
+    def __post_init__(self) -> None:
+        # Whole numbers read as the integers vLLM's flags take (256, not 256.0).
+        for name in ("current", "proposed"):
+            value = getattr(self, name)
+            if isinstance(value, float) and value.is_integer():
+                object.__setattr__(self, name, int(value))
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    changes: tuple[Change, ...]
+    why: str
+
+    @property
+    def knob(self) -> str:
+        return "+".join(c.knob for c in self.changes)
+
+
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*$")
+_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def parse_value(text: str) -> float:
+    """A number, with k/M/G/T (decimal) or Ki/Mi/Gi/Ti (binary) and an optional B: 8GiB, 2k, 0.5."""
+    match = _SIZE.match(text)
+    if not match:
+        raise BadQuestion(f"{text!r} is not a number (examples: 6, 2048, 8GiB, 512Mi, 0.9)")
+    number, unit, binary = float(match[1]), match[2].lower(), match[3]
+    factor = 1024 ** " kmgt".index(unit) if binary else _UNITS[unit]
+    return number * factor
+
+
+def parse_question(text: str) -> tuple[str, float]:
+    knob, sep, value = text.partition("=")
+    knob = ALIASES.get(knob.strip().replace("-", "_"), knob.strip().replace("-", "_"))
+    if not sep:
+        raise BadQuestion(f"{text!r}: expected KNOB=VALUE, e.g. max_num_seqs=6")
+    if knob in NOT_MODELLED:
+        raise BadQuestion(f"{knob}: {NOT_MODELLED[knob]}")
+    if knob not in KNOBS:
+        raise BadQuestion(f"{knob}: unknown knob (one of {', '.join(KNOBS)})")
+    number = parse_value(value)
+    if knob == "prefix_hit_ratio" and not 0.0 <= number < 1.0:
+        raise BadQuestion(f"{knob}={value}: a ratio in [0, 1)")
+    if knob != "prefix_hit_ratio" and number < 1:
+        raise BadQuestion(f"{knob}={value}: must be at least 1")
+    return knob, number
+
+
+def current_value(cal: Calibration, knob: str) -> float | None:
+    return {
+        "max_num_batched_tokens": float(cal.max_num_batched_tokens),
+        "max_num_seqs": float(cal.max_num_seqs),
+        "num_gpu_blocks_override": float(cal.num_gpu_blocks),
+        "kv_cache_memory_bytes": cal.num_gpu_blocks * cal.kv_bytes_per_block if cal.kv_bytes_per_block else None,
+        "max_tokens": None,
+        "prefix_hit_ratio": cal.shared_prefix_tokens / cal.prompt.mean if cal.prompt.mean else 0.0,
+        "api_server_count": 1.0,
+        "replicas": 1.0,
+    }[knob]
+
+
+def from_questions(cal: Calibration, questions: list[str]) -> list[Candidate]:
+    """Each question alone, then all of them together when there are several."""
+    parsed = [parse_question(q) for q in questions]
+    changes = []
+    for knob, value in parsed:
+        if knob == "kv_cache_memory_bytes" and cal.kv_bytes_per_block is None:
+            raise BadQuestion("kv_cache_memory_bytes: the engine facts lack kv_cache_memory_bytes; "
+                              "ask with num_gpu_blocks_override instead")
+        changes.append(Change(knob, current_value(cal, knob), value))
+    out = [Candidate((c,), "asked with --what-if") for c in changes]
+    if len(changes) > 1:
+        out.append(Candidate(tuple(changes), "asked with --what-if, all together"))
+    return out
+
+
+def _pow2_at_least(value: float) -> int:
+    return 1 << max(0, math.ceil(math.log2(max(value, 1.0))))
+
+
+def derived(cal: Calibration, active: set[str], waiting_mean: float) -> list[Candidate]:
+    """Changes worth predicting for this window: each knob the method names, in the direction the
+    active causes (or the observed lengths) point, at a step large enough to matter."""
+    out: list[Candidate] = []
+    budget, seqs = cal.max_num_batched_tokens, cal.max_num_seqs
+    prompt_p95 = cal.prompt.quantile(0.95)
+    raise_to = min(max(budget * 4, _pow2_at_least(prompt_p95)), max(cal.max_model_len, budget * 2))
+    lower_to = max(seqs, 16, budget // 4)
+    why_up = ("A4 active: prompts need several chunks" if "A4" in active else
+              f"prompts up to {prompt_p95:.0f} tokens take {math.ceil(prompt_p95 / budget)} steps to prefill")
+    why_down = ("B1/B2 active: long prefill steps stall the decodes" if active & {"B1", "B2"} else
+                "smaller steps keep decodes flowing while prompts prefill")
+    if raise_to > budget:
+        out.append(Candidate((Change("max_num_batched_tokens", budget, raise_to),), why_up))
+    if lower_to < budget:
+        out.append(Candidate((Change("max_num_batched_tokens", budget, lower_to),), why_down))
+    if seqs >= 2:
+        why = "D active: fewer requests hold KV at once" if "D" in active else "fewer requests hold KV at once"
+        out.append(Candidate((Change("max_num_seqs", seqs, max(1, seqs // 2)),), why))
+    why_kv = "D active: more KV blocks, fewer preemptions" if "D" in active else "more KV room"
+    if cal.kv_bytes_per_block:
+        now = cal.num_gpu_blocks * cal.kv_bytes_per_block
+        out.append(Candidate((Change("kv_cache_memory_bytes", now, now * 2),), why_kv))
+    else:
+        out.append(Candidate((Change("num_gpu_blocks_override", cal.num_gpu_blocks, cal.num_gpu_blocks * 2),), why_kv))
+    out_p90, out_max = cal.output.quantile(0.9), max(cal.output.values)
+    if out_max > 1.5 * out_p90:
+        out.append(Candidate((Change("max_tokens", None, math.ceil(out_p90)),),
+                             f"outputs have a long tail (p90 {out_p90:.0f}, max {out_max:.0f} tokens): cap at p90"))
+    hit = current_value(cal, "prefix_hit_ratio") or 0.0
+    if active & {"A5", "F"} and hit < 0.6:
+        out.append(Candidate((Change("prefix_hit_ratio", hit, min(0.9, hit + 0.3)),),
+                             "A5/F active: one template upstream, so prompts share their prefix"))
+    if "A3" in active or "C1" in active:
+        out.append(Candidate((Change("api_server_count", 1, 2),), "CPU-bound frontend: a second API server"))
+    if waiting_mean >= 1.0 or active & {"A2", "D", "C3"}:
+        out.append(Candidate((Change("replicas", 1, 2),), f"{waiting_mean:.1f} requests waiting on average: "
+                                                         "a second replica takes half the traffic"))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Applied:
+    config: EngineConfig
+    workload: Workload
+    traffic: OpenArrivals | Clients
+    throughput_scale: float  # fleet throughput per replica's
+
+
+def apply(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients) -> Applied:
+    engine: dict[str, float | int] = {}
+    cap: int | None = None
+    shared: int | None = None
+    frontend = cal.frontend_s
+    replicas = 1
+    for change in candidate.changes:
+        value = change.proposed
+        if change.knob in ("max_num_batched_tokens", "max_num_seqs"):
+            engine[change.knob] = int(value)
+        elif change.knob == "num_gpu_blocks_override":
+            engine["num_gpu_blocks_override"] = int(value)
+        elif change.knob == "kv_cache_memory_bytes":
+            assert cal.kv_bytes_per_block
+            engine["num_gpu_blocks_override"] = int(value // cal.kv_bytes_per_block)
+        elif change.knob == "max_tokens":
+            cap = int(value)
+        elif change.knob == "prefix_hit_ratio":
+            shared = int(value * cal.prompt.mean) // cal.block_size * cal.block_size
+        elif change.knob == "api_server_count":
+            frontend = cal.frontend_s / value
+        elif change.knob == "replicas":
+            replicas = int(value)
+    if engine.get("num_gpu_blocks_override", cal.num_gpu_blocks) * cal.block_size < 2 * cal.block_size:
+        raise BadQuestion("the KV cache would hold less than two blocks")
+    base = cal.engine_config(**engine)
+    config = replace(base, costs=replace(base.costs, tokenize_base_s=frontend))
+    if replicas > 1:
+        traffic = (replace(traffic, rate=traffic.rate / replicas) if isinstance(traffic, OpenArrivals)
+                   else replace(traffic, count=max(1, math.ceil(traffic.count / replicas))))
+    return Applied(config, cal.workload(output_cap=cap, shared_prefix_tokens=shared), traffic, float(replicas))

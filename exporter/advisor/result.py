@@ -1,0 +1,73 @@
+"""The advisor's answer, in the JSON shape ``targets[].advice`` / ``observed`` / ``reason`` carry.
+
+``advice`` is a list, best first, of ``{knob, current, proposed, predicted, interval, worse, why}``
+with ``predicted`` and ``observed`` holding ``ttft_p95_seconds``, ``itl_p95_seconds``,
+``preemption_rate`` and ``generation_tokens_per_second``, and ``interval`` the same keys as
+``[low, high]``. A combined what-if has ``knob`` "a+b" and ``current``/``proposed`` as mappings.
+When the arrival model is unclear, each item also carries ``if_closed`` (or ``if_open``): the same
+prediction for the other kind of traffic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from exporter.advisor.calibrate import METRIC_KEYS, Outcome
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    predicted: Outcome
+    interval: dict[str, tuple[float, float] | None]
+    worse: tuple[str, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "predicted": self.predicted.to_dict(),
+            "interval": {k: (list(v) if v is not None else None) for k, v in self.interval.items()},
+            "worse": list(self.worse),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    knob: str
+    current: Any
+    proposed: Any
+    prediction: Prediction
+    why: str
+    score: float  # summed log-improvement over the observed window (higher is better)
+    alternatives: dict[str, Prediction] = field(default_factory=dict)  # other arrival model -> prediction
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"knob": self.knob, "current": self.current, "proposed": self.proposed}
+        out.update(self.prediction.to_dict())
+        out["why"] = self.why
+        out["score"] = round(self.score, 3)
+        for kind, prediction in self.alternatives.items():
+            out[f"if_{kind}"] = prediction.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class AdviceResult:
+    observed: Outcome | None
+    recommendations: tuple[Recommendation, ...] = ()
+    reason: str = ""
+    calibration: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def top(self) -> Recommendation | None:
+        return self.recommendations[0] if self.recommendations else None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "advice": [r.to_dict() for r in self.recommendations],
+            "observed": self.observed.to_dict() if self.observed else {k: None for k in METRIC_KEYS},
+        }
+        if not self.recommendations:
+            out["reason"] = self.reason or "no change to evaluate"
+        if self.calibration:
+            out["calibration"] = self.calibration
+        return out

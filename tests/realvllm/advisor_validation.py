@@ -1,0 +1,329 @@
+"""The what-if advisor against a real vLLM (CPU build, tiny model): before/after runs per change.
+
+Each case changes one thing (an engine flag or the gateway's max_tokens). Its "before" run is
+recorded as sidecar-style captures; the advisor sees only those (``vllm-diag advise DIR
+--what-if KNOB=VALUE``) and predicts the "after"; the "after" run on the real engine says what
+actually happened. Engine configurations are shared between cases so the whole suite needs
+three engine starts:
+
+=========  ===========================  ===========================================
+engine     flags                        runs
+=========  ===========================  ===========================================
+small      max_num_batched_tokens 32    long prompts (A4 before, B after)
+big        max_num_batched_tokens 1024  long prompts (A4 after, B before), pressure
+                                        (D before), long outputs (cap before/after)
+fewseqs    big + max_num_seqs 4         pressure (D after)
+=========  ===========================  ===========================================
+
+Traffic is open (Poisson arrivals) for the long-prompt runs and closed (a fixed set of clients,
+next request on the last response) for the pressure and output-cap runs, so both arrival models
+are validated. ``collect`` runs everything and writes the captures; ``evaluate`` runs the advisor
+and scores it (direction for every metric that moved by more than 15 %, magnitude within
++/-35 % for TTFT p95, ITL p95 and preemption rate).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import yaml
+
+try:  # package import (pytest) or top-level (scripts)
+    from .harness import RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word
+except ImportError:  # pragma: no cover
+    from harness import RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word  # type: ignore
+
+REPO = Path(__file__).resolve().parents[2]
+SCRAPE_INTERVAL_S = 2.0
+WARMUP_S = 6.0  # traffic before the first capture: the window starts in steady state
+RUN_S = 44.0  # captured seconds per run
+MOVED = 0.15  # a metric "moved" when before -> after changed by more than this share
+MAGNITUDE = 0.35  # predicted after within +/- this share of the real after
+PREEMPTION_FLOOR = 0.05  # preemptions/s below which two rates count as equal (none to speak of)
+METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate", "generation_tokens_per_second")
+MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
+
+ENGINES: dict[str, dict[str, int]] = {
+    "small": {"max_num_batched_tokens": 32, "max_num_seqs": 16},
+    "big": {"max_num_batched_tokens": 1024, "max_num_seqs": 16},
+    "fewseqs": {"max_num_batched_tokens": 1024, "max_num_seqs": 4},
+}
+
+
+@dataclass(frozen=True)
+class Traffic:
+    """One run's load: open (``rate`` req/s, Poisson) or closed (``clients``, no think time)."""
+
+    prompt_tokens: tuple[int, int]
+    max_tokens: tuple[tuple[int, float], ...]  # (max_tokens, probability)
+    rate: float = 0.0
+    clients: int = 0
+    cap: int | None = None  # the gateway's max_tokens cap
+
+    def capped(self, cap: int) -> Traffic:
+        return Traffic(self.prompt_tokens, self.max_tokens, self.rate, self.clients, cap)
+
+    def draw(self, rng: random.Random) -> tuple[int, int]:
+        prompt = rng.randint(*self.prompt_tokens)
+        values, weights = zip(*self.max_tokens)
+        out = rng.choices(values, weights)[0]
+        return prompt, min(out, self.cap) if self.cap else out
+
+
+LONG_PROMPTS = Traffic(prompt_tokens=(820, 900), max_tokens=((24, 1.0),), rate=1.5)
+PRESSURE = Traffic(prompt_tokens=(150, 250), max_tokens=((300, 1.0),), clients=12)
+# Output lengths with a long tail (a few requests run to 480 tokens): the tail holds the KV cache.
+LONG_OUTPUTS = Traffic(prompt_tokens=(60, 120), max_tokens=((16, 0.3), (32, 0.25), (64, 0.2), (128, 0.12), (256, 0.08),
+                                                           (480, 0.05)), clients=10)
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    name: str
+    engine: str
+    traffic: Traffic
+
+
+RUNS: tuple[RunSpec, ...] = (
+    RunSpec("long-small", "small", LONG_PROMPTS),
+    RunSpec("long-big", "big", LONG_PROMPTS),
+    RunSpec("pressure-big", "big", PRESSURE),
+    RunSpec("outputs-big", "big", LONG_OUTPUTS),
+    RunSpec("outputs-big-capped", "big", LONG_OUTPUTS.capped(64)),
+    RunSpec("pressure-fewseqs", "fewseqs", PRESSURE),
+)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    cause: str
+    before: str
+    after: str
+    what_if: str
+
+
+CASES: tuple[Case, ...] = (
+    Case("A4 raise the token budget", "A4", "long-small", "long-big", "max_num_batched_tokens=1024"),
+    Case("B lower the token budget under long-prompt stutter", "B1/B2", "long-big", "long-small",
+         "max_num_batched_tokens=32"),
+    Case("D fewer sequences under preemption", "D", "pressure-big", "pressure-fewseqs", "max_num_seqs=4"),
+    Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64"),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Load and capture
+# --------------------------------------------------------------------------------------------
+
+
+async def _drive(base_url: str, traffic: Traffic, stop_at: float, seed: int) -> int:
+    """Send the run's traffic until ``stop_at`` (monotonic); returns the requests that failed."""
+    rng = random.Random(seed)
+    failures = 0
+    connector = aiohttp.TCPConnector(limit=64, force_close=True)
+    async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
+        ratio = await tokens_per_word(base_url, session)
+
+        async def one(prompt_len: int, max_tokens: int) -> None:
+            nonlocal failures
+            res = await _one_request(session, base_url, make_text(prompt_len, rng, ratio), max_tokens)
+            failures += 0 if res.ok else 1
+
+        if traffic.clients:
+            async def client() -> None:
+                while time.monotonic() < stop_at:
+                    await one(*traffic.draw(rng))
+
+            await asyncio.gather(*(client() for _ in range(traffic.clients)))
+        else:
+            tasks: set[asyncio.Task[None]] = set()
+            t = time.monotonic()
+            while True:
+                t += rng.expovariate(traffic.rate)
+                if t >= stop_at:
+                    break
+                await asyncio.sleep(max(0.0, t - time.monotonic()))
+                task = asyncio.create_task(one(*traffic.draw(rng)))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+            if tasks:
+                await asyncio.gather(*tasks)
+    return failures
+
+
+async def _warm_up(base_url: str) -> None:
+    """A few requests first: a fresh engine's first steps are slow, and the runs measure steady state."""
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        rng = random.Random(7)
+        ratio = await tokens_per_word(base_url, session)
+        for prompt_len in (100, 900, 100, 500):
+            await _one_request(session, base_url, make_text(prompt_len, rng, ratio), 8)
+
+
+def _facts(server: RealVLLM) -> dict[str, Any]:
+    return {"max_num_batched_tokens": server.max_num_batched_tokens, "max_num_seqs": server.max_num_seqs,
+            "max_model_len": server.max_model_len, "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
+
+
+async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0) -> dict[str, Any]:
+    """Run the traffic, capturing /metrics every SCRAPE_INTERVAL_S after the warm-up."""
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.monotonic()
+    stop_at = t0 + WARMUP_S + RUN_S
+    load = asyncio.create_task(_drive(server.base_url, spec.traffic, stop_at, seed))
+    await asyncio.sleep(WARMUP_S)
+    index = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
+        next_at = time.monotonic()
+        while next_at <= stop_at + 0.01:
+            await asyncio.sleep(max(0.0, next_at - time.monotonic()))
+            text = await fetch_metrics_async(server.metrics_url, session)
+            stamp = time.time()
+            header = f"# vllm-diag capture target={spec.name} scraped_at={stamp!r}\n"
+            (out / f"{spec.name}-{index:03d}.txt").write_text(header + text, encoding="utf-8")
+            index += 1
+            next_at += SCRAPE_INTERVAL_S
+    failures = await load
+    config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": SCRAPE_INTERVAL_S, "timeout": 1.0,
+                           "engine": _facts(server)}]}
+    (out / "vllm-diag.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
+    meta = {"run": spec.name, "engine": spec.engine, "traffic": asdict(spec.traffic), "captures": index,
+            "failed_requests": failures, "seconds": time.monotonic() - t0}
+    (out / "run.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    return meta
+
+
+def collect(out: Path, log_dir: Path | None = None) -> dict[str, float]:
+    """Every run of RUNS on its engine (one start per engine); returns seconds per phase."""
+    timings: dict[str, float] = {}
+    for engine in ENGINES:
+        runs = [r for r in RUNS if r.engine == engine]
+        t0 = time.monotonic()
+        with RealVLLM(**ENGINES[engine], log_dir=log_dir) as server:
+            asyncio.run(_warm_up(server.base_url))
+            timings[f"start {engine}"] = time.monotonic() - t0
+            for i, spec in enumerate(runs):
+                t1 = time.monotonic()
+                asyncio.run(record_run(server, spec, out / spec.name, seed=i))
+                timings[f"run {spec.name}"] = time.monotonic() - t1
+    return timings
+
+
+# --------------------------------------------------------------------------------------------
+# Scoring
+# --------------------------------------------------------------------------------------------
+
+
+def advise(run_dir: Path, what_if: str | None = None) -> dict[str, Any]:
+    """`vllm-diag advise DIR [--what-if ...] --format json`, the first target of the document."""
+    cmd = [sys.executable, "-m", "exporter.cli", "advise", str(run_dir), "--format", "json"]
+    if what_if:
+        cmd += ["--what-if", what_if]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False, cwd=REPO, timeout=600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return dict(json.loads(proc.stdout)["targets"][0])
+
+
+def _close(predicted: float | None, actual: float | None, floor: float) -> bool:
+    if predicted is None or actual is None:
+        return False
+    if predicted <= floor and actual <= floor:
+        return True
+    return actual > 0 and abs(predicted - actual) / actual <= MAGNITUDE
+
+
+def _change(before: float | None, after: float | None, floor: float) -> float | None:
+    """Relative change; None when unknown; 0 when both sit at or under the floor."""
+    if before is None or after is None:
+        return None
+    if before <= floor and after <= floor:
+        return 0.0
+    if before <= 0:
+        return math.inf
+    return (after - before) / before
+
+
+@dataclass
+class Score:
+    case: str
+    what_if: str
+    before: dict[str, float | None]
+    actual: dict[str, float | None]
+    predicted: dict[str, float | None]
+    interval: dict[str, list[float] | None]
+    calibration: dict[str, float | None]
+    reason: str
+    direction_ok: dict[str, bool | None]  # None: the metric did not move > 15 %
+    magnitude_ok: dict[str, bool]
+
+    @property
+    def passed(self) -> bool:
+        return not self.reason and all(v is not False for v in self.direction_ok.values()) and all(
+            self.magnitude_ok.values())
+
+
+def score(case: Case, runs: Path) -> Score:
+    target = advise(runs / case.before, case.what_if)
+    actual_doc = advise(runs / case.after)
+    before, actual = target["observed"], actual_doc["observed"]
+    item = target["advice"][0] if target["advice"] else None
+    predicted = item["predicted"] if item else {k: None for k in METRICS}
+    interval = item["interval"] if item else {k: None for k in METRICS}
+    direction: dict[str, bool | None] = {}
+    magnitude: dict[str, bool] = {}
+    for key in METRICS:
+        floor = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
+        moved = _change(before[key], actual[key], floor)
+        if moved is None or abs(moved) <= MOVED:
+            direction[key] = None
+        else:
+            guess = _change(before[key], predicted[key], floor)
+            direction[key] = guess is not None and guess * moved > 0
+        if key in MAGNITUDE_METRICS:
+            magnitude[key] = _close(predicted[key], actual[key], floor)
+    return Score(case.name, case.what_if, before, actual, predicted, interval,
+                 target.get("calibration", {}).get("errors", {}), target.get("reason", ""), direction, magnitude)
+
+
+def _fmt(key: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if key.endswith("_seconds"):
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.2f}"
+
+
+def table(scores: list[Score]) -> str:
+    """The markdown table docs/advisor.md carries."""
+    short = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s",
+             "generation_tokens_per_second": "gen tok/s"}
+    lines = ["| case | what-if | metric | before | predicted (interval) | after (real) | moved | direction | "
+             "within 35 % |", "|---|---|---|---|---|---|---|---|---|"]
+    for s in scores:
+        for i, key in enumerate(METRICS):
+            floor = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
+            moved = _change(s.before[key], s.actual[key], floor)
+            iv = s.interval.get(key) if s.interval else None
+            pred = _fmt(key, s.predicted.get(key)) + (f" ({_fmt(key, iv[0])}-{_fmt(key, iv[1])})" if iv else "")
+            d = s.direction_ok.get(key)
+            m = s.magnitude_ok.get(key)
+            lines.append("| " + " | ".join([
+                s.case if i == 0 else "", f"`{s.what_if}`" if i == 0 else "", short[key], _fmt(key, s.before[key]),
+                pred, _fmt(key, s.actual[key]),
+                "-" if moved is None else ("inf" if math.isinf(moved) else f"{moved:+.0%}"),
+                "n/a (< 15 %)" if d is None else ("yes" if d else "**no**"),
+                "" if m is None else ("yes" if m else "**no**"),
+            ]) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,193 @@
+"""The what-if advisor's pure parts: lengths from histograms, the step-cost solve, what-if parsing,
+the arrival model on constructed windows, and how the answer is published (JSON, text, HTML, metric)."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from exporter.advisor.arrival import infer_arrivals
+from exporter.advisor.calibrate import CannotCalibrate, Outcome, fit_step_cost, lengths_from_histogram, relative_error
+from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
+from exporter.advisor.model import OpenArrivals
+from exporter.advisor.predict import score, worse
+from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.catalog.thresholds import Thresholds
+from exporter.snapshot import Snapshot
+from exporter.window import HistogramDelta, Window
+
+TH = Thresholds()
+
+
+def _hist(values: list[float], bounds: tuple[float, ...]) -> HistogramDelta:
+    cum = [float(sum(1 for v in values if v <= b)) for b in (*bounds, math.inf)]
+    return HistogramDelta((*bounds, math.inf), tuple(cum), math.fsum(values), float(len(values)))
+
+
+BUCKETS = (1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0)
+
+
+def test_lengths_keep_the_exact_mean_and_the_buckets() -> None:
+    rng = random.Random(3)
+    values = [rng.randint(30, 480) for _ in range(500)]
+    dist = lengths_from_histogram(_hist(values, BUCKETS))
+    assert dist.mean == pytest.approx(sum(values) / len(values), rel=1e-9)
+    # Every point stays inside a populated bucket.
+    assert all(20.0 <= v <= 500.0 for v in dist.values)
+
+
+def test_one_bucket_is_one_length() -> None:
+    dist = lengths_from_histogram(_hist([600.0] * 40, BUCKETS))
+    assert dist.values == (pytest.approx(600.0),)
+    assert dist.quantile(0.95) == pytest.approx(600.0)
+
+
+def test_empty_length_histogram_refuses() -> None:
+    with pytest.raises(CannotCalibrate):
+        lengths_from_histogram(_hist([], BUCKETS))
+
+
+def test_step_cost_solves_both_means() -> None:
+    fixed, per_token = 0.004, 5e-5
+    itl, prefill = (1.0, 40.0), (12.0, 900.0)
+    cost = fit_step_cost(itl, prefill, fixed * 1 + per_token * 40, fixed * 12 + per_token * 900)
+    assert cost.fixed_s == pytest.approx(fixed)
+    assert cost.per_token_s == pytest.approx(per_token)
+
+
+def test_step_cost_never_negative() -> None:
+    # A prefill mean below what the ITL implies would need a negative per-token cost: clamp, fit the rest.
+    cost = fit_step_cost((1.0, 40.0), (12.0, 900.0), 0.01, 0.05)
+    assert cost.fixed_s > 0 and cost.per_token_s >= 0
+
+
+@pytest.mark.parametrize(("text", "value"), [("6", 6), ("2k", 2000), ("8GiB", 8 * 2**30), ("512Mi", 512 * 2**20),
+                                             ("0.5", 0.5), ("3MB", 3e6)])
+def test_values(text: str, value: float) -> None:
+    assert parse_value(text) == pytest.approx(value)
+
+
+def test_questions() -> None:
+    assert parse_question("max_num_seqs=6") == ("max_num_seqs", 6)
+    assert parse_question("max-num-batched-tokens=4k") == ("max_num_batched_tokens", 4000)
+    assert parse_question("num_gpu_blocks=100") == ("num_gpu_blocks_override", 100)
+    with pytest.raises(BadQuestion, match="unknown knob"):
+        parse_question("max_num_sequences=6")
+    with pytest.raises(BadQuestion, match="not in the engine model"):
+        parse_question("long_prefill_token_threshold=512")
+    with pytest.raises(BadQuestion, match="KNOB=VALUE"):
+        parse_question("max_num_seqs")
+    with pytest.raises(BadQuestion, match="not a number"):
+        parse_question("max_num_seqs=lots")
+
+
+def _window(occupancy: list[float], finished_per_scrape: list[float]) -> Window:
+    window = Window(10_000, ["vllm:request_success_total"])
+    total = 0.0
+    for i, (occ, done) in enumerate(zip(occupancy, finished_per_scrape)):
+        total += done
+        text = (
+            "# TYPE vllm:num_requests_running gauge\n"
+            f'vllm:num_requests_running{{model_name="m"}} {occ}\n'
+            "# TYPE vllm:num_requests_waiting gauge\n"
+            'vllm:num_requests_waiting{model_name="m"} 0\n'
+            "# TYPE vllm:request_success_total counter\n"
+            f'vllm:request_success_total{{model_name="m",finished_reason="stop"}} {total}\n'
+        )
+        from exporter.parse import parse
+
+        snap: Snapshot = parse(text, float(i * 5))
+        window.push(snap)
+    return window
+
+
+def test_constant_occupancy_is_closed() -> None:
+    model = infer_arrivals(_window([8, 8, 8, 8, 8, 8, 8, 8], [10] * 8), TH, e2e_mean=2.0)
+    assert model.kind == "closed"
+    assert model.closed.count == 8
+    # Little's law: 8 clients at 2 req/s with 2 s in the system leave 2 s of think time.
+    assert model.closed.think_s == pytest.approx(2.0)
+
+
+def test_fluctuating_occupancy_is_open_and_bursts_show() -> None:
+    model = infer_arrivals(_window([0, 6, 1, 0, 9, 2, 0, 7], [0, 30, 2, 0, 40, 5, 0, 35]), TH, e2e_mean=0.5)
+    assert model.kind == "open"
+    assert model.open.cv2 > 2.0
+
+
+def test_in_between_predicts_both() -> None:
+    model = infer_arrivals(_window([4, 9, 5, 10, 4, 9, 5, 10], [10] * 8), TH, e2e_mean=1.0)
+    assert model.kind == "unclear"
+    assert set(model.alternatives()) == {"open", "closed"}
+
+
+def test_open_arrivals_have_the_rate_and_the_spread() -> None:
+    rng = random.Random(1)
+    for cv2 in (1.0, 4.0):
+        times = OpenArrivals(rate=5.0, cv2=cv2).times(rng)
+        stamps = [next(times) for _ in range(20000)]
+        gaps = [b - a for a, b in zip([0.0, *stamps], stamps)]
+        mean = sum(gaps) / len(gaps)
+        var = sum((g - mean) ** 2 for g in gaps) / len(gaps)
+        assert mean == pytest.approx(0.2, rel=0.05)
+        assert var / mean**2 == pytest.approx(cv2, rel=0.1)
+
+
+def test_errors_between_near_zero_rates_are_zero() -> None:
+    assert relative_error(0.01, 0.0, floor=0.05) == 0.0
+    assert relative_error(1.2, 1.0) == pytest.approx(0.2)
+    assert relative_error(None, 1.0) is None
+
+
+def test_worse_and_score_in_numbers() -> None:
+    observed = Outcome(0.5, 0.02, 0.0, 100.0)
+    predicted = Outcome(0.1, 0.05, 0.0, 110.0)
+    lines = worse(observed, predicted, TH)
+    assert lines == ("ITL p95 20 ms -> 50 ms (+150%)",) or lines[0].startswith("ITL p95")
+    assert score(observed, predicted, 0.05) > 0  # TTFT gains more than ITL loses (log scale)
+
+
+def _result() -> AdviceResult:
+    pred = Prediction(Outcome(0.1, 0.05, 0.0, 110.0), {"ttft_p95_seconds": (0.09, 0.12), "itl_p95_seconds": None,
+                                                       "preemption_rate": (0.0, 0.0),
+                                                       "generation_tokens_per_second": (100.0, 120.0)},
+                      ("ITL p95 20 ms -> 50 ms (+150%)",))
+    rec = Recommendation("max_num_batched_tokens", 256, 2048, pred, "A4 active", 1.2)
+    return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec,), "", {"arrivals": "open: 2 req/s"})
+
+
+def test_json_shape() -> None:
+    doc = _result().to_dict()
+    assert set(doc) >= {"advice", "observed"}
+    item = doc["advice"][0]
+    assert set(item) >= {"knob", "current", "proposed", "predicted", "interval", "worse", "why"}
+    assert set(item["predicted"]) == {"ttft_p95_seconds", "itl_p95_seconds", "preemption_rate",
+                                      "generation_tokens_per_second"}
+    assert item["interval"]["ttft_p95_seconds"] == [0.09, 0.12]
+    empty = AdviceResult(Outcome(None, None, None, None), (), "cannot calibrate: too few requests").to_dict()
+    assert empty["advice"] == [] and empty["reason"].startswith("cannot calibrate")
+
+
+def test_published_everywhere() -> None:
+    from dataclasses import replace
+
+    from exporter.config import Settings, target_from_url
+    from exporter.pipeline import TargetPipeline
+    from exporter.publish import advice as advice_metric
+    from exporter.publish import document, html, text
+
+    settings = Settings(targets=[target_from_url("http://127.0.0.1:1/metrics", name="t")])
+    state = replace(TargetPipeline(settings.targets[0], settings).state, advice=_result())
+    doc = document.build([state])
+    assert doc["targets"][0]["advice"][0]["knob"] == "max_num_batched_tokens"
+    page = html.render(doc)
+    assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
+    report = text.render(doc)
+    assert "max_num_batched_tokens 256 -> 2048" in report
+    families = list(advice_metric.families([state]))
+    sample = families[0].samples[0]
+    assert sample.name == "vllm_diag_advice_info"
+    assert sample.labels == {"target": "t", "model_name": "", "knob": "max_num_batched_tokens", "current": "256",
+                             "proposed": "2048"}
