@@ -11,7 +11,7 @@ import time
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
@@ -26,6 +26,9 @@ from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs, compute
 from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, unknown_diagnosis
 from exporter.window import Window
+
+if TYPE_CHECKING:
+    from exporter.advisor.result import AdviceResult
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +55,7 @@ class TargetPipeline:
         self.source_errors_total: dict[tuple[str, str], int] = {}
         self._failing: dict[str, str] = {}  # rule or source -> its last error, for logs on change only
         self._health = ScrapeHealth(errors_total=dict(self._errors))
+        self.advice: AdviceResult | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
             window_seconds=settings.window_seconds, evaluated_at=time.time(), health=self._health,
@@ -153,6 +157,7 @@ class TargetPipeline:
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
+            advice=self.advice,
         )
         return self.state
 

@@ -117,6 +117,12 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
             sidecar.scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
             max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
         )
+    from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar
+
+    advisor = AdvisorWorker()
+    advice_every = sidecar.settings.resolved_thresholds().advice_interval_seconds
+    scheduler.add_job(advisor.run, "interval", args=[sidecar.pipelines.values()], seconds=advice_every,
+                      id="advise", max_instances=1, coalesce=True, next_run_time=now + timedelta(seconds=advice_every))
     scheduler.start()
     app[SCHEDULER] = scheduler
     log.info("polling %d target(s): %s", len(sidecar.pipelines), ", ".join(sidecar.pipelines) or "none")
@@ -124,6 +130,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         yield
     finally:
         scheduler.shutdown(wait=False)
+        advisor.close()
         await sidecar.session.close()
 
 

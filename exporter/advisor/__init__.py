@@ -43,6 +43,12 @@ def _calibration_doc(cal_desc: dict[str, object], checks: dict[str, Check]) -> d
     return out
 
 
+def _worst(result: Check) -> float:
+    """The largest relative error of a check, failing checks after passing ones."""
+    errors = [abs(e) for k, e in result.errors.items() if e is not None and k != "preemption_rate"]
+    return (0.0 if result.ok else 1e6) + max(errors, default=0.0)
+
+
 def _value(candidate: Candidate, attr: str) -> object:
     values = [getattr(c, attr) for c in candidate.changes]
     if len(values) == 1:
@@ -60,8 +66,9 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
     except CannotCalibrate as exc:
         return AdviceResult(observed, (), f"cannot calibrate: {exc}")
     traffic = cal.arrivals.alternatives()
-    primary_kind = cal.arrivals.kind if cal.arrivals.kind != "unclear" else "open"
     checks = {kind: check(cal, observed, thresholds, t) for kind, t in traffic.items()}
+    # Known traffic is what it is; unclear traffic is read the way that reproduces the window better.
+    primary_kind = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: _worst(checks[k]))
     desc: dict[str, object] = {
         "arrivals": cal.arrivals.describe(),
         "arrival_model": cal.arrivals.kind,

@@ -61,10 +61,13 @@ def _finished_per_step(window: Window) -> list[float]:
 
 
 def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | None) -> ArrivalModel:
-    rate = window.rate("vllm:request_success_total") or 0.0
+    completed = window.rate("vllm:request_success_total") or 0.0
     running = window.gauge_series("vllm:num_requests_running")
     waiting = window.gauge_series("vllm:num_requests_waiting")
     occupancy = [r + w for r, w in zip(running, waiting)] or [0.0]
+    # Open arrivals are what finished plus what piled up: an overloaded engine completes less than arrives.
+    growth = (occupancy[-1] - occupancy[0]) / window.duration if window.duration > 0 else 0.0
+    rate = completed + max(0.0, growth)
     mean = statistics.fmean(occupancy)
     cv = statistics.pstdev(occupancy) / mean if mean > 0 else math.inf
     per_step = _finished_per_step(window)
@@ -75,11 +78,12 @@ def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | Non
     cv2 = min(10.0, max(0.3, dispersion))
     clients = max(1, round(mean))
     # Little's law for the closed loop: clients / rate = time in system + think time.
-    think = max(0.0, clients / rate - (e2e_mean or 0.0)) if rate > 0 else 0.0
+    think = max(0.0, clients / completed - (e2e_mean or 0.0)) if completed > 0 else 0.0
     if mean >= 1.5 and cv <= thresholds.advice_closed_occupancy_cv:
         kind: Kind = "closed"
     elif mean < 1.0 or cv >= thresholds.advice_open_occupancy_cv:
         kind = "open"
     else:
         kind = "unclear"
-    return ArrivalModel(kind, OpenArrivals(max(rate, 1e-3), cv2), Clients(clients, think), mean, cv, dispersion)
+    open_traffic = OpenArrivals(max(rate, 1e-3), cv2, backlog=round(occupancy[0]))
+    return ArrivalModel(kind, open_traffic, Clients(clients, think), mean, cv, dispersion)

@@ -63,6 +63,7 @@ class OpenArrivals:
 
     rate: float
     cv2: float = 1.0
+    backlog: int = 0  # requests already in the engine when the window starts (a standing queue)
 
     def times(self, rng: random.Random) -> Iterator[float]:
         shape = 1.0 / max(self.cv2, 1e-3)
@@ -138,6 +139,9 @@ class CalibratedEngine(Engine):
     # -- traffic --------------------------------------------------------------------------------
 
     def _open_specs(self, arrivals: OpenArrivals, rng: random.Random) -> Iterator[RequestSpec]:
+        for _ in range(arrivals.backlog):
+            self._rid += 1
+            yield self._stream.build(self._rid, 0.0)
         for t in arrivals.times(rng):
             self._rid += 1
             yield self._stream.build(self._rid, t)
@@ -177,6 +181,16 @@ class CalibratedEngine(Engine):
         pass  # the fitted StepCost replaces the roofline constants
 
     def _admit(self, r: _Req, budget: int) -> int:
+        # vLLM's admission gate (scheduler_reserve_full_isl, on by default since 0.2x): a waiting request
+        # is admitted only when its whole sequence fits, not just its first chunk. Without it a long
+        # prompt admitted on a leftover chunk of budget preempts itself on its next chunk.
+        if not self._free:
+            return 0
+        hits = self._lookup(r)
+        need = -(-r.num_tokens // self._bs) - len(hits)
+        evictable = sum(1 for b in hits if self._ref[b] == 0)
+        if need + evictable > len(self._free):
+            return 0
         first = not r.admitted_once
         n = super()._admit(r, budget)
         if n and first:

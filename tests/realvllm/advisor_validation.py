@@ -327,3 +327,47 @@ def table(scores: list[Score]) -> str:
                 "" if m is None else ("yes" if m else "**no**"),
             ]) + " |")
     return "\n".join(lines)
+
+
+def write_docs(scores: list[Score], timings: dict[str, float], path: Path) -> None:
+    """Replace the validation table between its markers in docs/advisor.md."""
+    begin, end = "<!-- validation:begin -->", "<!-- validation:end -->"
+    passed = sum(s.passed for s in scores)
+    phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
+    block = "\n".join([
+        begin, table(scores), "",
+        f"{passed} of {len(scores)} changes pass (direction right for every metric that moved by more than 15 %, "
+        "TTFT p95, ITL p95 and preemptions/s within +/-35 %).", "",
+        f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())}: {phases}.", end,
+    ])
+    text = path.read_text(encoding="utf-8")
+    start, stop = text.index(begin), text.index(end) + len(end)
+    path.write_text(text[:start] + block + text[stop:], encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """python tests/realvllm/advisor_validation.py [--runs DIR] [--reuse] [--write docs/advisor.md]"""
+    import argparse
+    import tempfile
+
+    parser = argparse.ArgumentParser(description="The advisor against a real vLLM: before/after runs per change.")
+    parser.add_argument("--runs", help="folder for the captures (default: a temporary one)")
+    parser.add_argument("--reuse", action="store_true", help="score captures already in --runs, run nothing")
+    parser.add_argument("--write", metavar="FILE", help="write the table into FILE (docs/advisor.md)")
+    args = parser.parse_args(argv)
+    runs = Path(args.runs or tempfile.mkdtemp(prefix="advisor-validation-"))
+    t0 = time.monotonic()
+    timings = {} if args.reuse else collect(runs)
+    t1 = time.monotonic()
+    scores = [score(case, runs) for case in CASES]
+    timings["advisor"] = time.monotonic() - t1
+    timings["total"] = time.monotonic() - t0
+    print(table(scores))
+    print(json.dumps(timings, indent=1))
+    if args.write:
+        write_docs(scores, timings, Path(args.write))
+    return 0 if all(s.passed for s in scores) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
