@@ -12,7 +12,7 @@ engine     flags                        runs
 small      max_num_batched_tokens 32    long prompts (A4 before, B after)
 big        max_num_batched_tokens 1024  long prompts (A4 after, B before), pressure
                                         (D before), long outputs (cap before/after)
-fewseqs    big + max_num_seqs 4         pressure (D after)
+bigkv      big, KV cache 6 MiB (not 3)  pressure (D after)
 =========  ===========================  ===========================================
 
 Traffic is open (Poisson arrivals) for the long-prompt runs and closed (a fixed set of clients,
@@ -53,10 +53,11 @@ PREEMPTION_FLOOR = 0.05  # preemptions/s below which two rates count as equal (n
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate", "generation_tokens_per_second")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 
+KV_BYTES = 3 * 1024 * 1024  # the harness default: 96 blocks of 32 tokens for the tiny model
 ENGINES: dict[str, dict[str, int]] = {
-    "small": {"max_num_batched_tokens": 32, "max_num_seqs": 16},
-    "big": {"max_num_batched_tokens": 1024, "max_num_seqs": 16},
-    "fewseqs": {"max_num_batched_tokens": 1024, "max_num_seqs": 4},
+    "small": {"max_num_batched_tokens": 32, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES},
+    "big": {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES},
+    "bigkv": {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": 2 * KV_BYTES},
 }
 
 
@@ -100,7 +101,7 @@ RUNS: tuple[RunSpec, ...] = (
     RunSpec("pressure-big", "big", PRESSURE),
     RunSpec("outputs-big", "big", LONG_OUTPUTS),
     RunSpec("outputs-big-capped", "big", LONG_OUTPUTS.capped(64)),
-    RunSpec("pressure-fewseqs", "fewseqs", PRESSURE),
+    RunSpec("pressure-bigkv", "bigkv", PRESSURE),
 )
 
 
@@ -117,7 +118,7 @@ CASES: tuple[Case, ...] = (
     Case("A4 raise the token budget", "A4", "long-small", "long-big", "max_num_batched_tokens=1024"),
     Case("B lower the token budget under long-prompt stutter", "B1/B2", "long-big", "long-small",
          "max_num_batched_tokens=32"),
-    Case("D fewer sequences under preemption", "D", "pressure-big", "pressure-fewseqs", "max_num_seqs=4"),
+    Case("D more KV cache under preemption", "D", "pressure-big", "pressure-bigkv", "kv_cache_memory_bytes=6MiB"),
     Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64"),
 )
 
@@ -130,6 +131,7 @@ CASES: tuple[Case, ...] = (
 async def _drive(base_url: str, traffic: Traffic, stop_at: float, seed: int) -> int:
     """Send the run's traffic until ``stop_at`` (monotonic); returns the requests that failed."""
     rng = random.Random(seed)
+    gaps = random.Random(seed + 1000)  # arrivals on their own stream: prompt drawing never shifts them
     failures = 0
     connector = aiohttp.TCPConnector(limit=64, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
@@ -150,7 +152,7 @@ async def _drive(base_url: str, traffic: Traffic, stop_at: float, seed: int) -> 
             tasks: set[asyncio.Task[None]] = set()
             t = time.monotonic()
             while True:
-                t += rng.expovariate(traffic.rate)
+                t += gaps.expovariate(traffic.rate)
                 if t >= stop_at:
                     break
                 await asyncio.sleep(max(0.0, t - time.monotonic()))
