@@ -22,6 +22,7 @@ from exporter.config import DEFAULT_LISTEN, Settings, load_settings
 from exporter.dcgm import gpu_utilization
 from exporter.poll import ScrapeResult
 from exporter.server import SIDECAR, Sidecar, create_app
+from exporter.shutdown import until_stopped
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.simulator.hostcpu import host_probes_for
@@ -122,7 +123,7 @@ async def _run(names: list[str], listen: str, simulator_port: int, speed: float,
         filled = min(warmup, settings.window_seconds)
         print(f"diagnosis window {settings.window_seconds:g} s, {filled:g} s of it already filled from the "
               "simulator's warm-up; Ctrl-C stops the demo", flush=True)
-        await asyncio.Event().wait()
+        await until_stopped()
     finally:
         for runner in reversed(runners):
             await runner.cleanup()

@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass
 
 from aiohttp import web
 
+from exporter.shutdown import until_stopped
 from exporter.simulator.engine import Engine
 from exporter.simulator.exposition import CONTENT_TYPE, render_dcgm, render_vllm
 from exporter.simulator.scenarios import Scenario, get_scenario
@@ -218,6 +219,6 @@ async def serve(
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
-        await asyncio.Event().wait()
+        await until_stopped()
     finally:
         await runner.cleanup()
