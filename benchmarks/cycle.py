@@ -13,7 +13,7 @@ import resource
 import subprocess
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families

@@ -15,9 +15,9 @@ import binascii
 import hashlib
 import hmac
 import ssl
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import bcrypt
 import yaml

@@ -6,9 +6,9 @@ same id; alert rules, runbooks and the HTML page read titles and actions from he
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
 VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")

@@ -12,9 +12,10 @@ reason for their value.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jinja2
 
@@ -106,7 +107,7 @@ class Options:
     severity_labels: Mapping[str, str] = field(default_factory=lambda: {s: s for s in SEVERITIES})
 
     @classmethod
-    def from_settings(cls, settings: Settings, **extra: Any) -> "Options":
+    def from_settings(cls, settings: Settings, **extra: Any) -> Options:
         return cls(slo=settings.slo, thresholds=settings.resolved_thresholds().as_dict(), **extra)
 
     def severity(self, name: str) -> str:

@@ -277,7 +277,7 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
-def render_vllm(engine: "Engine | DataParallelEngine", *, start_unix: float, speed: float = 1.0) -> str:
+def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed: float = 1.0) -> str:
     """The API server's ``/metrics`` at the engine's current simulated time.
 
     ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);

@@ -34,7 +34,7 @@ class Chromium:
         self.url, self.timeout = url, timeout
         self._ids = count(1)
 
-    async def __aenter__(self) -> "Chromium":
+    async def __aenter__(self) -> Chromium:
         # Chromium helpers may still write to the profile for a moment after the kill.
         self._profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         self._proc = await asyncio.create_subprocess_exec(

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -100,7 +99,7 @@ def http(url: str, *, method: str = "GET", data: bytes | None = None, timeout: f
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout) as exc:
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
         return 0, str(exc).encode()
 
 

@@ -34,16 +34,16 @@ import pytest
 import yaml
 
 from exporter.config import load_settings
-from exporter.render import rules
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
+from exporter.render import rules
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_vllm
 from exporter.simulator.hostcpu import simulated_host_inputs
 from tests.e2e.conftest import (
+    ALERTMANAGER_EXAMPLE,
     AM_GROUP_INTERVAL,
     AM_GROUP_WAIT,
-    ALERTMANAGER_EXAMPLE,
     SCENARIO_SEEDS,
     SIDECAR_INTERVAL_S,
     WARMUP_S,

@@ -10,8 +10,18 @@ import pytest
 
 from exporter.config import EngineFacts
 from exporter.facts import cache_info, cmdline, defaults, environ, http_api
-from exporter.facts.base import (CMDLINE, CONFIG, DEFAULTS, ENVIRONMENT, METRICS, MODELS_API, VERSION_API,
-                                 VLLM_CONFIG_FILE, Fact, NoFacts)
+from exporter.facts.base import (
+    CMDLINE,
+    CONFIG,
+    DEFAULTS,
+    ENVIRONMENT,
+    METRICS,
+    MODELS_API,
+    VERSION_API,
+    VLLM_CONFIG_FILE,
+    Fact,
+    NoFacts,
+)
 from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import parse
 
