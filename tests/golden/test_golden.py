@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -97,3 +99,35 @@ def test_published_state_matches_golden_files(name: str, tmp_path: Path, request
 def test_golden_files_have_no_stray_scenarios() -> None:
     found = {p.stem for p in GOLDEN.glob("*.prom")} | {p.stem for p in GOLDEN.glob("*.json")}
     assert found == set(SCENARIOS_UNDER_TEST)
+
+
+# SPEC.md defines the window quantiles and the objectives as gauges with a `quantile` label (the
+# dashboards and the alert rules select on it), which promtool's lint reserves for summaries. These
+# are the only findings allowed; anything else promtool reports fails the test.
+SPEC_QUANTILE_GAUGES = ("vllm_diag_ttft_seconds", "vllm_diag_itl_seconds", "vllm_diag_e2e_latency_seconds",
+                        "vllm_diag_slo_seconds")
+ALLOWED_LINT = frozenset(f'{name} non-summary metrics should not have "quantile" label'
+                         for name in SPEC_QUANTILE_GAUGES)
+
+
+@pytest.mark.parametrize("name", SCENARIOS_UNDER_TEST)
+def test_golden_exposition_passes_promtool(name: str) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed (scripts/install-test-infra.sh installs it)")
+    text = (GOLDEN / f"{name}.prom").read_text(encoding="utf-8").replace(MEASURED, "0.01")
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    findings = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()}
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # 3: lint findings, 1: unparsable
+    assert findings <= ALLOWED_LINT, sorted(findings - ALLOWED_LINT)
+
+
+def test_promtool_lint_catches_a_naming_mistake() -> None:
+    """The check above is not blind: a counter without `_total` is reported."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed (scripts/install-test-infra.sh installs it)")
+    text = "# HELP vllm_diag_bad Bad.\n# TYPE vllm_diag_bad counter\nvllm_diag_bad 1\n"
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    findings = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()}
+    assert proc.returncode == 3 and findings and not findings <= ALLOWED_LINT, findings
