@@ -74,7 +74,8 @@ class Chromium:
 
     async def _wait_loaded(self) -> None:
         for _ in range(int(self.timeout * 10)):
-            if await self.evaluate("document.readyState") == "complete" and await self.evaluate("location.href") != "about:blank":
+            if (await self.evaluate("document.readyState") == "complete"
+                    and await self.evaluate("location.href") != "about:blank"):
                 return
             await asyncio.sleep(0.1)
         raise TimeoutError(f"{self.url} did not load")

@@ -58,8 +58,8 @@ async def _chromium_run(*args: str) -> str:
 async def hostile_upstream(fixtures_dir):
     """A vLLM whose model name is hostile markup, moving through a KV-pressure episode."""
     phases = ["chunked", "pressure-during", "pressure-peak-waiting", "pressure"]
-    texts = [read_capture(fixtures_dir, p).replace('model_name="tiny"', 'model_name="' + HOSTILE.replace('"', '\\"') + '"')
-             for p in phases]
+    hostile_label = 'model_name="' + HOSTILE.replace('"', '\\"') + '"'
+    texts = [read_capture(fixtures_dir, p).replace('model_name="tiny"', hostile_label) for p in phases]
     served = count()
 
     async def metrics(request: web.Request) -> web.Response:
