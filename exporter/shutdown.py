@@ -18,9 +18,14 @@ async def until_stopped() -> signal.Signals | None:
     loop = asyncio.get_running_loop()
     stopped: asyncio.Future[signal.Signals] = loop.create_future()
     installed = []
+
+    def stop(sig: signal.Signals) -> None:
+        if not stopped.done():
+            stopped.set_result(sig)
+
     for sig in STOP_SIGNALS:
         try:
-            loop.add_signal_handler(sig, lambda s=sig: stopped.done() or stopped.set_result(s))
+            loop.add_signal_handler(sig, stop, sig)
             installed.append(sig)
         except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
             pass
