@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from exporter.advisor.calibrate import METRIC_KEYS, CannotCalibrate, calibrate, check, observe
-from exporter.cli import build_parser, _diagnosed
+from exporter.cli import _diagnosed, build_parser
 from exporter.facts.resolve import engine_facts
 from exporter.simulator import SCENARIOS, write_captures
 

@@ -72,7 +72,8 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
     desc: dict[str, object] = {
         "arrivals": cal.arrivals.describe(),
         "arrival_model": cal.arrivals.kind,
-        "step_cost": {"fixed_seconds": _round(cal.cost.fixed_s, 6), "per_token_seconds": _round(cal.cost.per_token_s, 8),
+        "step_cost": {"fixed_seconds": _round(cal.cost.fixed_s, 6),
+                      "per_token_seconds": _round(cal.cost.per_token_s, 8),
                       "noise_sigma": _round(cal.cost.noise_sigma, 3)},
         "frontend_seconds": _round(cal.frontend_s, 5),
         "num_gpu_blocks": cal.num_gpu_blocks,

@@ -170,7 +170,8 @@ class Calibration:
         }
         values.update(changes)
         # The model length never exceeds what the (possibly smaller) cache can hold for one request.
-        values["max_model_len"] = min(values["max_model_len"], (values["num_gpu_blocks_override"] - 1) * self.block_size)
+        usable_tokens = (values["num_gpu_blocks_override"] - 1) * self.block_size
+        values["max_model_len"] = min(values["max_model_len"], usable_tokens)
         values["max_num_batched_tokens"] = max(values["max_num_batched_tokens"], values["max_num_seqs"])
         return EngineConfig(**values)
 

@@ -197,8 +197,8 @@ async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0) 
             index += 1
             next_at += SCRAPE_INTERVAL_S
     failures = await load
-    config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": SCRAPE_INTERVAL_S, "timeout": 1.0,
-                           "engine": _facts(server)}]}
+    config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": SCRAPE_INTERVAL_S,
+                           "timeout": 1.0, "engine": _facts(server)}]}
     (out / "vllm-diag.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     meta = {"run": spec.name, "engine": spec.engine, "traffic": asdict(spec.traffic), "captures": index,
             "failed_requests": failures, "seconds": time.monotonic() - t0}
