@@ -33,4 +33,5 @@ def families(states: Iterable[TargetState]) -> Iterator[Metric]:
         top = state.advice.top if state.advice is not None else None
         if top is not None:
             info.add_metric([state.target, state.model_name, top.knob, _text(top.current), _text(top.proposed)], 1.0)
-    yield info
+    if info.samples:  # no family at all until the advisor has answered (the exposition stays as it was)
+        yield info

@@ -1,0 +1,94 @@
+"""The what-if advisor on the simulator: its prediction against the simulator's own answer, the CLI,
+and the sidecar worker. The simulated scenario is the truth here (the real engine's is in
+tests/realvllm/test_advisor_validation.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.advisor.worker import AdvisorWorker
+from exporter.cli import _diagnosed, build_parser, main
+from exporter.simulator import SCENARIOS, write_captures
+
+pytestmark = pytest.mark.slow  # a few simulated minutes and the advisor's seeds: ~20 s
+
+
+def _advise(capsys: pytest.CaptureFixture[str], *argv: str) -> dict:  # type: ignore[type-arg]
+    assert main(["advise", *argv, "--format", "json"]) == 0
+    return dict(json.loads(capsys.readouterr().out)["targets"][0])
+
+
+@pytest.fixture(scope="module")
+def small_budget(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """Before: the A4 scenario (budget 256); after: the same traffic and seed with budget 2048."""
+    scenario = SCENARIOS["small-token-budget"]
+    before, after = tmp_path_factory.mktemp("before"), tmp_path_factory.mktemp("after")
+    write_captures(scenario, before, 180, 15)
+    write_captures(scenario.with_engine(max_num_batched_tokens=2048), after, 180, 15)
+    return before, after
+
+
+def test_prediction_follows_the_simulated_change(small_budget: tuple[Path, Path],
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    before, after = small_budget
+    target = _advise(capsys, str(before), "--what-if", "max_num_batched_tokens=2048")
+    truth = _advise(capsys, str(after))["observed"]
+    assert not target.get("reason"), target.get("reason")
+    item = target["advice"][0]
+    assert (item["knob"], item["current"], item["proposed"]) == ("max_num_batched_tokens", 256, 2048)
+    observed, predicted = target["observed"], item["predicted"]
+    # The scenario's physics: a budget that holds whole prompts cuts TTFT and costs ITL.
+    assert truth["ttft_p95_seconds"] < 0.5 * observed["ttft_p95_seconds"]
+    assert predicted["ttft_p95_seconds"] < 0.5 * observed["ttft_p95_seconds"]
+    assert truth["itl_p95_seconds"] > observed["itl_p95_seconds"]
+    assert predicted["itl_p95_seconds"] > observed["itl_p95_seconds"]
+    assert any(line.startswith("ITL p95") for line in item["worse"])
+    low, high = item["interval"]["ttft_p95_seconds"]
+    assert low <= predicted["ttft_p95_seconds"] <= high
+    errors = target["calibration"]["errors"]
+    assert abs(errors["itl_p95_seconds"]) <= 0.35 and abs(errors["ttft_p95_seconds"]) <= 0.35
+
+
+def test_derived_candidates_without_questions(small_budget: tuple[Path, Path],
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    target = _advise(capsys, str(small_budget[0]))
+    knobs = [item["knob"] for item in target["advice"]]
+    assert "max_num_batched_tokens" in knobs
+    scores = [item["score"] for item in target["advice"]]
+    assert scores == sorted(scores, reverse=True)  # best first
+    raise_budget = next(i for i in target["advice"] if i["knob"] == "max_num_batched_tokens"
+                        and i["proposed"] > i["current"])
+    assert raise_budget["why"].startswith("A4 active")
+
+
+def test_bad_question_is_one_line(small_budget: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["advise", str(small_budget[0]), "--what-if", "max_num_partial_prefills=2"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("vllm-diag: --what-if max_num_partial_prefills=2:")
+
+
+def test_too_little_evidence_says_why(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_captures(SCENARIOS["long-prompts"], tmp_path, 45, 15)
+    target = _advise(capsys, str(tmp_path))
+    assert target["advice"] == []
+    assert "advice_min_requests" in target["reason"]
+    assert set(target["observed"]) == {"ttft_p95_seconds", "itl_p95_seconds", "preemption_rate",
+                                       "generation_tokens_per_second"}
+
+
+def test_worker_publishes_off_the_poll_loop(small_budget: tuple[Path, Path]) -> None:
+    pipeline = _diagnosed(build_parser().parse_args(["advise", str(small_budget[0])]))
+    worker = AdvisorWorker()
+    try:
+        asyncio.run(worker.run([pipeline]))
+    finally:
+        worker.close()
+    assert pipeline.advice is not None and pipeline.advice.recommendations
+    state = pipeline.evaluate(pipeline.state.evaluated_at)  # the next evaluation carries it
+    doc = state.to_dict()
+    assert doc["advice"] and doc["observed"]["ttft_p95_seconds"] > 0
+    assert doc["calibration"]["cpu_seconds"] <= pipeline.thresholds.advice_cpu_seconds + 10
