@@ -17,7 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from exporter.advisor.calibrate import METRIC_KEYS, CannotCalibrate, calibrate, check, observe
+from exporter.advisor import checked
+from exporter.advisor.calibrate import METRIC_KEYS, CannotCalibrate, calibrate, observe
 from exporter.cli import _diagnosed, build_parser
 from exporter.facts.resolve import engine_facts
 from exporter.simulator import SCENARIOS, write_captures
@@ -44,12 +45,14 @@ def row(name: str, duration: float, interval: float) -> tuple[str, bool]:
         except CannotCalibrate as exc:
             return f"| {name} | - | {' | '.join('-' for _ in METRIC_KEYS)} | no: {exc} | " \
                    f"{time.process_time() - started:.1f} |", False
-        result = check(cal, observe(pipeline.window), pipeline.thresholds)
+        kind, checks = checked(cal, observe(pipeline.window), pipeline.thresholds)
+        result = checks[kind]
         cpu = time.process_time() - started
     errors = " | ".join(_pct(result.errors[k]) for k in METRIC_KEYS)
     verdict = "yes" if result.ok else "no: " + re.sub(r"^the calibrated model does not reproduce the window \(", "",
                                                        result.reason).rstrip(")")
-    return f"| {name} | {cal.arrivals.kind} | {errors} | {verdict} | {cpu:.1f} |", result.ok
+    traffic = kind if cal.arrivals.kind != "unclear" else f"unclear, read as {kind}"
+    return f"| {name} | {traffic} | {errors} | {verdict} | {cpu:.1f} |", result.ok
 
 
 def main(argv: list[str] | None = None) -> int:

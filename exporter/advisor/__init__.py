@@ -14,8 +14,10 @@ from collections.abc import Iterable, Sequence
 
 from exporter.advisor.calibrate import (
     METRIC_KEYS,
+    Calibration,
     CannotCalibrate,
     Check,
+    Outcome,
     calibrate,
     check,
     observe,
@@ -43,6 +45,14 @@ def _calibration_doc(cal_desc: dict[str, object], checks: dict[str, Check]) -> d
     return out
 
 
+def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds) -> tuple[str, dict[str, Check]]:
+    """The calibrated model against the window for each arrival reading; known traffic is what it is,
+    unclear traffic is read the way that reproduces the window better."""
+    checks = {kind: check(cal, observed, thresholds, t) for kind, t in cal.arrivals.alternatives().items()}
+    primary = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: _worst(checks[k]))
+    return primary, checks
+
+
 def _worst(result: Check) -> float:
     """The largest relative error of a check, failing checks after passing ones."""
     errors = [abs(e) for k, e in result.errors.items() if e is not None and k != "preemption_rate"]
@@ -66,9 +76,7 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
     except CannotCalibrate as exc:
         return AdviceResult(observed, (), f"cannot calibrate: {exc}")
     traffic = cal.arrivals.alternatives()
-    checks = {kind: check(cal, observed, thresholds, t) for kind, t in traffic.items()}
-    # Known traffic is what it is; unclear traffic is read the way that reproduces the window better.
-    primary_kind = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: _worst(checks[k]))
+    primary_kind, checks = checked(cal, observed, thresholds)
     desc: dict[str, object] = {
         "arrivals": cal.arrivals.describe(),
         "arrival_model": cal.arrivals.kind,

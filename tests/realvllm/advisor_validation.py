@@ -112,14 +112,19 @@ class Case:
     before: str
     after: str
     what_if: str
+    gap: str = ""  # a known limit of the engine model that this case runs into (docs/advisor.md)
 
 
 CASES: tuple[Case, ...] = (
     Case("A4 raise the token budget", "A4", "long-small", "long-big", "max_num_batched_tokens=1024"),
     Case("B lower the token budget under long-prompt stutter", "B1/B2", "long-big", "long-small",
          "max_num_batched_tokens=32"),
-    Case("D more KV cache under preemption", "D", "pressure-big", "pressure-bigkv", "kv_cache_memory_bytes=8MiB"),
-    Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64"),
+    Case("D more KV cache under preemption", "D", "pressure-big", "pressure-bigkv", "kv_cache_memory_bytes=8MiB",
+         gap="the step cost has no per-request term: more KV lets more requests run, which slows every step on "
+             "this CPU engine (ITL up), while the model keeps ITL flat and overstates throughput"),
+    Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64",
+         gap="the output tail (256 and 480 tokens) shares the 200-500 bucket of the length histogram: the model "
+             "under-reproduces the KV pressure of the 'before' window and refuses to predict"),
 )
 
 
