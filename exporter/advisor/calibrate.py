@@ -293,8 +293,10 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     ttft_mean = ttft_hist.mean() or 0.0
     queue_mean = queue_hist.mean() if queue_hist is not None else None
     prefill_mean = prefill_hist.mean() if prefill_hist is not None else None
-    frontend = max(0.0, ttft_mean - (queue_mean or 0.0) - (prefill_mean or 0.0)) if prefill_mean is not None else 0.0
     e2e_mean = e2e_hist.mean() if e2e_hist is not None else None
+    inference_hist = window.histogram("vllm:request_inference_time_seconds")
+    inference_mean = inference_hist.mean() if inference_hist is not None else None
+    frontend = _frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean, finished / window.duration)
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
     cal = Calibration(
@@ -308,6 +310,25 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
     return replace(cal, cost=_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist.quantile(0.95)))
+
+
+def _frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2e: float | None,
+                      inference: float | None, rate: float) -> float:
+    """Time a request spends outside the engine (tokenisation, template, IPC, output handling).
+
+    e2e - queue - inference is one population (all observed at finish); TTFT is observed at the first
+    token, so with long outputs and long queues its mean is of other requests than the queue's. The
+    model's API server handles one request at a time, so the estimate is also capped where it would
+    keep that server more than half busy (waiting for a CPU is not work).
+    """
+    if e2e is not None and queue is not None and inference is not None:
+        value = e2e - queue - inference
+    elif prefill is not None:
+        value = ttft - (queue or 0.0) - prefill
+    else:
+        value = 0.0
+    cap = 0.5 / rate if rate > 0 else value
+    return max(0.0, min(value, cap))
 
 
 def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,
