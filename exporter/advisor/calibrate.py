@@ -27,6 +27,7 @@ from typing import Any, cast
 
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
+from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
 from exporter.simulator.engine import CostModel, EngineConfig, Histogram
@@ -309,7 +310,20 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
         enable_prefix_caching=facts.enable_prefix_caching is not False,
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
+    cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds)))
     return replace(cal, cost=_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist.quantile(0.95)))
+
+
+DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2, "fp8": 1, "int8": 1}
+
+
+def compute_floor(facts: EngineFacts, thresholds: Thresholds) -> float:
+    """Seconds per token of a compute-bound step on the deployment's GPU, or 0 when GPU or model is unknown."""
+    sheet = gpus.lookup(facts.gpu)
+    if sheet is None or not facts.model_weight_bytes:
+        return 0.0
+    params = facts.model_weight_bytes / DTYPE_BYTES.get((facts.dtype or "auto").lower(), 2)
+    return 2.0 * params / (sheet.peak_flops * thresholds.advice_compute_efficiency)
 
 
 def _frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2e: float | None,
@@ -341,7 +355,7 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
-        new = replace(new, noise_sigma=cost.noise_sigma)
+        new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
                      and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9))
         cost = new

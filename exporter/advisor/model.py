@@ -24,7 +24,12 @@ from exporter.simulator.workload import RequestSpec, Workload, _ClassStream
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
-    """Wall time of one engine step: ``(fixed_s + per_token_s x scheduled tokens) x noise``.
+    """Wall time of one engine step: ``max(fixed_s + per_token_s x tokens, compute_per_token_s x tokens) x noise``.
+
+    The linear part is fitted to the window; where every step of the window had about the same
+    number of tokens it cannot tell fixed from per-token cost, so the compute floor (the GPU's
+    datasheet FLOPs at ``advice_compute_efficiency``, 2 x parameters FLOPs per token) keeps a much
+    larger token budget from looking free.
 
     ``noise_sigma`` is the log-space spread of a mean-1 lognormal factor per step: the step-time
     jitter of a shared machine (other processes, the API server on the same cores), which makes the
@@ -34,6 +39,7 @@ class StepCost:
     fixed_s: float
     per_token_s: float
     noise_sigma: float = 0.0
+    compute_per_token_s: float = 0.0  # floor from the GPU's FLOPs: a big step cannot be faster than its GEMMs
 
 
 @dataclass(slots=True)
@@ -201,7 +207,7 @@ class CalibratedEngine(Engine):
                    ) -> tuple[float, float, float, float, float, float]:
         tokens = n_decode + sum(c for _, _, c in chunks)
         cost = self._cost
-        dt = cost.fixed_s + cost.per_token_s * tokens
+        dt = max(cost.fixed_s + cost.per_token_s * tokens, cost.compute_per_token_s * tokens)
         if cost.noise_sigma > 0:
             dt *= self._noise_rng.lognormvariate(self._noise_mu, cost.noise_sigma)
         trace = self.trace

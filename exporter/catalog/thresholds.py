@@ -186,6 +186,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("advice_cpu_seconds", 20, "seconds",
               "CPU time the sidecar's advisor worker may spend per target and evaluation; candidates beyond it "
               "are left out (the CLI has no budget).", 1),
+    Threshold("advice_compute_efficiency", 0.3, "ratio",
+              "Achieved / datasheet FLOPs the advisor assumes for a compute-bound (prefill-heavy) step, which "
+              "floors the step time of a larger token budget. Needs engine.gpu and engine.model_weight_bytes.",
+              0.01, 1),
     Threshold("advice_interval_seconds", 300, "seconds",
               "How often the sidecar's advisor worker re-calibrates and re-predicts each target (off the poll loop).",
               30),

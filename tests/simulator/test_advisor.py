@@ -41,11 +41,13 @@ def test_prediction_follows_the_simulated_change(small_budget: tuple[Path, Path]
     item = target["advice"][0]
     assert (item["knob"], item["current"], item["proposed"]) == ("max_num_batched_tokens", 256, 2048)
     observed, predicted = target["observed"], item["predicted"]
-    # The scenario's physics: a budget that holds whole prompts cuts TTFT and costs ITL.
-    assert truth["ttft_p95_seconds"] < 0.5 * observed["ttft_p95_seconds"]
-    assert predicted["ttft_p95_seconds"] < 0.5 * observed["ttft_p95_seconds"]
-    assert truth["itl_p95_seconds"] > observed["itl_p95_seconds"]
-    assert predicted["itl_p95_seconds"] > observed["itl_p95_seconds"]
+    # The simulator's answer: a budget that holds whole prompts cuts TTFT and costs ITL (compute-bound
+    # 2048-token steps). The advisor must agree on both directions, and on the ITL it predicts.
+    assert truth["ttft_p95_seconds"] < observed["ttft_p95_seconds"]
+    assert predicted["ttft_p95_seconds"] < observed["ttft_p95_seconds"]
+    assert truth["itl_p95_seconds"] > 2 * observed["itl_p95_seconds"]
+    assert predicted["itl_p95_seconds"] > 2 * observed["itl_p95_seconds"]
+    assert predicted["itl_p95_seconds"] == pytest.approx(truth["itl_p95_seconds"], rel=0.35)
     assert any(line.startswith("ITL p95") for line in item["worse"])
     low, high = item["interval"]["ttft_p95_seconds"]
     assert low <= predicted["ttft_p95_seconds"] <= high
