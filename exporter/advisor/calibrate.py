@@ -297,7 +297,8 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     e2e_mean = e2e_hist.mean() if e2e_hist is not None else None
     inference_hist = window.histogram("vllm:request_inference_time_seconds")
     inference_mean = inference_hist.mean() if inference_hist is not None else None
-    frontend = _frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean, finished / window.duration)
+    frontend = _frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean,
+                                 finished / window.duration)
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
     cal = Calibration(
