@@ -424,7 +424,8 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
     bad = [f"{key} off by {err:+.0%}" for key, err in errors.items()
            if err is not None and key != "preemption_rate" and abs(err) > limit]
     pre_err = errors["preemption_rate"]
-    if pre_err is not None and abs(pre_err) > 2 * limit:
+    # Preemption counts are small and bursty: more slack, but a model without any is never a match.
+    if pre_err is not None and (abs(pre_err) > 1.4 * limit or pre_err <= -1.0):
         bad.append(f"preemption_rate off by {pre_err:+.0%}")
     reason = ("the calibrated model does not reproduce the window (" + ", ".join(bad) +
               f"; limit {limit:.0%}, advice_max_calibration_error)") if bad else ""

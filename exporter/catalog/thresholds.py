@@ -169,9 +169,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("advice_min_requests", 20, "requests",
               "Finished requests the window must hold before the advisor calibrates its engine model: fewer "
               "give length distributions and latency tails too noisy to reproduce.", 1),
-    Threshold("advice_max_calibration_error", 0.35, "ratio",
+    Threshold("advice_max_calibration_error", 0.5, "ratio",
               "Largest relative error on TTFT p95, ITL p95 and throughput with which the calibrated model may "
-              "still reproduce the window; above it the advisor says so and predicts nothing.", 0),
+              "still reproduce the window; above it the advisor says so and predicts nothing. Predictions are "
+              "scaled by observed / simulated, so a residual error below it is corrected, not carried over.", 0),
     Threshold("advice_preemption_floor", 0.05, "1/s",
               "Preemption rate below which observed and predicted rates count as the same (none to speak of): "
               "relative errors between two near-zero rates mean nothing.", 0),
