@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from exporter.catalog import thresholds as threshold_catalog
+from exporter.promsource.settings import PrometheusSource
 
 # 9100-9999 is fully allocated on Prometheus' default-port wiki page; this port is the project's own pick.
 DEFAULT_PORT = 9863
@@ -175,6 +176,8 @@ class Settings(BaseSettings):
     web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, basic auth")
     runbook_base_url: str | None = Field(default=None, description="where the page links runbooks: "
                                          "<base>/<alertname lowercased>.md (default: the alert rules' base)")
+    prometheus: PrometheusSource | None = Field(default=None, description="diagnose from a Prometheus-compatible "
+                                                "store instead of scraping (serve/diagnose --prometheus)")
 
     @field_validator("listen")
     @classmethod

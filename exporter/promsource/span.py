@@ -15,10 +15,12 @@ from typing import Any
 
 from exporter.config import Settings, Target
 from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.history import SpanJudge, StepVerdict
+from exporter.promsource.history import SpanJudge
 from exporter.promsource.rebuild import DISCOVERY_NAMES, WIRE_NAMES, TargetKey, scrapes, selector, targets
 from exporter.promsource.settings import PrometheusSource
+from exporter.publish.timeline import NO_DATA, StepVerdict
 from exporter.state import TargetState
 
 # The window keeps the newest scrape at or before its horizon (so it spans the whole window):
@@ -67,7 +69,7 @@ async def read_scrapes(client: PromClient, source: PrometheusSource, key: Target
 class TargetSpan:
     key: TargetKey
     steps: list[StepVerdict]
-    last_state: TargetState | None
+    final_state: TargetState  # at the last step: the full report of `diagnose --at`
     scrapes: int
 
 
@@ -87,18 +89,27 @@ async def judge_span(client: PromClient, source: PrometheusSource, settings: Set
                         f"{_iso(read_from)} and {_iso(end)} (check --match and the times)")
     steps = evaluation_steps(start, end, step)
 
+    staleness = min(source.staleness_seconds, window)
+    limit = asyncio.Semaphore(source.max_concurrency)  # targets in flight: bounds memory, not only queries
+
     async def one(key: TargetKey) -> TargetSpan:
-        pipeline = TargetPipeline(target_for(settings, key.name, source, step), settings)
-        judge = SpanJudge(pipeline, steps, min(source.staleness_seconds, window))
-        fed = 0
-        chunk_start = read_from
-        while chunk_start < end:  # chunk by chunk: memory holds one chunk and one window
-            chunk_end = min(end, chunk_start + source.chunk_seconds)
-            found = await read_scrapes(client, source, key, chunk_start, chunk_end, after=judge.latest)
-            judge.feed(found, until=chunk_end)
-            fed += len(found)
-            chunk_start = chunk_end
-        return TargetSpan(key, judge.results, judge.last_state, fed)
+        async with limit:
+            pipeline = TargetPipeline(target_for(settings, key.name, source, min(step, window / 2)), settings)
+            judge = SpanJudge(pipeline, steps, staleness)
+            fed = 0
+            chunk_start = read_from
+            while chunk_start < end:  # chunk by chunk: memory holds one chunk and one window
+                chunk_end = min(end, chunk_start + source.chunk_seconds)
+                found = await read_scrapes(client, source, key, chunk_start, chunk_end, after=judge.latest)
+                judge.feed(found, until=chunk_end)
+                fed += len(found)
+                chunk_start = chunk_end
+            judge.feed((), until=end)
+            final = judge.last_state
+            if final is None or judge.results[-1].state == NO_DATA:
+                why = f"no samples in the store within {staleness:g} s before {_iso(end)}"
+                final = pipeline.ingest(ScrapeResult(started_at=end, duration=0.0, error_reason="connect", error=why))
+            return TargetSpan(key, judge.results, final, fed)
 
     return list(await asyncio.gather(*(one(key) for key in keys)))
 
