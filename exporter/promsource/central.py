@@ -88,11 +88,14 @@ class CentralDiagnoser(Sidecar):
                         self.source.max_targets)
         return keys[:self.source.max_targets]
 
-    async def cycle(self) -> CycleStats:
-        """Discover, read what is new for every target, evaluate; never raises."""
+    async def cycle(self, now: float | None = None) -> CycleStats:
+        """Discover, read what is new for every target, evaluate; never raises.
+
+        ``now`` defaults to the wall clock; the fleet benchmark replays stored time with it.
+        """
         assert self.client is not None, "cycle before startup"
         client = self.client
-        now = time.time()
+        now = time.time() if now is None else now
         queries, read = client.stats.queries, client.stats.bytes_read
         stats = CycleStats(started_at=now)
         clock = time.perf_counter()
@@ -180,6 +183,10 @@ class _CentralCollector(Collector):
         yield GaugeMetricFamily(P + "cycle_duration_seconds", "Duration of the last cycle.",
                                 value=last.duration_seconds)
         yield GaugeMetricFamily(P + "targets", "Targets found in the last cycle.", value=last.targets)
+        yield GaugeMetricFamily(P + "targets_diagnosed", "Targets with fresh samples, diagnosed in the last cycle.",
+                                value=last.diagnosed)
+        yield GaugeMetricFamily(P + "cycle_queries", "Queries the last cycle sent.", value=last.queries)
+        yield GaugeMetricFamily(P + "cycle_read_bytes", "Bytes the last cycle read.", value=last.bytes_read)
 
 
 async def _run_cycles(app: web.Application) -> AsyncIterator[None]:
