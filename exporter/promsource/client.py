@@ -10,11 +10,13 @@ forms: the selector of every vLLM name is longer than some proxies accept in a U
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import aiohttp
 
@@ -66,21 +68,37 @@ def auth_headers(source: PrometheusSource) -> dict[str, str]:
         token = _secret_file(source.bearer_token_file, "bearer_token_file")
     if token:
         headers["Authorization"] = f"Bearer {token}"
+    credentials = basic_credentials(source)
+    if credentials is not None:
+        raw = f"{credentials[0]}:{credentials[1]}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(raw).decode("ascii")
     if source.tenant:
         headers["X-Scope-OrgID"] = source.tenant
     return headers
 
 
-def basic_auth(source: PrometheusSource) -> aiohttp.BasicAuth | None:
+def basic_credentials(source: PrometheusSource) -> tuple[str, str] | None:
+    """(user, password) from ``basic_auth``, else from ``user:password@`` in the URL."""
     auth = source.basic_auth
-    if auth is None:
-        return None
-    if auth.password_file is not None:
-        password = _secret_file(auth.password_file, "basic_auth.password_file")
-    else:
+    if auth is not None:
+        if auth.password_file is not None:
+            return auth.username, _secret_file(auth.password_file, "basic_auth.password_file")
         assert auth.password is not None
-        password = auth.password.get_secret_value()
-    return aiohttp.BasicAuth(auth.username, password)
+        return auth.username, auth.password.get_secret_value()
+    parts = urlsplit(source.url)
+    if parts.username is not None:
+        return unquote(parts.username), unquote(parts.password or "")
+    return None
+
+
+def without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    return urlunsplit(parts._replace(netloc=f"{host}:{parts.port}" if parts.port is not None else host))
 
 
 def ssl_context(source: PrometheusSource) -> ssl.SSLContext | bool:
@@ -104,18 +122,17 @@ class PromClient:
 
     def __init__(self, source: PrometheusSource) -> None:
         self.source = source
-        self.base = source.url.rstrip("/")
-        self.shown = redact(self.base)  # what messages name: never user:password@
+        self.shown = redact(source.url.rstrip("/"))  # what messages name: never user:password@
+        self.base = without_credentials(source.url).rstrip("/")  # credentials travel in the header only
         self.stats = QueryStats()
         self._headers = auth_headers(source)
-        self._auth = basic_auth(source)
         self._ssl = ssl_context(source)
         self._limit = asyncio.Semaphore(source.max_concurrency)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> PromClient:
         self._session = aiohttp.ClientSession(
-            headers=self._headers, auth=self._auth,
+            headers=self._headers,
             connector=aiohttp.TCPConnector(ssl=self._ssl, limit=self.source.max_concurrency),
         )
         return self
