@@ -26,7 +26,8 @@ def backfill(openmetrics: Path, storage: Path) -> None:
 
 
 @contextmanager
-def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n") -> Iterator[str]:
+def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
+               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
     """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
     port = free_port()
     config_file = storage.parent / f"prometheus-{port}.yml"
@@ -34,7 +35,7 @@ def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n")
     log = (storage.parent / f"prometheus-{port}.log").open("w")
     process = subprocess.Popen(
         [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
-         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle"],
+         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle", *extra_flags],
         stdout=log, stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
