@@ -23,7 +23,7 @@ from exporter.promsource.settings import PrometheusSource
 # 9100-9999 is fully allocated on Prometheus' default-port wiki page; this port is the project's own pick.
 DEFAULT_PORT = 9863
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
+_NAME = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9_.:*?-]{0,62}$")  # * and ?: a pattern for --prometheus targets
 
 
 class _Strict(BaseModel):
@@ -140,7 +140,8 @@ class Target(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-'")
+            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-' "
+                             "(with --prometheus, * and ? make it a pattern over the discovered targets)")
         return value
 
     @field_validator("url", "dcgm_url")

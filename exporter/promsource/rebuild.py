@@ -49,6 +49,8 @@ def matchers(selector: str) -> list[str]:
 
 
 def _quote(value: str) -> str:
+    if "\\" not in value and '"' not in value and "\n" not in value:
+        return value
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -82,19 +84,44 @@ def targets(series: Iterable[Mapping[str, str]], target_labels: Sequence[str]) -
     return sorted({TargetKey.of(s, target_labels) for s in series}, key=lambda key: (key.name, key.labels))
 
 
+# vLLM's own labels that may hold one value on every series and still carry meaning.
+KEEP_LABELS = frozenset({"model_name", "engine"})
+
+
+def constant_labels(matrix: Sequence[Mapping[str, Any]]) -> frozenset[str]:
+    """Labels with one value on every series of a target (instance, job, pod, namespace ...).
+
+    They say which target, not what happened: dropping them makes every target's label blocks
+    the same text, which the parser's block cache then recognises across targets.
+    """
+    common: dict[str, str] | None = None
+    for series in matrix:
+        metric = series.get("metric", {})
+        if common is None:
+            common = {k: v for k, v in metric.items() if k != "__name__" and k not in KEEP_LABELS}
+        else:
+            common = {k: v for k, v in common.items() if metric.get(k) == v}
+        if not common:
+            break
+    return frozenset(common or ())
+
+
 def scrapes(matrix: Sequence[Mapping[str, Any]], after: float | None = None) -> list[tuple[float, str]]:
-    """A range-vector result -> (timestamp, exposition text) per scrape, oldest first.
+    """A range-vector result of one target -> (timestamp, exposition text) per scrape, oldest first.
 
     Samples at or before ``after`` (already fed) are left out; NaN stays NaN (the parser drops
-    it and counts it); ``*_created`` twins and unknown names never come, the selector leaves them out.
+    it and counts it); ``*_created`` twins and unknown names never come, the selector leaves them
+    out. Labels constant over the whole result (the target's identity) are left out.
     """
+    drop = constant_labels(matrix) if len(matrix) > 1 else frozenset()
     lines: dict[float, list[str]] = {}
     for series in matrix:
-        metric = dict(series.get("metric", {}))
-        name = metric.pop("__name__", None)
+        metric = series.get("metric", {})
+        name = metric.get("__name__")
         if name is None:
             continue
-        block = ",".join(f'{key}="{_quote(value)}"' for key, value in sorted(metric.items()))
+        block = ",".join(f'{key}="{_quote(value)}"' for key, value in sorted(metric.items())
+                         if key != "__name__" and key not in drop)
         head = f"{name}{{{block}}} " if block else f"{name} "
         for stamp, value in series.get("values", ()):
             at = float(stamp)

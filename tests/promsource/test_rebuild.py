@@ -99,3 +99,13 @@ def test_empty_selector_and_target_names() -> None:
     pod = TargetKey.of({"namespace": "llm", "pod": "vllm-3"}, ("namespace", "pod"))
     assert pod.name == "llm-vllm-3"
     assert TargetKey.of({}, ("pod",)).name == "unlabelled"
+
+
+def test_target_identity_labels_are_dropped_vllm_labels_kept() -> None:
+    matrix = [{"metric": {"__name__": name, "instance": "10.0.0.9:8000", "job": "vllm", "pod": "vllm-9",
+                          "model_name": "m", "engine": "0"}, "values": [[10.0, "1"]]}
+              for name in ("vllm:num_requests_running", "vllm:num_requests_waiting")]
+    (_, text), = scrapes(matrix)
+    assert "instance" not in text and "pod" not in text and "job" not in text
+    assert parse(text, 10.0).model_names() == ("m",)
+    assert 'engine="0"' in text
