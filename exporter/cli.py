@@ -344,7 +344,7 @@ def _os_error(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except BadInput as exc:

@@ -93,6 +93,8 @@ def overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]
             node = node.setdefault(key, {})
         node[keys[-1]] = value
         origins[path] = flag
+        for end in range(2, len(keys) + 1):  # a section's own error (basic_auth, tls) names the flag too
+            origins.setdefault(".".join(path.split(".")[:end]), flag)
 
     for flag, dest, path in SOURCE_FLAGS:
         value = getattr(args, dest, None)
@@ -109,6 +111,20 @@ def overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]
     if getattr(args, "interval", None) is not None and getattr(args, "command", "") == "serve":
         put("prometheus.interval", args.interval, "--interval")
     return ({"prometheus": values} if values else {}), origins
+
+
+TIME_FLAGS = ("--at", "--from", "--to")
+
+
+def join_relative_times(argv: list[str]) -> list[str]:
+    """``--from -2h`` as ``--from=-2h``: argparse would take ``-2h`` for an option of its own."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in TIME_FLAGS and arg.startswith("-") and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def wanted(args: argparse.Namespace) -> bool:

@@ -6,10 +6,9 @@ error message; a ``*_file`` variant reads them from a mounted file instead of th
 
 from __future__ import annotations
 
-from pathlib import Path
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, FilePath, SecretStr, field_validator, model_validator
 
 # Prometheus refuses a query_range of more than 11,000 points per series; range selectors have no
 # such cap but load every sample into memory. Three hours per query keeps even a 1 s scrape at
@@ -24,7 +23,7 @@ class _Strict(BaseModel):
 class BasicAuth(_Strict):
     username: str = Field(min_length=1)
     password: SecretStr | None = None
-    password_file: Path | None = None
+    password_file: FilePath | None = None
 
     @model_validator(mode="after")
     def _one_password(self) -> BasicAuth:
@@ -34,9 +33,9 @@ class BasicAuth(_Strict):
 
 
 class Tls(_Strict):
-    ca_file: Path | None = Field(default=None, description="CA bundle that signed the server's certificate")
-    cert_file: Path | None = Field(default=None, description="client certificate (mutual TLS)")
-    key_file: Path | None = Field(default=None, description="client key (mutual TLS)")
+    ca_file: FilePath | None = Field(default=None, description="CA bundle that signed the server's certificate")
+    cert_file: FilePath | None = Field(default=None, description="client certificate (mutual TLS)")
+    key_file: FilePath | None = Field(default=None, description="client key (mutual TLS)")
     insecure_skip_verify: bool = False
 
     @model_validator(mode="after")
@@ -54,7 +53,7 @@ class PrometheusSource(_Strict):
     target_labels: tuple[str, ...] = Field(default=("instance",), min_length=1,
                                            description="labels that name one vLLM server (instance, or pod)")
     bearer_token: SecretStr | None = None
-    bearer_token_file: Path | None = None
+    bearer_token_file: FilePath | None = None
     basic_auth: BasicAuth | None = None
     tls: Tls = Tls()
     tenant: str | None = Field(default=None, description="X-Scope-OrgID header (Mimir, Cortex, Loki-style tenants)")
