@@ -48,7 +48,8 @@ def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
                         break
             except OSError:
                 pass
-            assert process.poll() is None, f"prometheus exited: {(storage.parent / f'prometheus-{port}.log').read_text()}"
+            logged = storage.parent / f"prometheus-{port}.log"
+            assert process.poll() is None, f"prometheus exited: {logged.read_text()}"
             assert time.monotonic() < deadline, "prometheus not ready after 60 s"
             time.sleep(0.2)
         yield url

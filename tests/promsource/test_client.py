@@ -152,6 +152,9 @@ async def test_partial_data_warnings_are_kept(server: tuple[Recorder, str]) -> N
         assert client.stats.queries == 1 and client.stats.bytes_read > 0
 
 
+EC_KEY = ("-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1")  # fast to make, unlike RSA
+
+
 def _openssl(*args: str) -> None:
     subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
 
@@ -160,10 +163,10 @@ def _openssl(*args: str) -> None:
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A private CA, a server certificate for 127.0.0.1 and a client certificate."""
     d = tmp_path_factory.mktemp("pki")
-    _openssl("req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", "/CN=test-ca",
+    _openssl("req", "-x509", *EC_KEY, "-nodes", "-days", "2", "-subj", "/CN=test-ca",
              "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"))
     for name, extra in (("server", "subjectAltName=IP:127.0.0.1"), ("client", "extendedKeyUsage=clientAuth")):
-        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
+        _openssl("req", *EC_KEY, "-nodes", "-subj", f"/CN={name}", "-keyout", str(d / f"{name}.key"),
                  "-out", str(d / f"{name}.csr"))
         (d / f"{name}.ext").write_text(extra + "\n")
         _openssl("x509", "-req", "-in", str(d / f"{name}.csr"), "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"),
