@@ -13,7 +13,7 @@ from typing import Any, Mapping
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from exporter.catalog.symptoms import LAYERS, SYMPTOMS
-from exporter.publish import numbers
+from exporter.publish import numbers, timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value
 
@@ -85,5 +85,5 @@ def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url:
         doc=document, targets=targets, counts=counts, refresh=refresh_seconds, key_signals=KEY_SIGNALS,
         runbook=lambda symptom_id: runbook_url(symptom_id, runbook_base_url),
         layers=LAYERS, layer_help=LAYER_HELP, verdict_help=VERDICT_HELP, severity_help=SEVERITY_HELP,
-        symptoms=SYMPTOMS, timelines=dict(timelines or {}),
+        symptoms=SYMPTOMS, timelines=dict(timelines or {}), timeline_colours=timeline.COLOURS,
     )
