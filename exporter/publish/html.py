@@ -7,8 +7,9 @@ links and a legend. Numbers go through ``exporter.publish.numbers``, as in the t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
