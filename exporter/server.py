@@ -101,6 +101,10 @@ class Sidecar:
         self.states = {**self.states, name: state}
         return state
 
+    def pending(self) -> list[str]:
+        """What /readyz still waits for: targets not scraped once yet."""
+        return sorted(set(self.pipelines) - self.attempted)
+
     def snapshot(self) -> list[TargetState]:
         return list(self.states.values())
 
@@ -180,7 +184,7 @@ async def handle_healthz(request: web.Request) -> web.Response:
 
 async def handle_readyz(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
-    waiting = sorted(set(sidecar.pipelines) - sidecar.attempted)
+    waiting = sidecar.pending()
     if waiting:
         return web.Response(status=503, text=f"first scrape pending: {', '.join(waiting)}\n")
     return web.Response(text="ready\n")

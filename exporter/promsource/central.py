@@ -70,6 +70,9 @@ class CentralDiagnoser(Sidecar):
         self.registry.register(_CentralCollector(self))
         self.client: PromClient | None = None
 
+    def pending(self) -> list[str]:
+        return [] if self.cycles_total else ["the first cycle against the store"]
+
     def _pipeline(self, key: TargetKey) -> TargetPipeline:
         pipeline = self.pipelines.get(key.name)
         if pipeline is None:
