@@ -175,3 +175,25 @@ def test_diagnose_at_an_instant_gives_the_full_report(fleet: Any) -> None:
     assert code == 0, err
     assert out.startswith(f"from {fleet['url']} ") and "vllm-1" in out and "verdict: kv_cache" in out
     assert "[D] Frequent preemption" in out
+
+
+def test_diagnose_a_span_gives_timeline_and_incidents(fleet: Any) -> None:
+    first, last = f"{fleet['start'] + 80:.0f}", f"{fleet['start'] + 200:.0f}"
+    argv = ["diagnose", "--prometheus", fleet["url"], "--match", '{job="vllm", instance=~"vllm-[01]"}',
+            "--from", first, "--to", last, "--step", "20s", "--window", "60"]
+    code, out, err = run_cli(*argv)
+    assert code == 0, err
+    assert "legend: R request, S scheduler, K kv cache" in out
+    healthy, storm = out.split("vllm-1")[0], "vllm-1" + out.split("vllm-1", 1)[1]
+    assert "incidents: none" in healthy
+    assert "KKKKK" in storm and "vllm-1: kv_cache, C: " in storm and "; D: " in storm and "preemptions/s at KV" in storm
+    code, out, err = run_cli(*argv, "--format", "json")
+    doc = json.loads(out)
+    assert code == 0 and doc["source"]["step_seconds"] == 20 and doc["source"]["queries"] == 1 + 2
+    runs = {t["target"]: t["timeline"] for t in doc["targets"]}
+    assert set(runs) == {"vllm-0", "vllm-1"}
+    for target_runs in runs.values():
+        assert {"from", "to", "verdict", "symptoms"} <= set(target_runs[0])
+        assert target_runs[0]["from"] == float(first) and target_runs[-1]["to"] == float(last) + 20
+    assert any(r["verdict"] == "kv_cache" and "D" in r["symptoms"] for r in runs["vllm-1"])
+    assert all(s["state"] == "ok" for t in doc["targets"] for s in t["steps"])
