@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -68,7 +69,7 @@ class CpuSource(_Strict):
     match: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "CpuSource":
+    def _exactly_one(self) -> CpuSource:
         given = [k for k in ("pid", "cgroup", "match") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of pid, cgroup or match")
@@ -154,7 +155,7 @@ class Target(_Strict):
         return redact(self.url)
 
     @model_validator(mode="after")
-    def _timeout_fits(self) -> "Target":
+    def _timeout_fits(self) -> Target:
         if self.timeout > self.scrape_interval:
             raise ValueError(f"timeout {self.timeout:g}s exceeds scrape_interval {self.scrape_interval:g}s")
         return self
@@ -205,7 +206,7 @@ class Settings(BaseSettings):
         return value.upper()
 
     @model_validator(mode="after")
-    def _targets(self) -> "Settings":
+    def _targets(self) -> Settings:
         names = [t.name for t in self.targets]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
@@ -350,6 +351,7 @@ def _locate(tree: yaml.Node, parts: list[str]) -> tuple[yaml.Node, yaml.Node | N
     """The deepest node along ``parts`` (and the key node naming it), for an error's position."""
     node, key_node = tree, None
     for part in parts:
+        found: tuple[yaml.Node | None, yaml.Node] | None  # (key node, value node)
         if isinstance(node, yaml.MappingNode):
             found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
         elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):

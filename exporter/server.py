@@ -11,11 +11,12 @@ import asyncio
 import json
 import logging
 import time
-from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -27,8 +28,8 @@ from exporter.facts.discovery import FactDiscovery
 from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
 from exporter.publish import document, html, text, timeline
-from exporter.publish.timeline import VerdictHistory
 from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.timeline import VerdictHistory
 from exporter.state import TargetState
 from exporter.webconfig import load_web_config
 
@@ -46,7 +47,8 @@ class Sidecar:
     def __init__(self, settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
         self.settings = settings
         self.pipelines = {
-            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None) for t in settings.targets
+            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None)
+            for t in settings.targets
         }
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
         self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
@@ -120,7 +122,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         auto_decompress=True,
     )
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     count = max(1, len(sidecar.pipelines))
     for index, (name, pipeline) in enumerate(sidecar.pipelines.items()):
         interval = pipeline.target.scrape_interval
@@ -194,7 +196,7 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 
 @web.middleware
-async def _request_limits(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def _request_limits(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every endpoint is a GET without a body: refuse large bodies before anything reads them."""
     if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
         return web.Response(status=413, text="request body too large\n")
@@ -207,7 +209,7 @@ def _json_default(value: object) -> object:
 
 def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = None,
                start_polling: bool = True, sidecar: Sidecar | None = None) -> web.Application:
-    middlewares = [_request_limits]
+    middlewares: list[Middleware] = [_request_limits]
     web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     if web_config is not None and web_config.users:
         middlewares.append(web_config.middleware())

@@ -14,7 +14,7 @@ from pathlib import Path
 EXIT_DRIFT = 1
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "render", help="regenerate alert rules, runbooks and dashboards from the catalog",
         description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
@@ -63,10 +63,9 @@ def options_from(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from exporter.config import ConfigError
     from exporter.render import check, render, write
     from exporter.render.lint import lint
-
-    from exporter.config import ConfigError
 
     root: Path = args.root
     try:

@@ -160,7 +160,8 @@ def test_promtool_checks_the_compose_prometheus_config_and_its_rules() -> None:
 
 def test_prometheusrule_holds_exactly_the_rules_of_alert_rules() -> None:
     (rule,) = [o for o in k8s_objects() if o["kind"] == "PrometheusRule"]
-    expected = [g for p in sorted((ROOT / "alert_rules").glob("*.yml")) for g in yaml.safe_load(p.read_text())["groups"]]
+    expected = [g for p in sorted((ROOT / "alert_rules").glob("*.yml"))
+                for g in yaml.safe_load(p.read_text())["groups"]]
     assert rule["apiVersion"] == "monitoring.coreos.com/v1"
     assert rule["spec"]["groups"] == expected
     assert set(rule["spec"]) == {"groups"}
