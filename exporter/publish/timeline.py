@@ -213,7 +213,7 @@ def _escape(text: str) -> str:
 class VerdictHistory:
     """The last ``capacity`` evaluations of one target, for the page's timeline (bounded memory)."""
 
-    def __init__(self, capacity: int = 360) -> None:
+    def __init__(self, capacity: int = 240) -> None:  # an hour at 15 s
         self._steps: deque[StepVerdict] = deque(maxlen=capacity)
 
     def record(self, state: TargetState) -> None:
@@ -221,8 +221,10 @@ class VerdictHistory:
             return
         if state.status == "down":
             self._steps.append(StepVerdict(state.evaluated_at, NO_DATA, NO_DATA, 0.0, (), ()))
-        else:
-            self._steps.append(StepVerdict.of(state))
+            return
+        full = StepVerdict.of(state)
+        # The page draws verdicts and symptoms only: no signals or evidence kept per evaluation.
+        self._steps.append(StepVerdict(full.at, full.state, full.verdict, full.score, full.symptoms, full.causes))
 
     @property
     def steps(self) -> list[StepVerdict]:
