@@ -94,7 +94,7 @@ async def judge_span(client: PromClient, source: PrometheusSource, settings: Set
 
     async def one(key: TargetKey) -> TargetSpan:
         async with limit:
-            pipeline = TargetPipeline(target_for(settings, key.name, source, min(step, window / 2)), settings)
+            pipeline = TargetPipeline(target_for(settings, key.name, source, min(step, window / 2, 3600.0)), settings)
             judge = SpanJudge(pipeline, steps, staleness)
             fed = 0
             chunk_start = read_from
