@@ -197,3 +197,19 @@ def test_diagnose_a_span_gives_timeline_and_incidents(fleet: Any) -> None:
         assert target_runs[0]["from"] == float(first) and target_runs[-1]["to"] == float(last) + 20
     assert any(r["verdict"] == "kv_cache" and "D" in r["symptoms"] for r in runs["vllm-1"])
     assert all(s["state"] == "ok" for t in doc["targets"] for s in t["steps"])
+
+
+def test_chunked_reads_give_the_same_steps(fleet: Any) -> None:
+    """A span read in 50 s chunks (as 3 h chunks keep long spans under 11,000 points per series)
+    judges every step as one read does."""
+    argv = ["diagnose", "--prometheus", fleet["url"], "--match", '{job="vllm", instance="vllm-1"}',
+            "--from", f"{fleet['start'] + 80:.0f}", "--to", f"{fleet['start'] + 200:.0f}", "--step", "10s",
+            "--window", "60", "--format", "json"]
+    config = fleet["root"] / "chunks.yaml"
+    config.write_text(yaml.safe_dump({"prometheus": {"url": fleet["url"], "chunk_seconds": 50}}))
+    _, whole, _ = run_cli(*argv)
+    _, chunked, err = run_cli(*argv, "--config", str(config))
+    one, many = json.loads(whole), json.loads(chunked)
+    assert many["source"]["queries"] > one["source"]["queries"] + 2, err
+    assert [t["steps"] for t in many["targets"]] == [t["steps"] for t in one["targets"]]
+    assert one["targets"][0]["scrapes"] == many["targets"][0]["scrapes"] == 200 // INTERVAL  # from the first
