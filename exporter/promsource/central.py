@@ -92,7 +92,7 @@ class CentralDiagnoser(Sidecar):
         return keys[:self.source.max_targets]
 
     async def cycle(self, now: float | None = None) -> CycleStats:
-        """Discover, read what is new for every target, evaluate; never raises.
+        """Discover, read what is new for every target, evaluate; store errors never raise.
 
         ``now`` defaults to the wall clock; the fleet benchmark replays stored time with it.
         """
@@ -166,7 +166,6 @@ class CentralDiagnoser(Sidecar):
         return pipeline.evaluate(now)
 
 
-
 class _CentralCollector(Collector):
     """The diagnoser's own cost: cycles, queries, bytes read, targets (``vllm_diag_prometheus_*``)."""
 
@@ -201,7 +200,10 @@ async def _run_cycles(app: web.Application) -> AsyncIterator[None]:
         async def loop() -> None:
             while True:
                 started = time.monotonic()
-                await central.cycle()
+                try:
+                    await central.cycle()
+                except Exception:  # a bug in one cycle must not end the diagnoser: log it, try again
+                    log.exception("diagnosis cycle failed")
                 # Cycles never overlap: a slow one delays the next instead of stacking up.
                 await asyncio.sleep(max(0.0, central.source.interval - (time.monotonic() - started)))
 
