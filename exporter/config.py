@@ -211,6 +211,11 @@ class Settings(BaseSettings):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate target names: {', '.join(duplicates)}")
+        patterns = sorted(n for n in names if any(c in n for c in "*?"))
+        if patterns and self.prometheus is None:
+            # A scraped target's name labels its series: a pattern there would be a literal '*'.
+            raise ValueError(f"target names with * or ? are patterns over the targets of --prometheus; "
+                             f"without it, name each target: {', '.join(patterns)}")
         for target in self.targets:
             if self.window_seconds < 2 * target.scrape_interval:
                 raise ValueError(
