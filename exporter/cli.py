@@ -27,6 +27,7 @@ from exporter.offline import CaptureError, CaptureSet, resolve
 from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
+from exporter.promsource import command as promsource
 from exporter.publish import document, text
 from exporter import demo, simulator
 from exporter.render import cli as render
@@ -77,6 +78,8 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    if promsource.wanted(args) or args.at or args.from_ or args.to or args.step:
+        return _diagnose_prometheus(args)
     _emit(document.build([_diagnosed(args).state]), args.format)
     return 0
 
@@ -91,15 +94,35 @@ def cmd_advise(args: argparse.Namespace) -> int:
             parse_question(question)
         except BadQuestion as exc:
             raise BadInput(f"--what-if {question}: {exc}") from None
-    pipeline = _diagnosed(args)
-    state = pipeline.state
-    active = {cause.id for cause in state.diagnosis.active_causes if not cause.informational}
-    try:
-        result = advise(pipeline.window, engine_facts(state.engine), pipeline.thresholds, args.what_if or (), active)
-    except BadQuestion as exc:
-        raise BadInput(f"--what-if: {exc}") from None
-    _emit(document.build([replace(state, advice=result)]), args.format)
+    pipelines = _advise_prometheus(args) if promsource.wanted(args) else [_diagnosed(args)]
+    states = []
+    for pipeline in pipelines:
+        state = pipeline.state
+        active = {cause.id for cause in state.diagnosis.active_causes if not cause.informational}
+        try:
+            result = advise(pipeline.window, engine_facts(state.engine), pipeline.thresholds, args.what_if or (),
+                            active)
+        except BadQuestion as exc:
+            raise BadInput(f"--what-if: {exc}") from None
+        states.append(replace(state, advice=result))
+    _emit(document.build(states), args.format)
     return 0
+
+
+def _advise_prometheus(args: argparse.Namespace) -> list[TargetPipeline]:
+    """Every target's window at --at T, rebuilt from the raw series in Prometheus (issue 15's source)."""
+    if args.files or args.url:
+        raise BadInput("give capture FILEs, --url URL or --prometheus URL (one of them)")
+    if args.at is None or args.from_ or args.to or args.step:
+        raise BadInput("advise --prometheus calibrates on one window: give --at T (not --from/--to/--step)")
+    overrides, origins = promsource.overrides(args)
+    if args.window is not None:
+        overrides["window_seconds"], origins["window_seconds"] = args.window, "--window"
+    settings = _settings(args.config, overrides, origins)
+    try:
+        return promsource.pipelines_at(args, settings)
+    except promsource.PromInputError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
@@ -146,6 +169,21 @@ def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
             pipeline.tracker = type(pipeline.tracker)()
             pipeline.evaluate(state.evaluated_at)
         return pipeline
+
+
+def _diagnose_prometheus(args: argparse.Namespace) -> int:
+    if args.files or args.url:
+        raise BadInput("give capture FILEs, --url URL or --prometheus URL (one of them)")
+    overrides, origins = promsource.overrides(args)
+    if args.window is not None:
+        overrides["window_seconds"], origins["window_seconds"] = args.window, "--window"
+    settings = _settings(args.config, overrides, origins)
+    if settings.prometheus is None:
+        raise BadInput("--at/--from/--to/--step read from Prometheus: add --prometheus URL")
+    try:
+        return promsource.diagnose(args, settings)
+    except promsource.PromInputError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, from_folder: bool) -> float:
@@ -208,8 +246,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["web_config_file"], origins["web_config_file"] = args.web_config_file, "--web-config-file"
     if args.target:
         overrides["targets"], origins["targets"] = [target_from_url(url) for url in args.target], "--target"
-    settings = _settings(args.config, overrides, origins)
+    source, source_origins = promsource.overrides(args)
+    if args.target and source:
+        raise BadInput("--target scrapes vLLM, --prometheus reads a store: give one of them")
+    settings = _settings(args.config, {**overrides, **source}, {**origins, **source_origins})
     logging.getLogger().setLevel(settings.log_level)
+    if settings.prometheus is not None:  # the central diagnoser: targets come from the store's series
+        listen = f"--listen {settings.listen}" if args.listen else f"listen {settings.listen}"
+        ensure_free(settings.listen_host, settings.listen_port, listen)
+        try:
+            promsource.serve(settings)
+        except promsource.PromInputError as exc:
+            raise BadInput(str(exc)) from None
+        except OSError as exc:
+            raise BadInput(f"{listen}: {_os_error(exc)}") from None
+        return 0
     if not settings.targets:
         raise BadInput("no targets: give --target URL or a config file with targets")
     from exporter.hostcpu import host_probe_for
@@ -261,6 +312,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9863)")
     serve.add_argument("--web-config-file", metavar="FILE",
                        help="TLS and basic auth, in the Prometheus exporter-toolkit format")
+    promsource.add_serve_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
     diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while",
@@ -284,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--format", choices=("text", "json"), default="text",
                       help="text report (default) or the JSON of /api/v1/diagnosis")
     diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
+    promsource.add_source_flags(diag)
+    promsource.add_diagnose_flags(diag)
     diag.set_defaults(func=cmd_diagnose)
 
     # advise takes diagnose's inputs (parents=[diag] copies its arguments, and any it gains later).
@@ -350,7 +404,7 @@ def _os_error(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except BadInput as exc:

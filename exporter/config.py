@@ -19,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from exporter.catalog import thresholds as threshold_catalog
+from exporter.promsource.settings import PrometheusSource
 
 # 9100-9999 is fully allocated on Prometheus' default-port wiki page; this port is the project's own pick.
 DEFAULT_PORT = 9863
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
+_NAME = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9_.:*?-]{0,62}$")  # * and ?: a pattern for --prometheus targets
 
 
 class _Strict(BaseModel):
@@ -140,7 +141,8 @@ class Target(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-'")
+            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-' "
+                             "(with --prometheus, * and ? make it a pattern over the discovered targets)")
         return value
 
     @field_validator("url", "dcgm_url")
@@ -176,6 +178,8 @@ class Settings(BaseSettings):
     web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, basic auth")
     runbook_base_url: str | None = Field(default=None, description="where the page links runbooks: "
                                          "<base>/<alertname lowercased>.md (default: the alert rules' base)")
+    prometheus: PrometheusSource | None = Field(default=None, description="diagnose from a Prometheus-compatible "
+                                                "store instead of scraping (serve/diagnose --prometheus)")
 
     @field_validator("listen")
     @classmethod
@@ -207,6 +211,11 @@ class Settings(BaseSettings):
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate target names: {', '.join(duplicates)}")
+        patterns = sorted(n for n in names if any(c in n for c in "*?"))
+        if patterns and self.prometheus is None:
+            # A scraped target's name labels its series: a pattern there would be a literal '*'.
+            raise ValueError(f"target names with * or ? are patterns over the targets of --prometheus; "
+                             f"without it, name each target: {', '.join(patterns)}")
         for target in self.targets:
             if self.window_seconds < 2 * target.scrape_interval:
                 raise ValueError(
