@@ -75,7 +75,7 @@ def proposed_value(knob: str, direction: str, current: float, ctx: Context) -> f
         value = current * 2 if direction == "raise" else max(current / 2, float(ctx.facts.max_num_seqs or 1))
         return value if value != current else None
     if knob == "max_num_seqs":
-        running = ctx.signals.running_mean
+        running = ctx.signals.scheduler.running_mean
         if direction == "lower" and running is not None and running < current:
             value = max(1.0, float(round(running * 0.75)))
         else:

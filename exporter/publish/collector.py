@@ -7,6 +7,7 @@ stalled by a scraper.
 
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -19,22 +20,26 @@ from exporter.state import SCRAPE_ERROR_REASONS, TargetState
 
 P = "vllm_diag_"
 
-# (metric suffix, help, Signals attribute): plain per-target gauges.
+# (metric suffix, help, Signals attribute path): plain per-target gauges.
 SIGNAL_GAUGES: tuple[tuple[str, str, str], ...] = (
-    ("preemption_rate", "Preemptions per second over the window.", "preemption_rate"),
-    ("preemptions_per_request", "Preemptions per admitted request over the window.", "preemptions_per_request"),
+    ("preemption_rate", "Preemptions per second over the window.", "kv.preemption_rate"),
+    ("preemptions_per_request", "Preemptions per admitted request over the window.",
+     "kv.preemptions_per_request"),
     ("prefix_cache_hit_ratio", "Prefix-cache hit efficiency: cached / queried prompt tokens over the window.",
-     "prefix_cache_hit_ratio"),
-    ("requests_per_second", "Finished requests per second over the window.", "requests_per_second"),
+     "kv.prefix_hit_ratio"),
+    ("requests_per_second", "Finished requests per second over the window.", "traffic.requests_per_second"),
     ("engine_steps_per_second", "Engine output batches (about one per step) per second over the window.",
-     "engine_steps_per_second"),
-    ("tokens_per_step", "Mean tokens per engine output batch over the window.", "tokens_per_step"),
+     "scheduler.steps_per_second"),
+    ("tokens_per_step", "Mean tokens per engine output batch over the window.",
+     "scheduler.tokens_per_step"),
     ("prefill_token_share", "Computed prompt tokens / (computed prompt + generated tokens) over the window.",
-     "prefill_token_share"),
+     "traffic.prefill_token_share"),
     ("api_server_cpu_cores", "API-server CPU use in cores (rate of process_cpu_seconds_total).",
-     "api_server_cpu_cores"),
-    ("cpu_starvation_score", "CPU-starvation score 0..1 from the available CPU inputs.", "cpu_starvation_score"),
-    ("gpu_utilization_ratio", "GPU utilisation 0..1 from the DCGM source, mean over the window.", "gpu_utilization"),
+     "cpu.api_server_cores"),
+    ("cpu_starvation_score", "CPU-starvation score 0..1 from the available CPU inputs.",
+     "cpu.starvation_score"),
+    ("gpu_utilization_ratio", "GPU utilisation 0..1 from the DCGM source, mean over the window.",
+     "gpu.utilization"),
     ("window_span_seconds", "Seconds of scrapes the window currently covers.", "window_seconds"),
 )
 
@@ -168,31 +173,33 @@ class DiagnosisCollector(Collector):
             sig = state.signals
             if sig is None or state.status == "down":
                 continue
-            for stat, value in (("latest", sig.kv_cache_usage), ("max", sig.kv_cache_usage_max),
-                                ("mean", sig.kv_cache_usage_mean)):
+            for stat, value in (("latest", sig.kv.usage), ("max", sig.kv.usage_max),
+                                ("mean", sig.kv.usage_mean)):
                 if value is not None:
                     kv.add_metric(tm + [stat], value)
-            for name, value in (("running", sig.running), ("waiting", sig.waiting),
-                                ("waiting_capacity", sig.waiting_capacity), ("waiting_deferred", sig.waiting_deferred)):
+            queue = sig.scheduler
+            for name, value in (("running", queue.running), ("waiting", queue.waiting),
+                                ("waiting_capacity", queue.waiting_capacity),
+                                ("waiting_deferred", queue.waiting_deferred)):
                 if value is not None:
                     sched.add_metric(tm + [name], value)
-            for family, source in (("ttft", sig.ttft_quantiles), ("itl", sig.itl_quantiles),
-                                   ("e2e_latency", sig.e2e_quantiles)):
+            for family, source in (("ttft", sig.latency.ttft_quantiles), ("itl", sig.latency.itl_quantiles),
+                                   ("e2e_latency", sig.latency.e2e_quantiles)):
                 for q in QUANTILES:
                     if q in source:
                         latency[family].add_metric(tm + [f"{q:g}"], source[q])
-            for phase, value in (("queue", sig.queue_mean), ("prefill", sig.prefill_mean),
-                                 ("frontend", sig.ttft_frontend_mean)):
+            for phase, value in (("queue", sig.latency.queue_mean), ("prefill", sig.latency.prefill_mean),
+                                 ("frontend", sig.latency.ttft_frontend_mean)):
                 if value is not None:
                     breakdown.add_metric(tm + [phase], value)
-            for kind, value in (("prompt", sig.prompt_tokens_per_second),
-                                ("generation", sig.generation_tokens_per_second)):
+            for kind, value in (("prompt", sig.traffic.prompt_tokens_per_second),
+                                ("generation", sig.traffic.generation_tokens_per_second)):
                 if value is not None:
                     throughput.add_metric(tm + [kind], value)
-            for name, value in sorted(sig.cpu_inputs.items()):
+            for name, value in sorted(sig.cpu.inputs.items()):
                 cpu_signal.add_metric(tm + [name], value)
             for suffix, _, attribute in SIGNAL_GAUGES:
-                value = getattr(sig, attribute)
+                value = attrgetter(attribute)(sig)
                 if value is not None:
                     plain[suffix].add_metric(tm, float(value))
 
