@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Mapping
@@ -25,6 +24,7 @@ from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs, compute
 from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, unknown_diagnosis
+from exporter.timebuffer import TimeBuffer
 from exporter.window import Window
 
 log = logging.getLogger(__name__)
@@ -45,7 +45,8 @@ class TargetPipeline:
         self.window = Window(settings.window_seconds, COUNTERS)
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
-        self._gpu: deque[tuple[float, float]] = deque()  # (time, utilisation 0..1) from DCGM
+        # DCGM utilisation readings 0..1, averaged over the window: point samples, no baseline
+        self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -111,9 +112,9 @@ class TargetPipeline:
     def observe_gpu(self, timestamp: float, utilization: float | None) -> None:
         """Record a DCGM reading; readings older than the window are dropped."""
         if utilization is not None:
-            self._gpu.append((timestamp, utilization))
-        while self._gpu and self._gpu[0][0] < timestamp - self.settings.window_seconds:
-            self._gpu.popleft()
+            self._gpu.push(timestamp, utilization)
+        else:
+            self._gpu.trim(timestamp)
 
     def observe_facts(self, source: str, values: Mapping[str, FactValue] | None) -> None:
         """What a fact source said (None: it is unavailable now); metrics facts come from the scrapes."""
@@ -128,7 +129,7 @@ class TargetPipeline:
             self.source_error(source, reason)
         self._track_failures("source", {source: reason for source, reason in host.errors})
         if self._gpu:
-            gpu = sum(u for _, u in self._gpu) / len(self._gpu)
+            gpu = sum(self._gpu) / len(self._gpu)
             host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
         signals = compute(self.window, self.thresholds, host)
         latest = self.window.latest
