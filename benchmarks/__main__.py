@@ -35,15 +35,16 @@ def _notes(figures: list, raw: dict) -> list[str]:
                        f"stages (wall, medians): {stages}; verdict after warm-up: {d['verdict']}")
         if "promtool_ms" in d and f.baseline_name.startswith("promtool"):
             out.append(f"- promtool check metrics (exit {d['promtool_exit_codes']}): {d['promtool_ms']:.1f} ms wall, "
-                       f"{d['promtool_cpu_ms']:.1f} ms CPU, of which {d['promtool_empty_input_ms']:.1f} ms is its run on "
-                       f"an empty input (process start); cycle CPU {d['cycle_cpu_ms']:.1f} ms")
+                       f"{d['promtool_cpu_ms']:.1f} ms CPU, of which {d['promtool_empty_input_ms']:.1f} ms "
+                       f"is its run on an empty input (process start); cycle CPU {d['cycle_cpu_ms']:.1f} ms")
     if raw:
         cross = raw["crosscheck_15s"]
         s = cross["sidecar"]
-        out.append(f"- cross-check: {cross['config']['targets']} targets at 15 s used {s['core_share_pct']:.1f} % of a core "
-                   f"(predicted {cross['predicted_core_share_pct']:.1f} % from the 100-target cost per scrape; "
-                   f"the figure is the lower of {cross['config']['targets'] * 100 / cross['predicted_core_share_pct']:.0f} "
-                   f"predicted and {cross['config']['targets'] * 100 / s['core_share_pct']:.0f} from this run); "
+        targets, predicted = cross["config"]["targets"], cross["predicted_core_share_pct"]
+        out.append(f"- cross-check: {targets} targets at 15 s used {s['core_share_pct']:.1f} % of a core "
+                   f"(predicted {predicted:.1f} % from the 100-target cost per scrape; "
+                   f"the figure is the lower of {targets * 100 / predicted:.0f} "
+                   f"predicted and {targets * 100 / s['core_share_pct']:.0f} from this run); "
                    f"{s['scrapes']} scrapes served in {s['wall_seconds']:.0f} s, {s['fresh']}/{s['targets']} targets "
                    f"fresh, errors during the period {s['scrape_errors_during_measurement'] or 'none'}; "
                    f"RSS {s['rss_mb']:.0f} MB; one /metrics request {s['metrics_request_ms']:.0f} ms "
@@ -62,7 +63,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="fewer rounds, 15 s window, 20 s CPU periods (about 2 minutes instead of 6)")
     parser.add_argument("--only", choices=("cycle", "process"), help="run one family of figures")
-    parser.add_argument("--cpu-seconds", type=float, help="measured period of the 1-target CPU run (default 60, quick 20)")
+    parser.add_argument("--cpu-seconds", type=float,
+                        help="measured period of the 1-target CPU run (default 60, quick 20)")
     parser.add_argument("--crosscheck-targets", type=int,
                         help="targets in the 15 s cross-check run (default: predicted per core, capped at 1000)")
     parser.add_argument("--out", type=Path, default=RESULTS / "latest.json")

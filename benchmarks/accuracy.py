@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from exporter.config import Settings, load_settings
+from exporter.dcgm import gpu_utilization
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs
@@ -34,7 +35,6 @@ from exporter.simulator import SCENARIOS
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.simulator.hostcpu import simulated_host_inputs
 from exporter.simulator.scenarios import Scenario
-from exporter.dcgm import gpu_utilization
 
 RENDER_STEP_S = 5.0
 START_UNIX = 1_800_000_000.0

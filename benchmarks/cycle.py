@@ -13,7 +13,7 @@ import resource
 import subprocess
 import tempfile
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -74,16 +74,17 @@ def full_cycle(bodies: list[bytes], rounds: int) -> dict:
     for i in range(rounds):
         body = bodies[(warm + i) % len(bodies)]
         text = body.decode("utf-8")
-        w, c = _timed(lambda: prometheus_client_parse(body))
+        # Default arguments bind this round's body and text (_timed calls each lambda at once anyway).
+        w, c = _timed(lambda body=body: prometheus_client_parse(body))
         base_w.append(w)
         base_c.append(c)
-        w1, c1 = _timed(lambda: cycle.ingest(body))
+        w1, c1 = _timed(lambda body=body: cycle.ingest(body))
         w2, c2 = _timed(cycle.render)
         full_w.append(w1 + w2)
         full_c.append(c1 + c2)
         ingest_w.append(w1)
         render_w.append(w2)
-        parse_w.append(_timed(lambda: parse(text, 0.0))[0])  # breakdown only, not part of the cycle
+        parse_w.append(_timed(lambda text=text: parse(text, 0.0))[0])  # breakdown only, not part of the cycle
     state = cycle.pipeline.state
     return {
         "bytes_median": int(median([len(b) for b in bodies])),

@@ -9,8 +9,8 @@
 
 from __future__ import annotations
 
-import re
 import os
+import re
 from pathlib import Path
 
 # The real captures ship with the tests; VLLM_DIAG_FIXTURES overrides them.

@@ -180,7 +180,9 @@ def _scenario(bench: Bench, n: int, interval: float, window: float, warm: float,
     return result
 
 
-def run(quick: bool, cpu_seconds: float | None = None, crosscheck_targets: int | None = None) -> tuple[list[Figure], dict]:
+def run(
+    quick: bool, cpu_seconds: float | None = None, crosscheck_targets: int | None = None
+) -> tuple[list[Figure], dict]:
     window = 15.0 if quick else 60.0  # quick: a shorter window fills sooner (3 scrapes instead of 12)
     seconds = cpu_seconds or (20.0 if quick else 60.0)
     raw: dict = {}

@@ -26,6 +26,7 @@ from exporter.offline import CaptureError, CaptureSet, resolve
 from exporter.parse import ParseError, parse
 from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
+from exporter.promsource import command as promsource
 from exporter.publish import document, text
 from exporter import demo, simulator
 from exporter.render import cli as render
@@ -76,6 +77,8 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
+    if promsource.wanted(args) or args.at or args.from_ or args.to or args.step:
+        return _diagnose_prometheus(args)
     if bool(args.files) == bool(args.url):
         raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}
@@ -119,6 +122,21 @@ def cmd_diagnose(args: argparse.Namespace) -> int:
             state = pipeline.evaluate(state.evaluated_at)
     _emit(document.build([state]), args.format)
     return 0
+
+
+def _diagnose_prometheus(args: argparse.Namespace) -> int:
+    if args.files or args.url:
+        raise BadInput("give capture FILEs, --url URL or --prometheus URL (one of them)")
+    overrides, origins = promsource.overrides(args)
+    if args.window is not None:
+        overrides["window_seconds"], origins["window_seconds"] = args.window, "--window"
+    settings = _settings(args.config, overrides, origins)
+    if settings.prometheus is None:
+        raise BadInput("--at/--from/--to/--step read from Prometheus: add --prometheus URL")
+    try:
+        return promsource.diagnose(args, settings)
+    except promsource.PromInputError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, from_folder: bool) -> float:
@@ -181,8 +199,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["web_config_file"], origins["web_config_file"] = args.web_config_file, "--web-config-file"
     if args.target:
         overrides["targets"], origins["targets"] = [target_from_url(url) for url in args.target], "--target"
-    settings = _settings(args.config, overrides, origins)
+    source, source_origins = promsource.overrides(args)
+    if args.target and source:
+        raise BadInput("--target scrapes vLLM, --prometheus reads a store: give one of them")
+    settings = _settings(args.config, {**overrides, **source}, {**origins, **source_origins})
     logging.getLogger().setLevel(settings.log_level)
+    if settings.prometheus is not None:  # the central diagnoser: targets come from the store's series
+        listen = f"--listen {settings.listen}" if args.listen else f"listen {settings.listen}"
+        ensure_free(settings.listen_host, settings.listen_port, listen)
+        try:
+            promsource.serve(settings)
+        except promsource.PromInputError as exc:
+            raise BadInput(str(exc)) from None
+        except OSError as exc:
+            raise BadInput(f"{listen}: {_os_error(exc)}") from None
+        return 0
     if not settings.targets:
         raise BadInput("no targets: give --target URL or a config file with targets")
     from exporter.hostcpu import host_probe_for
@@ -234,6 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9863)")
     serve.add_argument("--web-config-file", metavar="FILE",
                        help="TLS and basic auth, in the Prometheus exporter-toolkit format")
+    promsource.add_serve_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
     diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while",
@@ -257,6 +289,8 @@ def build_parser() -> argparse.ArgumentParser:
     diag.add_argument("--format", choices=("text", "json"), default="text",
                       help="text report (default) or the JSON of /api/v1/diagnosis")
     diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
+    promsource.add_source_flags(diag)
+    promsource.add_diagnose_flags(diag)
     diag.set_defaults(func=cmd_diagnose)
 
     simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario",
@@ -310,7 +344,7 @@ def _os_error(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.func(args)
     except BadInput as exc:

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
@@ -18,11 +19,12 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict, YamlConfigSettingsSource
 
 from exporter.catalog import thresholds as threshold_catalog
+from exporter.promsource.settings import PrometheusSource
 
 # 9100-9999 is fully allocated on Prometheus' default-port wiki page; this port is the project's own pick.
 DEFAULT_PORT = 9863
 DEFAULT_LISTEN = f"0.0.0.0:{DEFAULT_PORT}"
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,62}$")
+_NAME = re.compile(r"^[A-Za-z0-9*?][A-Za-z0-9_.:*?-]{0,62}$")  # * and ?: a pattern for --prometheus targets
 
 
 class _Strict(BaseModel):
@@ -67,7 +69,7 @@ class CpuSource(_Strict):
     match: str | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
-    def _exactly_one(self) -> "CpuSource":
+    def _exactly_one(self) -> CpuSource:
         given = [k for k in ("pid", "cgroup", "match") if getattr(self, k) is not None]
         if len(given) != 1:
             raise ValueError("give exactly one of pid, cgroup or match")
@@ -139,7 +141,8 @@ class Target(_Strict):
     @classmethod
     def _name(cls, value: str) -> str:
         if not _NAME.match(value):
-            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-'")
+            raise ValueError("use 1-63 characters of letters, digits, '_', '.', ':' or '-' "
+                             "(with --prometheus, * and ? make it a pattern over the discovered targets)")
         return value
 
     @field_validator("url", "dcgm_url")
@@ -152,7 +155,7 @@ class Target(_Strict):
         return redact(self.url)
 
     @model_validator(mode="after")
-    def _timeout_fits(self) -> "Target":
+    def _timeout_fits(self) -> Target:
         if self.timeout > self.scrape_interval:
             raise ValueError(f"timeout {self.timeout:g}s exceeds scrape_interval {self.scrape_interval:g}s")
         return self
@@ -175,6 +178,8 @@ class Settings(BaseSettings):
     web_config_file: Path | None = Field(default=None, description="exporter-toolkit web config: TLS, basic auth")
     runbook_base_url: str | None = Field(default=None, description="where the page links runbooks: "
                                          "<base>/<alertname lowercased>.md (default: the alert rules' base)")
+    prometheus: PrometheusSource | None = Field(default=None, description="diagnose from a Prometheus-compatible "
+                                                "store instead of scraping (serve/diagnose --prometheus)")
 
     @field_validator("listen")
     @classmethod
@@ -201,11 +206,16 @@ class Settings(BaseSettings):
         return value.upper()
 
     @model_validator(mode="after")
-    def _targets(self) -> "Settings":
+    def _targets(self) -> Settings:
         names = [t.name for t in self.targets]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate target names: {', '.join(duplicates)}")
+        patterns = sorted(n for n in names if any(c in n for c in "*?"))
+        if patterns and self.prometheus is None:
+            # A scraped target's name labels its series: a pattern there would be a literal '*'.
+            raise ValueError(f"target names with * or ? are patterns over the targets of --prometheus; "
+                             f"without it, name each target: {', '.join(patterns)}")
         for target in self.targets:
             if self.window_seconds < 2 * target.scrape_interval:
                 raise ValueError(
@@ -346,6 +356,7 @@ def _locate(tree: yaml.Node, parts: list[str]) -> tuple[yaml.Node, yaml.Node | N
     """The deepest node along ``parts`` (and the key node naming it), for an error's position."""
     node, key_node = tree, None
     for part in parts:
+        found: tuple[yaml.Node | None, yaml.Node] | None  # (key node, value node)
         if isinstance(node, yaml.MappingNode):
             found = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
         elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):

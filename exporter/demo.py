@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -22,6 +23,7 @@ from exporter.config import DEFAULT_LISTEN, Settings, load_settings
 from exporter.dcgm import gpu_utilization
 from exporter.poll import ScrapeResult
 from exporter.server import SIDECAR, Sidecar, create_app
+from exporter.shutdown import until_stopped
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.simulator.hostcpu import host_probes_for
@@ -96,6 +98,11 @@ def prime(sidecar: Sidecar, sims: dict[str, LiveScenario], warmup: float, window
     sidecar.states = {name: pipeline.state for name, pipeline in sidecar.pipelines.items()}
 
 
+def _engine_reader(live: LiveScenario) -> Callable[[], object]:
+    """Reads the scenario's engine when called; a function so that each reader binds its own ``live``."""
+    return lambda: live.engine
+
+
 async def _run(names: list[str], listen: str, simulator_port: int, speed: float, interval: float,
                warmup: float, window: float = WINDOW_SECONDS) -> None:
     simulator = f"http://127.0.0.1:{simulator_port}"
@@ -103,7 +110,7 @@ async def _run(names: list[str], listen: str, simulator_port: int, speed: float,
     simulator_app = build_app(names, speed=speed, warmup_s=warmup)
     sims = simulator_app[SIMS]
     # The CPU source a real deployment configures (cpu: {match: "vllm serve"}), read from the engines.
-    host_probes = host_probes_for({name: (lambda live=live: live.engine) for name, live in sims.items()})
+    host_probes = host_probes_for({name: _engine_reader(live) for name, live in sims.items()})
     sidecar_app = create_app(settings, host_probes=host_probes)
     prime(sidecar_app[SIDECAR], simulator_app[SIMS], warmup, window)
     runners = []
@@ -122,7 +129,7 @@ async def _run(names: list[str], listen: str, simulator_port: int, speed: float,
         filled = min(warmup, settings.window_seconds)
         print(f"diagnosis window {settings.window_seconds:g} s, {filled:g} s of it already filled from the "
               "simulator's warm-up; Ctrl-C stops the demo", flush=True)
-        await asyncio.Event().wait()
+        await until_stopped()
     finally:
         for runner in reversed(runners):
             await runner.cleanup()

@@ -73,7 +73,8 @@ class TargetPipeline:
         )
         return self.state
 
-    def ingest(self, result: ScrapeResult) -> TargetState:
+    def ingest(self, result: ScrapeResult, evaluate_now: bool = True) -> TargetState:
+        """Take one scrape; ``evaluate_now=False`` only fills the window (a batch of stored scrapes)."""
         if not result.ok:
             return self._fail(result, result.error_reason or "connect", result.error or "scrape failed")
         try:
@@ -92,6 +93,9 @@ class TargetPipeline:
             dropped_samples_total=self._health.dropped_samples_total + snapshot.dropped_samples,
             restarts_total=self._health.restarts_total + (1 if step is not None and step.restarted else 0),
         )
+        if not evaluate_now:
+            self.state = replace(self.state, health=self._health)
+            return self.state
         return self.evaluate(result.started_at)
 
     def _track_failures(self, kind: str, failing: dict[str, str]) -> None:

@@ -11,11 +11,12 @@ import asyncio
 import json
 import logging
 import time
-from datetime import datetime, timedelta, timezone
-from typing import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -26,8 +27,9 @@ from exporter.dcgm import gpu_utilization
 from exporter.facts.discovery import FactDiscovery
 from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
-from exporter.publish import document, html, text
+from exporter.publish import document, html, text, timeline
 from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.timeline import VerdictHistory
 from exporter.state import TargetState
 from exporter.webconfig import load_web_config
 
@@ -45,7 +47,8 @@ class Sidecar:
     def __init__(self, settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
         self.settings = settings
         self.pipelines = {
-            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None) for t in settings.targets
+            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None)
+            for t in settings.targets
         }
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
         self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
@@ -54,6 +57,13 @@ class Sidecar:
         self.registry.register(DiagnosisCollector(lambda: self.states, settings))
         ProcessCollector(namespace="vllm_diag", registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
+        self.histories: dict[str, VerdictHistory] = {}  # the page's verdict timelines, bounded per target
+
+    def history_for(self, name: str) -> VerdictHistory:
+        history = self.histories.get(name)
+        if history is None:
+            history = self.histories[name] = VerdictHistory()
+        return history
 
     async def scrape(self, name: str) -> TargetState:
         pipeline = self.pipelines[name]
@@ -88,9 +98,14 @@ class Sidecar:
         else:
             state = pipeline.ingest(result)
         self.attempted.add(name)
+        self.history_for(name).record(state)
         # Swap the whole state: readers never see half of an evaluation.
         self.states = {**self.states, name: state}
         return state
+
+    def pending(self) -> list[str]:
+        """What /readyz still waits for: targets not scraped once yet."""
+        return sorted(set(self.pipelines) - self.attempted)
 
     def snapshot(self) -> list[TargetState]:
         return list(self.states.values())
@@ -107,7 +122,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         auto_decompress=True,
     )
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     count = max(1, len(sidecar.pipelines))
     for index, (name, pipeline) in enumerate(sidecar.pipelines.items()):
         interval = pipeline.target.scrape_interval
@@ -148,8 +163,17 @@ async def handle_diagnosis(request: web.Request) -> web.Response:
 
 async def handle_index(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
-    page = html.render(document.build(sidecar.snapshot()), runbook_base_url=sidecar.settings.runbook_base_url)
+    timelines = {name: timeline.svg(history.runs()) for name, history in sidecar.histories.items()}
+    page = html.render(document.build(sidecar.snapshot()), runbook_base_url=sidecar.settings.runbook_base_url,
+                       timelines=timelines)
     return web.Response(text=page, content_type="text/html", charset="utf-8")
+
+
+async def handle_timeline(request: web.Request) -> web.Response:
+    """Each target's recent verdict runs: ``{from, to, verdict, symptoms, causes, steps}``."""
+    histories = request.app[SIDECAR].histories
+    doc = {"targets": [{"target": name, "timeline": history.runs()} for name, history in sorted(histories.items())]}
+    return web.Response(text=json.dumps(doc, allow_nan=False), content_type="application/json")
 
 
 async def handle_text(request: web.Request) -> web.Response:
@@ -162,7 +186,7 @@ async def handle_healthz(request: web.Request) -> web.Response:
 
 async def handle_readyz(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
-    waiting = sorted(set(sidecar.pipelines) - sidecar.attempted)
+    waiting = sidecar.pending()
     if waiting:
         return web.Response(status=503, text=f"first scrape pending: {', '.join(waiting)}\n")
     return web.Response(text="ready\n")
@@ -172,7 +196,7 @@ MAX_REQUEST_BYTES = 64 * 1024
 
 
 @web.middleware
-async def _request_limits(request: web.Request, handler):  # type: ignore[no-untyped-def]
+async def _request_limits(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every endpoint is a GET without a body: refuse large bodies before anything reads them."""
     if request.content_length is not None and request.content_length > MAX_REQUEST_BYTES:
         return web.Response(status=413, text="request body too large\n")
@@ -184,19 +208,20 @@ def _json_default(value: object) -> object:
 
 
 def create_app(settings: Settings, *, host_probes: HostProbeFactory | None = None,
-               start_polling: bool = True) -> web.Application:
-    middlewares = [_request_limits]
+               start_polling: bool = True, sidecar: Sidecar | None = None) -> web.Application:
+    middlewares: list[Middleware] = [_request_limits]
     web_config = load_web_config(settings.web_config_file) if settings.web_config_file else None
     if web_config is not None and web_config.users:
         middlewares.append(web_config.middleware())
     # We only ever answer GETs: a small request cap keeps a hostile client from costing memory.
     app = web.Application(client_max_size=MAX_REQUEST_BYTES, middlewares=middlewares)
-    app[SIDECAR] = Sidecar(settings, host_probes)
+    app[SIDECAR] = sidecar if sidecar is not None else Sidecar(settings, host_probes)
     if start_polling:
         app.cleanup_ctx.append(_resources)
     app.router.add_get("/metrics", handle_metrics)
     app.router.add_get("/api/v1/diagnosis", handle_diagnosis)
     app.router.add_get("/api/v1/diagnosis.txt", handle_text)
+    app.router.add_get("/api/v1/timeline", handle_timeline)
     app.router.add_get("/healthz", handle_healthz)
     app.router.add_get("/readyz", handle_readyz)
     app.router.add_get("/", handle_index)

@@ -6,9 +6,9 @@ Plain frozen data, no logic beyond small accessors, so each stage can be tested 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 # A series' labels without ``le``: sorted (name, value) pairs, hashable.
 LabelSet = tuple[tuple[str, str], ...]

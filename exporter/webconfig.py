@@ -17,11 +17,11 @@ import hmac
 import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import bcrypt
 import yaml
 from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
 
 # Liveness and readiness answer without credentials: orchestrators probe them, and they reveal nothing.
 OPEN_PATHS = frozenset({"/healthz", "/readyz"})
@@ -69,10 +69,9 @@ class WebConfig:
             return True
         return False
 
-    def middleware(self) -> Callable[[web.Request, Callable[[web.Request], Awaitable[web.StreamResponse]]],
-                                     Awaitable[web.StreamResponse]]:
+    def middleware(self) -> Middleware:
         @web.middleware
-        async def basic_auth(request: web.Request, handler):  # type: ignore[no-untyped-def]
+        async def basic_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
             if request.path in OPEN_PATHS or self.check(request.headers.get("Authorization")):
                 return await handler(request)
             return web.Response(status=401, text="Unauthorized\n",

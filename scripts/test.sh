@@ -7,7 +7,6 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-infra.sh || { echo "test infrastructure install failed" >&2; exit 1; }
 # Generated artifacts must match their generators before anything else runs.
 .venv/bin/vllm-diag render all --check || exit 1
-.venv/bin/python deploy/kubernetes/generate.py --check || exit 1
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 code=$?
 if [ "$code" -eq 5 ]; then

@@ -49,6 +49,11 @@ SLOW_TESTS = (
 )
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--update-golden", action="store_true", default=False,
+                     help="rewrite tests/golden/* from the current code instead of comparing (review the diff)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS) or item.nodeid.startswith(SLOW_TESTS):

@@ -6,9 +6,9 @@ same id; alert rules, runbooks and the HTML page read titles and actions from he
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
 VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
@@ -67,8 +67,8 @@ _LOWER_BUDGET_KV = Action("lower max_num_batched_tokens", "less KV consumed per 
                           "max_num_batched_tokens", "lower")
 _RAISE_TP = Action("raise tensor_parallel_size", "weights spread out, frees KV space",
                    "all-reduce per layer, communication latency", "tensor_parallel_size", "raise")
-_RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room", "pipeline bubbles, higher latency",
-                   "pipeline_parallel_size", "raise")
+_RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room",
+                   "pipeline bubbles, higher latency", "pipeline_parallel_size", "raise")
 _NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
                     "stable few-shot and tool order",
                     "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")

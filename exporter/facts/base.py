@@ -8,9 +8,9 @@ Each source module turns its raw input into ``{fact: value}`` with a pure functi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
-FactValue = Union[int, float, bool, str]
+FactValue = int | float | bool | str
 
 # Sources, highest precedence first. The user's config always wins; vLLM's own command line (with
 # its --config file and the environment variables it reads) says what the engine was started

@@ -6,7 +6,7 @@ matched by name, the string "None" is unknown, and the set itself dates the rele
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from exporter.facts.base import FactValue
 from exporter.facts.catalog import BY_NAME, convert

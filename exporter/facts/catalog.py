@@ -7,8 +7,8 @@ everything else there (API keys, tokens, URLs) is skipped unread.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from exporter.facts.base import FactValue
 

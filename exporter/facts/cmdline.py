@@ -10,15 +10,16 @@ the rest of the command line (API keys, tokens) is never stored.
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import PurePath
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 from urllib.parse import urlsplit
 
 import yaml
 
-from exporter.facts.base import FactValue
 from exporter.config import redact
+from exporter.facts.base import FactValue
 from exporter.facts.catalog import BY_FLAG, convert
 
 DEFAULT_PORT = 8000  # vLLM's default --port

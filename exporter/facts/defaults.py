@@ -7,7 +7,7 @@ vLLM 0.32 CPU build in tests/realvllm/test_engine_facts.py.
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from exporter.facts.base import FactValue
 

@@ -6,8 +6,9 @@ import asyncio
 import logging
 import socket
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Protocol
 from urllib.parse import urlsplit
 
 import aiohttp

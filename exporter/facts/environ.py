@@ -6,8 +6,8 @@ kept. Each entry says which fact the variable sets and whether it overrides the 
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from exporter.facts.base import FactValue
 

@@ -7,8 +7,8 @@ protects /v1/*: the request is refused and max_model_len stays unknown (the key 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 from urllib.parse import urlsplit
 
 from exporter.facts.base import MODELS_API, VERSION_API, FactValue, NoFacts

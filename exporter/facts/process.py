@@ -9,9 +9,9 @@ namespaces (Kubernetes ``shareProcessNamespace``, compose ``pid``/``network_mode
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from exporter.facts import cmdline
 from exporter.facts.base import NoFacts

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 from pydantic import ValidationError
 
@@ -46,7 +46,7 @@ def engine_facts(resolved: Mapping[str, Fact]) -> EngineFacts:
     values = {name: fact.value for name, fact in resolved.items() if name in EngineFacts.model_fields}
     while True:
         try:
-            return EngineFacts(**values)
+            return EngineFacts.model_validate(values)
         except ValidationError as exc:
             bad = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
             if not bad & values.keys():

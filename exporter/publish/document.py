@@ -25,6 +25,9 @@ def _finite(value: Any) -> Any:
     return value
 
 
+finite = _finite  # other documents (the timelines of diagnose --prometheus) follow the same rule
+
+
 def build(states: Iterable[TargetState], now: float | None = None) -> dict[str, Any]:
     return {
         "generated_at": time.time() if now is None else now,

@@ -7,13 +7,14 @@ links and a legend. Numbers go through ``exporter.publish.numbers``, as in the t
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from exporter.catalog.symptoms import LAYERS, SYMPTOMS
-from exporter.publish import numbers
+from exporter.publish import numbers, timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value
 
@@ -73,7 +74,9 @@ def _environment() -> Environment:
     return env
 
 
-def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url: str | None = None) -> str:
+def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url: str | None = None,
+           timelines: Mapping[str, str] | None = None) -> str:
+    """``timelines``: target -> inline SVG of its verdict timeline (exporter.publish.timeline.svg)."""
     template = _environment().get_template("index.html.j2")
     targets = worst_first(document["targets"])
     counts: dict[str, int] = {}
@@ -83,5 +86,5 @@ def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url:
         doc=document, targets=targets, counts=counts, refresh=refresh_seconds, key_signals=KEY_SIGNALS,
         runbook=lambda symptom_id: runbook_url(symptom_id, runbook_base_url),
         layers=LAYERS, layer_help=LAYER_HELP, verdict_help=VERDICT_HELP, severity_help=SEVERITY_HELP,
-        symptoms=SYMPTOMS,
+        symptoms=SYMPTOMS, timelines=dict(timelines or {}), timeline_colours=timeline.COLOURS,
     )

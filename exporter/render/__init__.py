@@ -1,7 +1,8 @@
 """Generated artefacts: Prometheus rules, runbooks, the Alertmanager example and Grafana dashboards.
 
-Everything under ``alert_rules/``, ``dashboards/``, ``docs/runbooks/`` and
-``deploy/alertmanager/alertmanager.yml`` is produced here from the catalog
+Everything under ``alert_rules/``, ``dashboards/``, ``docs/runbooks/``,
+``deploy/alertmanager/alertmanager.yml`` and the Kubernetes copies in ``deploy/kubernetes/``
+(``prometheusrule.yaml``, ``grafana-dashboards.yaml``) is produced here from the catalog
 (``exporter.catalog``) and the SLO defaults (``exporter.config.Slo``); edits go into the
 generators, never into the generated files. ``vllm-diag render all --check`` renders in
 memory and compares byte for byte, so CI notices a catalog change that was not re-rendered.
@@ -91,19 +92,22 @@ Outputs = Mapping[str, str]  # repo-relative path -> exact file content
 
 
 def _rules_outputs(options: Any = None) -> dict[str, str]:
-    from exporter.render import rules, runbooks
+    from exporter.render import kubernetes, rules, runbooks
 
     o = options or rules.DEFAULT_OPTIONS
-    return {**rules.render_files(o), **runbooks.render_files(o), **rules.render_alertmanager(o)}
+    files = rules.render_files(o)
+    return {**files, **kubernetes.wrap_rules(files), **runbooks.render_files(o), **rules.render_alertmanager(o)}
 
 
 def _dashboard_outputs(options: Any = None) -> dict[str, str]:
-    from exporter.render import dashboards
+    from exporter.render import dashboards, kubernetes
 
-    return dashboards.render_files()
+    files = dashboards.render_files()
+    return {**files, **kubernetes.wrap_dashboards(files)}
 
 
-# `render rules` also writes the runbooks and the Alertmanager example: all three read the alert list.
+# `render rules` also writes the runbooks, the Alertmanager example and the PrometheusRule: all read
+# the alert list; `render dashboards` also writes the dashboards' Kubernetes ConfigMaps.
 GENERATORS: Mapping[str, Callable[[Any], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,

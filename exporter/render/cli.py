@@ -14,11 +14,13 @@ from pathlib import Path
 EXIT_DRIFT = 1
 
 
-def register(subparsers: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser(
         "render", help="regenerate alert rules, runbooks and dashboards from the catalog",
-        description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml (rules) "
-                    "and dashboards/ from the catalog. --check renders in memory and fails on any drift.")
+        description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
+                    "deploy/kubernetes/prometheusrule.yaml (rules), dashboards/ and "
+                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards) from the catalog. "
+                    "--check renders in memory and fails on any drift.")
     parser.add_argument("what", choices=("rules", "dashboards", "all"), help="which artefacts")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
@@ -61,10 +63,9 @@ def options_from(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    from exporter.config import ConfigError
     from exporter.render import check, render, write
     from exporter.render.lint import lint
-
-    from exporter.config import ConfigError
 
     root: Path = args.root
     try:

@@ -3,18 +3,19 @@
 Reads top-down: settings (with ``Options``, what `render rules --config/--sidecar-job/
 --severity-labels` changes), recording rules (one `or` per vLLM naming generation), alerts
 (symptom classes, root causes, operations, raw-series), the runbook-link post-processing step,
-rendering. docs/alerting.md explains the choices and holds the measured alert matrix. Every number in an expression comes from
-``exporter.catalog.thresholds`` or ``exporter.config`` (the test suite fails on any other
-comparison literal); ``for:`` durations and the rate window are declared once below with the
-reason for their value.
+rendering. docs/alerting.md explains the choices and holds the measured alert matrix. Every
+number in an expression comes from ``exporter.catalog.thresholds`` or ``exporter.config`` (the
+test suite fails on any other comparison literal); ``for:`` durations and the rate window are
+declared once below with the reason for their value.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 import jinja2
 
@@ -106,7 +107,7 @@ class Options:
     severity_labels: Mapping[str, str] = field(default_factory=lambda: {s: s for s in SEVERITIES})
 
     @classmethod
-    def from_settings(cls, settings: Settings, **extra: Any) -> "Options":
+    def from_settings(cls, settings: Settings, **extra: Any) -> Options:
         return cls(slo=settings.slo, thresholds=settings.resolved_thresholds().as_dict(), **extra)
 
     def severity(self, name: str) -> str:
@@ -378,7 +379,8 @@ def symptom_alert(s: Symptom, o: Options = DEFAULT_OPTIONS) -> Alert:
         summary=f"vLLM symptom {s.id}: {s.title}.",
         description=(f"Symptom {s.id} ({s.title}) was active {{{{ $value | humanizePercentage }}}} of the last "
                      f"{rng} on {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}). Possible causes: "
-                     f"{layers}. Active now: {{{{ range query (printf \"vllm_diag_cause_active{{target=%q,symptom=\\\"{s.id}\\\"}} == 1\" "
+                     f"{layers}. Active now: {{{{ range query "
+                     f"(printf \"vllm_diag_cause_active{{target=%q,symptom=\\\"{s.id}\\\"}} == 1\" "
                      f"$labels.target) }}}}{{{{ .Labels.cause }}}} ({{{{ .Labels.layer }}}}) {{{{ end }}}}."),
         meaning=(f"The sidecar's diagnosis reported symptom class {s.id}, \"{s.title}\", in at least "
                  f"{fmt(share * 100)}% of its evaluations over the last {rng}, for longer than "
@@ -490,9 +492,10 @@ def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
             summary="vLLM is short of KV cache: requests are preempted and recomputed, and users notice.",
             description=(f"{{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) preempts "
-                         f"{{{{ $value | printf \"%.2f\" }}}} times per finished request (threshold {fmt(ppr)}) while KV "
-                         f"usage peaked above {fmt(kv_high)}, with at least {fmt(rate_min)} preemptions/s or a "
-                         "latency SLO breached: latency rises and GPU work is wasted."),
+                         f"{{{{ $value | printf \"%.2f\" }}}} times per finished request "
+                         f"(threshold {fmt(ppr)}) while KV usage peaked above {fmt(kv_high)}, "
+                         f"with at least {fmt(rate_min)} preemptions/s or a latency SLO breached: "
+                         "latency rises and GPU work is wasted."),
             meaning=("Root cause, not a symptom: KV cache space is the bottleneck. Preemption is frequent "
                      f"(over {fmt(ppr)} per finished request) and KV usage reached {fmt(kv_high)} in the same "
                      f"{SMOOTHING_RANGE}. It pages only with user impact: at least {fmt(rate_min)} preemptions per "
@@ -523,8 +526,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             severity="warning", symptom="none", layer="unknown", for_=FOR_SLO,
             summary="vLLM latency p95 is above the deployment's objective.",
             description=(f"{{{{ $labels.objective | toUpper }}}} p95 of {{{{ $labels.target }}}} (model "
-                         f"{{{{ $labels.model_name }}}}) has been {{{{ $value | printf \"%.2f\" }}}} times its objective "
-                         "(vllm_diag_slo_seconds) on average over "
+                         f"{{{{ $labels.model_name }}}}) has been {{{{ $value | printf \"%.2f\" }}}} "
+                         "times its objective (vllm_diag_slo_seconds) on average over "
                          f"{SMOOTHING_RANGE}, with enough requests to trust the quantile."),
             meaning=("An outcome, not a layer: the TTFT or ITL p95 (label `objective`) averaged over "
                      f"{SMOOTHING_RANGE} exceeds the objective configured for this target (`slo`, or `targets[].slo`, "
@@ -565,7 +568,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             severity="critical", symptom="none", layer="unknown", for_=grace,
             summary="A vLLM target has not come up within the startup grace.",
             description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
-                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): the model load hangs, crashes or the URL is wrong."),
+                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): "
+                         "the model load hangs, crashes or the URL is wrong."),
             meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
                      f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
                      "startupProbe budget) before paging: a rollout never pages while replicas load."),
@@ -581,8 +585,9 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                   f"  count(max_over_time(vllm_diag_up[1h])) > 0\n)"),
             severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
             summary="Prometheus cannot scrape the vllm-diag sidecar.",
-            description=("{{ if $labels.instance }}The vllm-diag sidecar {{ $labels.instance }} (job {{ $labels.job }}) "
-                         "is down{{ else }}The vllm-diag job has vanished from Prometheus' targets{{ end }} "
+            description=("{{ if $labels.instance }}The vllm-diag sidecar {{ $labels.instance }} "
+                         "(job {{ $labels.job }}) is down"
+                         "{{ else }}The vllm-diag job has vanished from Prometheus' targets{{ end }} "
                          "(value {{ $value }}): no diagnosis alert can fire while it is gone."),
             meaning=(f"Prometheus' job `{o.sidecar_job}` (set with `vllm-diag render rules --sidecar-job NAME`) "
                      "either has an instance that is down (`up == 0`, one alert per instance), or has vanished "
@@ -595,7 +600,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         ),
         Alert(
             name="VLLMDiagnosisStale",
-            expr=("timestamp(vllm_diag_last_evaluation_timestamp_seconds)\n- vllm_diag_last_evaluation_timestamp_seconds\n"
+            expr=("timestamp(vllm_diag_last_evaluation_timestamp_seconds)\n"
+                  "- vllm_diag_last_evaluation_timestamp_seconds\n"
                   f"> ignoring (model_name) group_left\n{fmt(stale_n)} * vllm_diag_scrape_interval_seconds"),
             severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
             summary="The vllm-diag diagnosis has stopped updating.",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.simulator.engine import Engine, EngineConfig, EngineStats
+from exporter.simulator.engine import Engine, EngineConfig, EngineStats, GpuBin
 from exporter.simulator.workload import Workload
 
 _ENGINE_LABEL = re.compile(r'engine="0"')
@@ -38,7 +38,7 @@ class DataParallelEngine:
     def stats(self) -> EngineStats:
         return self.engines[0].stats
 
-    def gpu_window(self, seconds: int = 1):  # noqa: ANN201 - same type as Engine.gpu_window
+    def gpu_window(self, seconds: int = 1) -> GpuBin:
         return self.engines[0].gpu_window(seconds)
 
     def advance_to(self, t: float) -> None:
@@ -73,12 +73,12 @@ def merge_engine_expositions(texts: list[str]) -> str:
         elif current is not None:
             current.append(line)
     for rank, text in enumerate(texts[1:], start=1):
-        name = None
+        family: str | None = None  # the family the current line belongs to
         for line in text.splitlines():
             if line.startswith("# HELP "):
-                name = line.split(" ", 3)[2]
-            elif line.startswith("#") or not line or name is None or name not in index:
+                family = line.split(" ", 3)[2]
+            elif line.startswith("#") or not line or family is None or family not in index:
                 continue
             elif 'engine="0"' in line:
-                families[index[name]][1].append(_ENGINE_LABEL.sub(f'engine="{rank}"', line))
+                families[index[family]][1].append(_ENGINE_LABEL.sub(f'engine="{rank}"', line))
     return "\n".join(line for _, lines in families for line in lines) + "\n"

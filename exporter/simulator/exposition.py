@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final
 from prometheus_client.utils import floatToGoString
 
 if TYPE_CHECKING:  # engine imports this module for the bucket lists
+    from exporter.simulator.dataparallel import DataParallelEngine
     from exporter.simulator.engine import Engine, Histogram
 
 # --------------------------------------------------------------------------------------------
@@ -217,7 +218,9 @@ class _Text:
             self.sample(f"{base}_total", labels, value)
         self.created(base, help_text, [labels for labels, _ in children], at)
 
-    def histogram(self, name: str, help_text: str, labels: dict[str, str], hist: Histogram, at: float | None = None) -> None:
+    def histogram(
+        self, name: str, help_text: str, labels: dict[str, str], hist: Histogram, at: float | None = None
+    ) -> None:
         self.header(name, help_text, "histogram")
         self.histogram_child(name, labels, hist)
         self.created(name, help_text, [labels], at)
@@ -277,7 +280,7 @@ def cache_config_labels(engine: Engine) -> dict[str, str]:
     }
 
 
-def render_vllm(engine: "Engine | DataParallelEngine", *, start_unix: float, speed: float = 1.0) -> str:
+def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed: float = 1.0) -> str:
     """The API server's ``/metrics`` at the engine's current simulated time.
 
     ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);
@@ -389,8 +392,9 @@ def render_vllm(engine: "Engine | DataParallelEngine", *, start_unix: float, spe
     handler_children = [] if first is None else [handler]
     out.header("http_requests_total", HELP["http_requests"], "counter")
     if first is not None:
-        out.sample("http_requests_total", {**handler, "method": "POST", "status": "2xx"}, st.http_requests)
-        out.created("http_requests", HELP["http_requests"], [{**handler, "method": "POST", "status": "2xx"}], first_unix)
+        posted = {**handler, "method": "POST", "status": "2xx"}
+        out.sample("http_requests_total", posted, st.http_requests)
+        out.created("http_requests", HELP["http_requests"], [posted], first_unix)
     for fam, total in (
         ("http_request_size_bytes", st.http_request_size_sum),
         ("http_response_size_bytes", 0.0),  # streamed responses carry no Content-Length
@@ -458,7 +462,7 @@ DCGM_DRIVER_VERSION: Final = "570.124.06"
 DCGM_HOSTNAME: Final = "gpu-node-0"
 
 
-def render_dcgm(engine: Engine) -> str:
+def render_dcgm(engine: Engine | DataParallelEngine) -> str:
     """dcgm-exporter's ``/metrics`` for the engine's GPUs (TP x PP of them).
 
     Utilisation gauges cover the last complete simulated second, as DCGM samples them. Every
@@ -508,7 +512,8 @@ def render_dcgm(engine: Engine) -> str:
         for i in range(n_gpus):
             # dcgm-exporter prints labels in its own (not alphabetical) order.
             labels = (
-                f'gpu="{i}",UUID="GPU-5e1f0c2a-7d3b-4c9e-a1f0-{i:012d}",pci_bus_id="00000000:{0x18 + 0x10 * i:02X}:00.0",'
+                f'gpu="{i}",UUID="GPU-5e1f0c2a-7d3b-4c9e-a1f0-{i:012d}",'
+                f'pci_bus_id="00000000:{0x18 + 0x10 * i:02X}:00.0",'
                 f'device="nvidia{i}",modelName="{gpu.model_name}",Hostname="{DCGM_HOSTNAME}",'
                 f'DCGM_FI_DRIVER_VERSION="{DCGM_DRIVER_VERSION}"'
             )

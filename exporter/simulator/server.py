@@ -22,6 +22,8 @@ from dataclasses import asdict, dataclass
 
 from aiohttp import web
 
+from exporter.shutdown import until_stopped
+from exporter.simulator.dataparallel import DataParallelEngine
 from exporter.simulator.engine import Engine
 from exporter.simulator.exposition import CONTENT_TYPE, render_dcgm, render_vllm
 from exporter.simulator.scenarios import Scenario, get_scenario
@@ -34,7 +36,7 @@ class LiveScenario:
     """One scenario running against a clock."""
 
     scenario: Scenario
-    engine: Engine
+    engine: Engine | DataParallelEngine
     clock_start: float  # clock reading at simulated second 0
     start_unix: float  # wall time at simulated second 0
     speed: float
@@ -53,7 +55,8 @@ class LiveScenario:
 
 
 SIMS = web.AppKey("simulator_scenarios", dict[str, LiveScenario])
-CLOCK = web.AppKey("simulator_clock", Callable[[], float])
+# A callable type is no class, so AppKey's type argument goes in the annotation.
+CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("simulator_clock")
 
 
 def _resolve(scenarios: Scenario | str | Iterable[Scenario | str]) -> list[Scenario]:
@@ -218,6 +221,6 @@ async def serve(
     await runner.setup()
     try:
         await web.TCPSite(runner, host, port).start()
-        await asyncio.Event().wait()
+        await until_stopped()
     finally:
         await runner.cleanup()

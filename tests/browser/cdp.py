@@ -34,7 +34,7 @@ class Chromium:
         self.url, self.timeout = url, timeout
         self._ids = count(1)
 
-    async def __aenter__(self) -> "Chromium":
+    async def __aenter__(self) -> Chromium:
         # Chromium helpers may still write to the profile for a moment after the kill.
         self._profile = tempfile.TemporaryDirectory(ignore_cleanup_errors=True)
         self._proc = await asyncio.create_subprocess_exec(
@@ -74,7 +74,8 @@ class Chromium:
 
     async def _wait_loaded(self) -> None:
         for _ in range(int(self.timeout * 10)):
-            if await self.evaluate("document.readyState") == "complete" and await self.evaluate("location.href") != "about:blank":
+            if (await self.evaluate("document.readyState") == "complete"
+                    and await self.evaluate("location.href") != "about:blank"):
                 return
             await asyncio.sleep(0.1)
         raise TimeoutError(f"{self.url} did not load")

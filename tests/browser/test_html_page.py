@@ -7,7 +7,7 @@ import base64
 import re
 import shutil
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from itertools import count
 from pathlib import Path
 
@@ -58,8 +58,8 @@ async def _chromium_run(*args: str) -> str:
 async def hostile_upstream(fixtures_dir):
     """A vLLM whose model name is hostile markup, moving through a KV-pressure episode."""
     phases = ["chunked", "pressure-during", "pressure-peak-waiting", "pressure"]
-    texts = [read_capture(fixtures_dir, p).replace('model_name="tiny"', 'model_name="' + HOSTILE.replace('"', '\\"') + '"')
-             for p in phases]
+    hostile_label = 'model_name="' + HOSTILE.replace('"', '\\"') + '"'
+    texts = [read_capture(fixtures_dir, p).replace('model_name="tiny"', hostile_label) for p in phases]
     served = count()
 
     async def metrics(request: web.Request) -> web.Response:
@@ -212,4 +212,4 @@ PAGE_FACTS = """(async () => {
 
 
 def iso_seconds(value: str) -> float:
-    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc).timestamp()
+    return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()

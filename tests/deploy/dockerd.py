@@ -87,7 +87,8 @@ class Docker:
     def __call__(self, *args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([self.client, *args], env=self.env, capture_output=True, text=True, timeout=timeout)
         if check and proc.returncode != 0:
-            pytest.fail(f"docker {' '.join(args)} exited {proc.returncode}\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+            pytest.fail(f"docker {' '.join(args)} exited {proc.returncode}\n"
+                        f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
         return proc
 
     def run(self, *args: str) -> str:

@@ -103,7 +103,8 @@ def recording_rules() -> list[str]:
 
 
 def rule_groups() -> list[str]:
-    return [group["name"] for path in sorted(RULES_DIR.glob("*.yml")) for group in yaml.safe_load(path.read_text())["groups"]]
+    return [group["name"] for path in sorted(RULES_DIR.glob("*.yml"))
+            for group in yaml.safe_load(path.read_text())["groups"]]
 
 
 def sidecar_down_alert() -> str:
@@ -367,7 +368,7 @@ def test_recording_rules_return_series(stack: Stack) -> None:
     records = recording_rules()
     assert records
     for record in records:
-        wait_for(lambda: stack.query(record), 90, f"a series recorded as {record}", interval=1,
+        wait_for(lambda record=record: stack.query(record), 90, f"a series recorded as {record}", interval=1,
                  diagnostics=stack.report)
     TIMINGS["recording_rules_s"] = round(time.monotonic() - stack.up_at, 1)
 

@@ -32,7 +32,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -100,7 +99,7 @@ def http(url: str, *, method: str = "GET", data: bytes | None = None, timeout: f
             return resp.status, resp.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
-    except (urllib.error.URLError, ConnectionError, TimeoutError, socket.timeout) as exc:
+    except (urllib.error.URLError, ConnectionError, TimeoutError) as exc:
         return 0, str(exc).encode()
 
 
@@ -434,7 +433,8 @@ class Stack:
             parts.append(f"sidecar verdicts: unavailable ({exc})")
         try:
             parts.append("prometheus alerts: " + json.dumps(sorted(
-                (a["labels"].get("alertname"), a["labels"].get("target"), a["state"]) for a in self.prometheus_alerts())))
+                (a["labels"].get("alertname"), a["labels"].get("target"), a["state"])
+                for a in self.prometheus_alerts())))
         except Exception as exc:  # noqa: BLE001
             parts.append(f"prometheus alerts: unavailable ({exc})")
         try:
@@ -527,7 +527,8 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
         ], tmp / "prometheus.log"))
 
         for proc, url in ((stack.processes[0], stack.alertmanager_url), (stack.processes[1], stack.prometheus_url)):
-            poll(lambda: proc.alive() and http(f"{url}/-/ready")[0] == 200 or not proc.alive() and "exited",
+            poll(lambda proc=proc, url=url: (proc.alive() and http(f"{url}/-/ready")[0] == 200
+                                             or not proc.alive() and "exited"),
                  timeout=30, what=f"{proc.name} /-/ready", diagnostics=stack.report)
             if not proc.alive():
                 pytest.fail(f"{proc.name} exited with {proc.proc.returncode}\n{stack.report()}", pytrace=False)

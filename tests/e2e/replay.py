@@ -25,13 +25,13 @@ from dataclasses import dataclass
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Settings, load_settings
+from exporter.dcgm import gpu_utilization
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.publish.collector import DiagnosisCollector
-from exporter.simulator.hostcpu import simulated_host_inputs
 from exporter.simulator import SCENARIOS, get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
-from exporter.dcgm import gpu_utilization
+from exporter.simulator.hostcpu import simulated_host_inputs
 
 SPEED = 15.0  # simulated seconds per wall second; Prometheus' 1 s interval = 15 s simulated
 SIM_INTERVAL_S = 5.0  # the sidecar's scrape interval (its default), simulated

@@ -229,7 +229,7 @@ def matrix(tmp_path_factory: pytest.TempPathFactory):
             prometheus_bin, f"--config.file={tmp / 'prom.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
             f"--storage.tsdb.path={tmp / 'prom-data'}", "--rules.alert.resend-delay=1s"], tmp / "prom.log"))
         for url in (am_url, prom_url):
-            poll(lambda: http(f"{url}/-/ready")[0] == 200, timeout=30, what=f"{url} ready", diagnostics=report)
+            poll(lambda url=url: http(f"{url}/-/ready")[0] == 200, timeout=30, what=f"{url} ready", diagnostics=report)
         poll(lambda: get_json(f"{prom_url}/api/v1/alertmanagers")["data"]["activeAlertmanagers"], timeout=30,
              what="Prometheus discovering Alertmanager", diagnostics=report)
         poll(lambda: len([t for t in get_json(f"{prom_url}/api/v1/targets")["data"]["activeTargets"]

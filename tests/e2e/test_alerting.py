@@ -4,10 +4,11 @@ The rules are ``alert_rules/*.yml`` as generated, except that every alert's ``fo
 (3-15 minutes cannot be waited for in CI): divided by 60, so minutes become seconds and a root
 cause still fires no later than the symptoms it explains (with one short value for all, the
 15m prefix-cache symptom would race the 5m KV alert, which production never does). The fixture
-checks that the copy differs in nothing else. The Alertmanager config is ``deploy/alertmanager/alertmanager.yml`` with its receivers
-pointed at a local webhook (the catch-all ``default`` receiver gets one too, so a misrouted alert
-shows) and its group_wait/group_interval/repeat_interval shortened; routes and inhibit_rules are
-the example's, unchanged: the inhibition is what is under test.
+checks that the copy differs in nothing else. The Alertmanager config is
+``deploy/alertmanager/alertmanager.yml`` with its receivers pointed at a local webhook (the
+catch-all ``default`` receiver gets one too, so a misrouted alert shows) and its
+group_wait/group_interval/repeat_interval shortened; routes and inhibit_rules are the example's,
+unchanged: the inhibition is what is under test.
 
 Assertions are per ``target`` (the label the inhibition's ``equal`` uses):
 
@@ -34,16 +35,16 @@ import pytest
 import yaml
 
 from exporter.config import load_settings
-from exporter.render import rules
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
+from exporter.render import rules
 from exporter.simulator import get_scenario
 from exporter.simulator.exposition import render_vllm
 from exporter.simulator.hostcpu import simulated_host_inputs
 from tests.e2e.conftest import (
+    ALERTMANAGER_EXAMPLE,
     AM_GROUP_INTERVAL,
     AM_GROUP_WAIT,
-    ALERTMANAGER_EXAMPLE,
     SCENARIO_SEEDS,
     SIDECAR_INTERVAL_S,
     WARMUP_S,

@@ -80,7 +80,8 @@ def report(name: str, evaluations: list[Evaluation]) -> None:
         sig = e.doc["signals"]
         shown = [(s["id"], [c["id"] for c in s["causes"]], s["informational"]) for s in e.doc["symptoms"]]
         print(f"{name} t={e.t:.0f} verdict={e.doc['verdict']['layer']} symptoms={shown} "
-              f"ttft_p95={sig['ttft_p95_seconds']} itl_p95={sig['itl_p95_seconds']} itl_p99={sig.get('itl_p99_seconds')} "
+              f"ttft_p95={sig['ttft_p95_seconds']} itl_p95={sig['itl_p95_seconds']} "
+              f"itl_p99={sig.get('itl_p99_seconds')} "
               f"itl_tail={sig['itl_tail_ratio']} running_mean={sig['running_mean']} "
               f"hit={sig['prefix_cache_hit_ratio']} preemptions={sig['preemptions']} "
               f"cpu={sig['cpu_starvation_score']} cpu_inputs={sig['cpu_inputs']}")

@@ -107,13 +107,17 @@ API = UsageContext.OPENAI_API_SERVER
 out = {"cpu": {w: [d[API] for d in EngineArgs.get_batch_defaults(w)] for w in (1, 2)}}
 source = inspect.getsource(CpuPlatform.check_and_update_config)
 # VLLM_CPU_KVCACHE_SPACE (GiB) replaces kv_cache_memory_bytes, flag or not (exporter/facts/environ.py).
-out["cpu_env_kv"] = bool(re.search(r'env_key = "VLLM_CPU_KVCACHE_SPACE"\s*if env_key in os.environ and os.environ\[env_key\] != "":\s*kv_cache_space = int\(os.environ\[env_key\]\)\s*cache_config.kv_cache_memory_bytes = kv_cache_space \* GiB_bytes', source))
-out["cpu_block_size"] = int(re.search(r"not cache_config.user_specified_block_size:\s*cache_config.block_size = (\d+)", source).group(1))
+out["cpu_env_kv"] = bool(re.search(
+    r'env_key = "VLLM_CPU_KVCACHE_SPACE"\s*if env_key in os.environ and os.environ\[env_key\] != "":\s*'
+    r'kv_cache_space = int\(os.environ\[env_key\]\)\s*'
+    r'cache_config.kv_cache_memory_bytes = kv_cache_space \* GiB_bytes', source))
+out["cpu_block_size"] = int(re.search(
+    r"not cache_config.user_specified_block_size:\s*cache_config.block_size = (\d+)", source).group(1))
 gib = 1 << 30
 out["gpu"] = {}
 current_platform.is_cpu = lambda: False
-for name, memory in (("NVIDIA B200", 192 * gib), ("NVIDIA H100 80GB HBM3", 80 * gib), ("NVIDIA A100-SXM4-80GB", 80 * gib),
-                     ("NVIDIA L4", 24 * gib)):
+for name, memory in (("NVIDIA B200", 192 * gib), ("NVIDIA H100 80GB HBM3", 80 * gib),
+                     ("NVIDIA A100-SXM4-80GB", 80 * gib), ("NVIDIA L4", 24 * gib)):
     current_platform.get_device_total_memory = lambda *a, m=memory: m
     current_platform.get_device_name = lambda *a, n=name: n
     out["gpu"][name] = [d[API] for d in EngineArgs.get_batch_defaults(1)]

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 import yaml
@@ -14,8 +15,7 @@ import yaml
 from exporter.catalog.symptoms import SYMPTOMS
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import Settings, Slo
-from exporter.render import check, render, write
-from exporter.render import dashboards, lint, rules
+from exporter.render import check, dashboards, lint, render, rules, write
 from exporter.render.cli import register
 
 REPO = Path(__file__).resolve().parents[2]

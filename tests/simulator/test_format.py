@@ -123,7 +123,7 @@ def test_exposition_is_consistent(name: str) -> None:
         return v[(metric, tuple(sorted(base + extra)))]
 
     # Histograms: cumulative buckets ending in +Inf == _count.
-    for family, les in sim.les.items():
+    for family in sim.les:
         rows = [(labels, value) for (n, labels), value in v.items() if n == f"{family}_bucket"]
         by_child: dict[tuple[tuple[str, str], ...], list[float]] = {}
         for labels, value in rows:
@@ -149,7 +149,8 @@ def test_exposition_is_consistent(name: str) -> None:
     assert finished > 0, "scenario finished no request in its first two minutes"
     assert one("vllm:e2e_request_latency_seconds_count") == finished
     assert one("vllm:request_num_preemptions_sum") <= one("vllm:num_preemptions_total")
-    assert v[("http_requests_total", (("handler", "/v1/chat/completions"), ("method", "POST"), ("status", "2xx")))] == finished
+    posted = (("handler", "/v1/chat/completions"), ("method", "POST"), ("status", "2xx"))
+    assert v[("http_requests_total", posted)] == finished
 
 
 def test_idle_exposition_matches_the_idle_capture(fixtures_dir: Path) -> None:

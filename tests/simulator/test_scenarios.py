@@ -77,3 +77,14 @@ def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path):
     assert signals is not None and signals.traffic.generation_tokens_per_second is not None
     # Two engines at 3 req/s x ~250 tokens: hundreds of tokens/s, never a lifetime total.
     assert 500 < signals.traffic.generation_tokens_per_second < 5000
+
+
+def test_docs_profile_table_lists_every_scenario_with_its_expected_verdict():
+    """docs/scenarios.md's generated table (benchmarks.profile) is current: every scenario, and the
+    verdict the sidecar gave there is the one the scenario expects."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "scenarios.md").read_text()
+    table = doc.split("<!-- profile-table:begin -->", 1)[1].split("<!-- profile-table:end -->", 1)[0]
+    rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
+    verdicts = {row[1].strip().strip("`"): row[-2].strip().strip("`") for row in rows}
+    assert verdicts == {name: s.expected.verdict for name, s in SCENARIOS.items()}, \
+        "rerun `python -m benchmarks.profile --write`"

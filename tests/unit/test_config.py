@@ -46,6 +46,7 @@ def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
         (("kv_usage_high: 0.95", "kv_usage_high: 7"), "out of range"),
         (('cpu: {match: "vllm serve"}', "cpu: {pid: 1, match: x}"), "exactly one"),
         (("max_num_seqs: 256", "max_num_seqs: zero"), "targets.0.engine.max_num_seqs"),
+        (("name: vllm-0", "name: vllm-*"), "patterns over the targets of --prometheus"),
     ],
 )
 def test_invalid_config_names_field_and_reason(tmp_path, patch, fragment):

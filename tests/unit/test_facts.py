@@ -10,8 +10,18 @@ import pytest
 
 from exporter.config import EngineFacts
 from exporter.facts import cache_info, cmdline, defaults, environ, http_api
-from exporter.facts.base import (CMDLINE, CONFIG, DEFAULTS, ENVIRONMENT, METRICS, MODELS_API, VERSION_API,
-                                 VLLM_CONFIG_FILE, Fact, NoFacts)
+from exporter.facts.base import (
+    CMDLINE,
+    CONFIG,
+    DEFAULTS,
+    ENVIRONMENT,
+    METRICS,
+    MODELS_API,
+    VERSION_API,
+    VLLM_CONFIG_FILE,
+    Fact,
+    NoFacts,
+)
 from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import parse
 
@@ -51,7 +61,8 @@ COMMAND_LINES = [
     pytest.param(["vllm", "serve", "m", "--max-num-seqs", "8", "--max-num-seqs", "16", "--max-model-len", "auto"],
                  {"model": "m", "max_num_seqs": 16}, 8000, id="last-wins-and-auto-is-unknown"),
     pytest.param(["vllm", "serve", "https://user:pw@models.example/m", "--max-num-seqs", "4"],
-                 {"model": "https://***@models.example/m", "max_num_seqs": 4}, 8000, id="model-url-credentials-redacted"),
+                 {"model": "https://***@models.example/m", "max_num_seqs": 4}, 8000,
+                 id="model-url-credentials-redacted"),
     pytest.param(["vllm", "serve", f"s3://bucket/m?X-Amz-Signature={SECRET}#x"],
                  {"model": "s3://bucket/m"}, 8000, id="model-url-query-token-dropped"),
 ]
@@ -185,7 +196,8 @@ def test_cpu_kv_space_variable_overrides_the_flag_on_the_cpu_build_only() -> Non
 @pytest.mark.parametrize("version, known, expected", [
     ("0.32.0", {"platform": "cpu"}, {"max_num_batched_tokens": 2048, "max_num_seqs": 128}),
     ("0.32.1", {"platform": "cpu", "tensor_parallel_size": 2}, {"max_num_batched_tokens": 4096, "max_num_seqs": 256}),
-    ("0.32", {"platform": "cpu", "performance_mode": "throughput"}, {"max_num_batched_tokens": 4096, "max_num_seqs": 256}),
+    ("0.32", {"platform": "cpu", "performance_mode": "throughput"},
+     {"max_num_batched_tokens": 4096, "max_num_seqs": 256}),
     ("0.32.0", {"platform": "cpu", "enable_chunked_prefill": False, "max_model_len": 8192},
      {"max_num_batched_tokens": 8192, "max_num_seqs": 128}),
     ("0.32.0", {"platform": "cpu", "enable_chunked_prefill": False}, {"max_num_seqs": 128}),

@@ -1,0 +1,224 @@
+"""``serve --prometheus``: one diagnoser for every vLLM server whose series a store holds.
+
+Each cycle (every ``interval`` seconds, never two at once):
+
+1. one instant query lists the targets that have a vLLM sample now
+   (``group by (<target labels>) (...)``);
+2. per target, one range-selector query reads only the scrapes since the last one it fed
+   (the first time: one window), at most ``max_concurrency`` in flight;
+3. each target's pipeline (the sidecar's, window and hysteresis included) is evaluated once.
+
+So a cycle costs 1 + N queries and reads each stored sample once. Memory is one window per
+target, at most ``max_targets`` targets; a target without samples reads as down and is dropped
+after ``grace_seconds``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from exporter.config import Settings
+from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
+from exporter.promsource.client import PromClient, PromError
+from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
+from exporter.promsource.settings import PrometheusSource
+from exporter.promsource.span import LEAD_SECONDS, read_scrapes, target_for
+from exporter.server import SIDECAR, Sidecar, create_app
+from exporter.state import TargetState
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class CycleStats:
+    """What the last cycle cost: for /metrics, the page and the fleet benchmark."""
+
+    started_at: float = 0.0
+    duration_seconds: float = 0.0
+    queries: int = 0
+    bytes_read: int = 0
+    targets: int = 0
+    diagnosed: int = 0
+    error: str | None = None
+
+
+class CentralDiagnoser(Sidecar):
+    """A :class:`Sidecar` whose targets come and go with the series in a Prometheus-compatible store."""
+
+    def __init__(self, settings: Settings, source: PrometheusSource) -> None:
+        # The configured targets only lend engine facts and SLOs by name: nothing polls them.
+        super().__init__(settings.model_copy(update={"targets": []}))
+        self.configured = settings
+        self.source = source
+        self.keys: dict[str, TargetKey] = {}
+        self.last_seen: dict[str, float] = {}
+        self.last_cycle = CycleStats()
+        self.cycles_total = 0
+        self.queries_total = 0
+        self.bytes_read_total = 0
+        self.errors_total = 0
+        self.dropped_targets_total = 0
+        self.registry.register(_CentralCollector(self))
+        self.client: PromClient | None = None
+
+    def pending(self) -> list[str]:
+        return [] if self.cycles_total else ["the first cycle against the store"]
+
+    def _pipeline(self, key: TargetKey) -> TargetPipeline:
+        pipeline = self.pipelines.get(key.name)
+        if pipeline is None:
+            target = target_for(self.configured, key.name, self.source, self.source.interval)
+            pipeline = self.pipelines[key.name] = TargetPipeline(target, self.settings)
+            self.keys[key.name] = key
+        return pipeline
+
+    async def discover(self, client: PromClient, now: float) -> list[TargetKey]:
+        by = ", ".join(self.source.target_labels)
+        data = await client.query(f"group by ({by}) ({selector(self.source.match, DISCOVERY_NAMES)})", now)
+        keys = sorted({TargetKey.of(item.get("metric", {}), self.source.target_labels)
+                       for item in data.get("result") or []}, key=lambda k: k.name)
+        if len(keys) > self.source.max_targets:
+            log.warning("%d targets match %s; diagnosing the first %d (max_targets)", len(keys), self.source.match,
+                        self.source.max_targets)
+        return keys[:self.source.max_targets]
+
+    async def cycle(self, now: float | None = None) -> CycleStats:
+        """Discover, read what is new for every target, evaluate; store errors never raise.
+
+        ``now`` defaults to the wall clock; the fleet benchmark replays stored time with it.
+        """
+        assert self.client is not None, "cycle before startup"
+        client = self.client
+        now = time.time() if now is None else now
+        queries, read = client.stats.queries, client.stats.bytes_read
+        stats = CycleStats(started_at=now)
+        clock = time.perf_counter()
+        try:
+            keys = await self.discover(client, now)
+        except PromError as exc:
+            stats.error = str(exc)
+            self.errors_total += 1
+            log.warning("target discovery failed: %s", exc)
+            keys = [self.keys[name] for name in self.pipelines]  # keep reading the known targets
+        for key in keys:
+            self.last_seen[key.name] = now
+        states = dict(self.states)
+        results = await asyncio.gather(*(self._refresh(client, key, now) for key in keys))
+        for key, state in zip(keys, results, strict=True):
+            states[key.name] = state
+            self.history_for(key.name).record(state)
+        stats.diagnosed = sum(1 for state in results if state.status != "down")
+        for name in [n for n in self.pipelines if n not in {k.name for k in keys}]:
+            if now - self.last_seen.get(name, now) > self.source.grace_seconds:
+                log.info("target %s has had no series for %.0f s: dropped", name, now - self.last_seen[name])
+                self.pipelines.pop(name, None)
+                self.keys.pop(name, None)
+                self.last_seen.pop(name, None)
+                self.histories.pop(name, None)
+                states.pop(name, None)
+                self.dropped_targets_total += 1
+            else:
+                states[name] = self._down(name, now, "no vLLM series in Prometheus now")
+        self.attempted = set(self.pipelines)
+        self.states = states  # swapped whole: readers never see half a cycle
+        stats.duration_seconds = time.perf_counter() - clock
+        stats.queries = client.stats.queries - queries
+        stats.bytes_read = client.stats.bytes_read - read
+        stats.targets = len(keys)
+        self.cycles_total += 1
+        self.queries_total = client.stats.queries
+        self.bytes_read_total = client.stats.bytes_read
+        self.last_cycle = stats
+        return stats
+
+    def _down(self, name: str, now: float, why: str) -> TargetState:
+        pipeline = self.pipelines[name]
+        return pipeline.ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="connect", error=why))
+
+    async def _refresh(self, client: PromClient, key: TargetKey, now: float) -> TargetState:
+        pipeline = self._pipeline(key)
+        latest = pipeline.window.latest
+        window = self.settings.window_seconds
+        since = latest.timestamp if latest is not None else None
+        start = max(since if since is not None else 0.0, now - window - LEAD_SECONDS)
+        try:
+            found = await read_scrapes(client, self.source, key, start, now, after=since)
+        except PromError as exc:
+            self.errors_total += 1
+            log.warning("reading %s failed: %s", key.name, exc)
+            return pipeline.ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http", error=str(exc)))
+        if since is not None and found and found[0][0] - since > window:
+            pipeline.window.clear()  # back after a gap longer than the window: start afresh
+        for at, text in found:
+            pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=text.encode()), evaluate_now=False)
+        newest = pipeline.window.latest
+        if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, window):
+            return self._down(key.name, now, "no recent samples in Prometheus")
+        return pipeline.evaluate(now)
+
+
+class _CentralCollector(Collector):
+    """The diagnoser's own cost: cycles, queries, bytes read, targets (``vllm_diag_prometheus_*``)."""
+
+    def __init__(self, central: CentralDiagnoser) -> None:
+        self.central = central
+
+    def collect(self) -> Iterable[Metric]:
+        c, last = self.central, self.central.last_cycle
+        P = "vllm_diag_prometheus_"
+        yield CounterMetricFamily(P + "cycles", "Diagnosis cycles run against the store.", value=c.cycles_total)
+        yield CounterMetricFamily(P + "queries", "HTTP API queries sent to the store.", value=c.queries_total)
+        yield CounterMetricFamily(P + "read_bytes", "Bytes of API answers read from the store.",
+                                  value=c.bytes_read_total)
+        yield CounterMetricFamily(P + "errors", "Failed discovery or target reads.", value=c.errors_total)
+        yield CounterMetricFamily(P + "dropped_targets", "Targets dropped after their grace period.",
+                                  value=c.dropped_targets_total)
+        yield GaugeMetricFamily(P + "cycle_duration_seconds", "Duration of the last cycle.",
+                                value=last.duration_seconds)
+        yield GaugeMetricFamily(P + "targets", "Targets found in the last cycle.", value=last.targets)
+        yield GaugeMetricFamily(P + "targets_diagnosed", "Targets with fresh samples, diagnosed in the last cycle.",
+                                value=last.diagnosed)
+        yield GaugeMetricFamily(P + "cycle_queries", "Queries the last cycle sent.", value=last.queries)
+        yield GaugeMetricFamily(P + "cycle_read_bytes", "Bytes the last cycle read.", value=last.bytes_read)
+
+
+async def _run_cycles(app: web.Application) -> AsyncIterator[None]:
+    central = app[SIDECAR]
+    assert isinstance(central, CentralDiagnoser)
+    async with PromClient(central.source) as client:
+        central.client = client
+
+        async def loop() -> None:
+            while True:
+                started = time.monotonic()
+                try:
+                    await central.cycle()
+                except Exception:  # a bug in one cycle must not end the diagnoser: log it, try again
+                    log.exception("diagnosis cycle failed")
+                # Cycles never overlap: a slow one delays the next instead of stacking up.
+                await asyncio.sleep(max(0.0, central.source.interval - (time.monotonic() - started)))
+
+        task = asyncio.create_task(loop())
+        log.info("diagnosing the vLLM series of %s matching %s every %g s", client.shown, central.source.match,
+                 central.source.interval)
+        try:
+            yield
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+def create_central_app(settings: Settings, source: PrometheusSource, start: bool = True) -> web.Application:
+    app = create_app(settings, sidecar=CentralDiagnoser(settings, source), start_polling=False)
+    if start:
+        app.cleanup_ctx.append(_run_cycles)
+    return app

@@ -1,0 +1,133 @@
+"""Golden files: the exact ``/metrics`` and JSON the sidecar publishes for a few scenarios.
+
+Each scenario is replayed (seed 0, 15 s scrapes, the shipped window) and its published state is
+compared byte for byte with ``tests/golden/<scenario>.prom`` and ``.json``; the exposition is also
+checked by the real ``promtool check metrics``. A change to a name, a label, a help text or a
+number shows up here as a diff to review. The files change only on request::
+
+    .venv/bin/python -m pytest tests/golden --update-golden
+
+Values that measure this machine rather than the diagnosis (scrape and parse durations) are
+replaced by a placeholder before comparing.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.config import load_settings
+from exporter.pipeline import TargetPipeline, replay
+from exporter.publish import document
+from exporter.publish.collector import DiagnosisCollector
+from exporter.simulator import SCENARIOS, write_captures
+from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.state import TargetState
+
+GOLDEN = Path(__file__).resolve().parent
+# One scenario per verdict family: healthy, a KV-cache storm, CPU starvation, a scheduler stutter.
+SCENARIOS_UNDER_TEST = ("healthy", "preemption-storm", "cpu-starved", "itl-stutter")
+DURATION, INTERVAL, SEED = 300.0, 15.0, 0
+MEASURED = "<measured>"
+# Families whose value is a wall-clock measurement of this run.
+MEASURED_FAMILIES = ("vllm_diag_scrape_duration_seconds",)
+MEASURED_KEYS = frozenset({"scrape_duration_seconds", "duration_seconds"})
+
+
+def published_state(name: str, out: Path) -> tuple[TargetState, Any]:
+    scenario = SCENARIOS[name]
+    files = write_captures(scenario, out, DURATION, INTERVAL, SEED)
+    settings = load_settings(overrides={"targets": [{
+        "name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL, "timeout": 3,
+        "engine": scenario.engine_facts(), **({"slo": scenario.slo} if scenario.slo else {})}]})
+    host = simulated_host_inputs(scenario.build(SEED))
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)
+    return replay(files, pipeline, INTERVAL), settings
+
+
+def exposition(state: TargetState, settings: Any) -> str:
+    registry = CollectorRegistry()
+    registry.register(DiagnosisCollector(lambda: {state.target: state}, settings))
+    text = generate_latest(registry).decode()
+    for family in MEASURED_FAMILIES:
+        text = re.sub(rf"^({family}\{{[^}}]*\}}) \S+$", rf"\1 {MEASURED}", text, flags=re.M)
+    return text
+
+
+def _mask(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: (MEASURED if k in MEASURED_KEYS and v is not None else _mask(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_mask(v) for v in value]
+    return value
+
+
+def json_document(state: TargetState) -> str:
+    doc = document.build([state], now=state.evaluated_at)
+    doc["version"] = MEASURED  # the package version is not part of the contract under test
+    return json.dumps(_mask(doc), indent=2, sort_keys=True) + "\n"
+
+
+def compare(path: Path, produced: str, update: bool) -> None:
+    if update:
+        path.write_text(produced, encoding="utf-8")
+        return
+    if not path.is_file():
+        pytest.fail(f"{path.name} missing: run `pytest tests/golden --update-golden` and review the new file")
+    expected = path.read_text(encoding="utf-8")
+    assert produced == expected, (
+        f"{path.name} differs from the golden file; if the change is intended, run "
+        "`pytest tests/golden --update-golden` and review the diff")
+
+
+@pytest.mark.parametrize("name", SCENARIOS_UNDER_TEST)
+def test_published_state_matches_golden_files(name: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    update = bool(request.config.getoption("--update-golden"))
+    state, settings = published_state(name, tmp_path)
+    assert state.status == "ok", state.health
+    compare(GOLDEN / f"{name}.prom", exposition(state, settings), update)
+    compare(GOLDEN / f"{name}.json", json_document(state), update)
+
+
+def test_golden_files_have_no_stray_scenarios() -> None:
+    found = {p.stem for p in GOLDEN.glob("*.prom")} | {p.stem for p in GOLDEN.glob("*.json")}
+    assert found == set(SCENARIOS_UNDER_TEST)
+
+
+# SPEC.md defines the window quantiles and the objectives as gauges with a `quantile` label (the
+# dashboards and the alert rules select on it), which promtool's lint reserves for summaries. These
+# are the only findings allowed; anything else promtool reports fails the test.
+SPEC_QUANTILE_GAUGES = ("vllm_diag_ttft_seconds", "vllm_diag_itl_seconds", "vllm_diag_e2e_latency_seconds",
+                        "vllm_diag_slo_seconds")
+ALLOWED_LINT = frozenset(f'{name} non-summary metrics should not have "quantile" label'
+                         for name in SPEC_QUANTILE_GAUGES)
+
+
+@pytest.mark.parametrize("name", SCENARIOS_UNDER_TEST)
+def test_golden_exposition_passes_promtool(name: str) -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed (scripts/install-test-infra.sh installs it)")
+    text = (GOLDEN / f"{name}.prom").read_text(encoding="utf-8").replace(MEASURED, "0.01")
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    findings = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()}
+    assert proc.returncode in (0, 3), proc.stdout + proc.stderr  # 3: lint findings, 1: unparsable
+    assert findings <= ALLOWED_LINT, sorted(findings - ALLOWED_LINT)
+
+
+def test_promtool_lint_catches_a_naming_mistake() -> None:
+    """The check above is not blind: a counter without `_total` is reported."""
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.fail("promtool not installed (scripts/install-test-infra.sh installs it)")
+    text = "# HELP vllm_diag_bad Bad.\n# TYPE vllm_diag_bad counter\nvllm_diag_bad 1\n"
+    proc = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    findings = {line.strip() for line in (proc.stdout + proc.stderr).splitlines() if line.strip()}
+    assert proc.returncode == 3 and findings and not findings <= ALLOWED_LINT, findings

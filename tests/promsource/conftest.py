@@ -1,0 +1,63 @@
+"""A real Prometheus 2.42 for the ``--prometheus`` tests: loaded with backfilled blocks
+(``promtool tsdb create-blocks-from openmetrics``) or scraping, bound to 127.0.0.1, stopped by PID."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tests.conftest import free_port
+
+PROMETHEUS_BIN = "/usr/bin/prometheus"
+PROMTOOL_BIN = "/usr/bin/promtool"
+
+
+def backfill(openmetrics: Path, storage: Path) -> None:
+    """Blocks from an OpenMetrics file into ``storage`` (fails loudly with promtool's own words)."""
+    done = subprocess.run([PROMTOOL_BIN, "tsdb", "create-blocks-from", "openmetrics", str(openmetrics), str(storage)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"promtool failed: {done.stderr[-2000:]}"
+
+
+@contextmanager
+def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
+               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
+    """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
+    port = free_port()
+    config_file = storage.parent / f"prometheus-{port}.yml"
+    config_file.write_text(config)
+    log = (storage.parent / f"prometheus-{port}.log").open("w")
+    process = subprocess.Popen(
+        [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
+         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle", *extra_flags],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            logged = storage.parent / f"prometheus-{port}.log"
+            assert process.poll() is None, f"prometheus exited: {logged.read_text()}"
+            assert time.monotonic() < deadline, "prometheus not ready after 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(5)
+        log.close()
