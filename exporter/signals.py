@@ -13,8 +13,9 @@ the same order, as before they were grouped.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Callable, ClassVar, Mapping
+from typing import Any, ClassVar
 
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import LabelSet, Snapshot, label_value

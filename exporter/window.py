@@ -10,10 +10,11 @@ changed) resets every counter of that step the same way.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from types import MappingProxyType
 from itertools import islice
-from typing import Callable, Iterable, Literal
+from types import MappingProxyType
+from typing import Literal
 
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 from exporter.timebuffer import TimeBuffer
@@ -78,7 +79,7 @@ class HistogramDelta:
         return 0.0
 
     @staticmethod
-    def merge(parts: Iterable["HistogramDelta"]) -> "HistogramDelta | None":
+    def merge(parts: Iterable[HistogramDelta]) -> HistogramDelta | None:
         """Sum histograms (e.g. across engines). Bounds present in all parts are kept."""
         parts = list(parts)
         if not parts:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
 
 from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
 from exporter.signals import QUANTILES, Signals
@@ -29,10 +29,35 @@ PREFIX = "vllm_diag_"
 Sample = tuple[list[str], float]
 Source = Callable[[Sequence[TargetState], "Settings | None"], Iterator[Sample]]
 TM = ("target", "model_name")
+S = TypeVar("S")
+
+
+class CycleNumbers(Protocol):
+    duration_seconds: float
+    queries: int
+    bytes_read: int
+    targets: int
+    diagnosed: int
+
+
+class CentralNumbers(Protocol):
+    """What the central diagnoser (exporter.promsource.central) counts about itself."""
+
+    cycles_total: int
+    queries_total: int
+    bytes_read_total: int
+    errors_total: int
+    dropped_targets_total: int
+
+    @property
+    def last_cycle(self) -> CycleNumbers: ...
+
+
+CentralSource = Callable[[CentralNumbers], float]  # the central diagnoser's own, unlabelled numbers
 
 
 @dataclass(frozen=True, slots=True)
-class ExportedMetric:
+class ExportedMetric(Generic[S]):
     """One exported family; ``name`` has no ``_total`` (the client adds it to counter samples)."""
 
     name: str
@@ -40,7 +65,7 @@ class ExportedMetric:
     unit: str  # base unit of the value: seconds, ratio (0..1), cores, requests, ... or "" for a count/flag
     help: str
     labels: tuple[str, ...]
-    source: Source
+    source: S
 
     @property
     def sample_name(self) -> str:
@@ -142,19 +167,19 @@ def _pending(state: TargetState) -> Iterator[Sample]:
         yield [*_tm(state), pending], 1.0
 
 
-def _latency_family(family: str, title: str) -> ExportedMetric:
+def _latency_family(family: str, title: str) -> ExportedMetric[Source]:
     name = "e2e_latency" if family == "e2e" else family
     return ExportedMetric(PREFIX + f"{name}_seconds", "gauge", "seconds", f"{title} quantiles over the window.",
                           (*TM, "quantile"), _quantiles(family))
 
 
-def _gauge(name: str, unit: str, help_text: str, value: Callable[[Signals], float | None]) -> ExportedMetric:
+def _gauge(name: str, unit: str, help_text: str, value: Callable[[Signals], float | None]) -> ExportedMetric[Source]:
     """A plain per-target gauge of one signal."""
     return ExportedMetric(PREFIX + name, "gauge", unit, help_text, TM, signal(value))
 
 
 # -- the catalog, in the order /metrics lists the families ----------------------------------------
-EXPORTED: tuple[ExportedMetric, ...] = (
+EXPORTED: tuple[ExportedMetric[Source], ...] = (
     # objectives from the configuration
     ExportedMetric(PREFIX + "slo_seconds", "gauge", "seconds",
                    "The objective the alert rules compare with, per target.",
@@ -271,17 +296,44 @@ EXPORTED: tuple[ExportedMetric, ...] = (
                                          for (source, reason), count in sorted(s.source_errors_total.items())])),
 )
 
-BY_NAME: dict[str, ExportedMetric] = {m.name: m for m in EXPORTED}
+# The central diagnoser's own cost (``vllm-diag serve --prometheus``), beside the per-target families.
+CENTRAL = PREFIX + "prometheus_"
+CENTRAL_EXPORTED: tuple[ExportedMetric[CentralSource], ...] = (
+    ExportedMetric(CENTRAL + "cycles", "counter", "", "Diagnosis cycles run against the store.", (),
+                   lambda c: c.cycles_total),
+    ExportedMetric(CENTRAL + "queries", "counter", "", "HTTP API queries sent to the store.", (),
+                   lambda c: c.queries_total),
+    ExportedMetric(CENTRAL + "read_bytes", "counter", "bytes", "Bytes of API answers read from the store.", (),
+                   lambda c: c.bytes_read_total),
+    ExportedMetric(CENTRAL + "errors", "counter", "", "Failed discovery or target reads.", (),
+                   lambda c: c.errors_total),
+    ExportedMetric(CENTRAL + "dropped_targets", "counter", "", "Targets dropped after their grace period.", (),
+                   lambda c: c.dropped_targets_total),
+    ExportedMetric(CENTRAL + "cycle_duration_seconds", "gauge", "seconds", "Duration of the last cycle.", (),
+                   lambda c: c.last_cycle.duration_seconds),
+    ExportedMetric(CENTRAL + "targets", "gauge", "", "Targets found in the last cycle.", (),
+                   lambda c: c.last_cycle.targets),
+    ExportedMetric(CENTRAL + "targets_diagnosed", "gauge", "",
+                   "Targets with fresh samples, diagnosed in the last cycle.", (),
+                   lambda c: c.last_cycle.diagnosed),
+    ExportedMetric(CENTRAL + "cycle_queries", "gauge", "", "Queries the last cycle sent.", (),
+                   lambda c: c.last_cycle.queries),
+    ExportedMetric(CENTRAL + "cycle_read_bytes", "gauge", "bytes", "Bytes the last cycle read.", (),
+                   lambda c: c.last_cycle.bytes_read),
+)
+
+ALL_EXPORTED: tuple[ExportedMetric[Source] | ExportedMetric[CentralSource], ...] = (*EXPORTED, *CENTRAL_EXPORTED)
+BY_NAME: dict[str, ExportedMetric[Source] | ExportedMetric[CentralSource]] = {m.name: m for m in ALL_EXPORTED}
 
 
 def sample_names() -> frozenset[str]:
-    """Every series name the sidecar exports (``_total`` on counters): what queries may read."""
-    return frozenset(m.sample_name for m in EXPORTED)
+    """Every series name vllm-diag exports (``_total`` on counters): what queries may read."""
+    return frozenset(m.sample_name for m in ALL_EXPORTED)
 
 
-def exported(sample_name: str) -> ExportedMetric:
+def exported(sample_name: str) -> ExportedMetric[Source] | ExportedMetric[CentralSource]:
     """The catalog entry of a series name a rule or dashboard reads; KeyError names an unknown one."""
-    for metric in EXPORTED:
+    for metric in ALL_EXPORTED:
         if metric.sample_name == sample_name:
             return metric
     raise KeyError(f"{sample_name} is not an exported vllm-diag metric (exporter/catalog/exported.py)")

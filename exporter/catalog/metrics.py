@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     COUNTER = "counter"
     GAUGE = "gauge"
     HISTOGRAM = "histogram"
@@ -80,7 +80,8 @@ METRICS: tuple[MetricDef, ...] = (
         "vllm:inter_token_latency_seconds", _H, "Time between successive outputs of a request",
         aliases=("vllm:time_per_output_token_seconds",), since="0.10.2",
     ),
-    MetricDef("vllm:request_time_per_output_token_seconds", _H, "Per-request mean time per output token", since="0.11.0"),
+    MetricDef("vllm:request_time_per_output_token_seconds", _H, "Per-request mean time per output token",
+              since="0.11.0"),
     MetricDef("vllm:e2e_request_latency_seconds", _H, "Arrival to finish (frontend clock)"),
     MetricDef("vllm:request_queue_time_seconds", _H, "Engine queue time (QUEUED to first SCHEDULED)"),
     MetricDef("vllm:request_prefill_time_seconds", _H, "First SCHEDULED to first token"),

@@ -11,8 +11,9 @@ function to ``RULES`` and its data entry to ``exporter.catalog.symptoms``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from exporter.config import Target
 from exporter.hostcpu.base import NoData, Reader
@@ -118,8 +118,8 @@ class HostProbe:
         if some is not None and span > 0:
             psi = min(1.0, some / (span * 1e6))
             sources.append("psi")
-        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled, cpu_psi_share=psi,
-                          sources=tuple(sources))
+        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled,
+                          cpu_psi_share=psi, sources=tuple(sources))
 
 
 def host_probe_for(target: Target, span_seconds: float | None = None) -> HostProbe | None:

@@ -9,6 +9,7 @@ from are the catalog ``exporter.catalog.exported``: this module is the loop over
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -18,7 +19,8 @@ from exporter.config import Settings
 from exporter.state import TargetState
 
 
-def _family(metric: ExportedMetric) -> CounterMetricFamily | GaugeMetricFamily:
+def new_family(metric: ExportedMetric[Any]) -> CounterMetricFamily | GaugeMetricFamily:
+    """An empty family with the catalog's name, help and labels."""
     kind = CounterMetricFamily if metric.type == "counter" else GaugeMetricFamily
     return kind(metric.name, metric.help, labels=list(metric.labels))
 
@@ -38,7 +40,7 @@ class DiagnosisCollector(Collector):
 
     def _families(self, states: list[TargetState]) -> Iterator[Metric]:
         for metric in EXPORTED:
-            family = _family(metric)
+            family = new_family(metric)
             for labels, value in metric.source(states, self._settings):
                 family.add_metric(labels, value)
             yield family

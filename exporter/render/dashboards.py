@@ -13,8 +13,9 @@ threshold key (or the SLO), and the step is read from ``exporter.catalog.thresho
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import grafanalib.core as g
 from grafanalib._gen import DashboardEncoder

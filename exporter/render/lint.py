@@ -13,7 +13,7 @@ A typo in a panel or rule then fails the test suite instead of showing "No data"
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from exporter.catalog.exported import sample_names
 from exporter.catalog.metrics import wire_names

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.catalog.exported import EXPORTED, PREFIX, exported, sample_names
+from exporter.catalog.exported import CENTRAL_EXPORTED, EXPORTED, PREFIX, exported, sample_names
 from exporter.publish.collector import DiagnosisCollector
 from exporter.render import dashboards, lint
 
@@ -45,7 +45,7 @@ def test_every_vllm_diag_name_in_the_repository_files_is_in_the_catalog(folder):
 
 def test_every_catalog_name_is_used_by_a_generated_file_or_says_why_not():
     used = set().union(*(_names_in(folder) for folder in GENERATED))
-    unused = sample_names() - used
+    unused = {m.sample_name for m in EXPORTED} - used  # the per-target families (not the central diagnoser's)
     assert unused == set(NOT_IN_GENERATED), (
         f"used nowhere and not explained: {sorted(unused - set(NOT_IN_GENERATED))}; "
         f"explained but used after all: {sorted(set(NOT_IN_GENERATED) - unused)}")
@@ -60,6 +60,11 @@ def test_catalog_entries_are_well_formed():
             assert m.unit == "seconds", m.name
         if m.name.endswith("_ratio"):
             assert m.unit == "ratio", m.name
+
+
+def test_central_diagnoser_families_are_unlabelled_and_prefixed():
+    assert {m.name for m in CENTRAL_EXPORTED}.isdisjoint(m.name for m in EXPORTED)
+    assert all(m.name.startswith(PREFIX + "prometheus_") and m.labels == () for m in CENTRAL_EXPORTED)
 
 
 def test_the_collector_emits_exactly_the_catalog():
