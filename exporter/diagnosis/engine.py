@@ -104,7 +104,8 @@ def concrete(action: Action, ctx: Context) -> Action | None:
     return replace(action, action=f"{action.direction} {action.knob} from {_fmt(current)} to {_fmt(proposed)}")
 
 
-def resolve_actions(findings: dict[str, Finding], ctx: Context) -> dict[str, tuple[tuple[Action, ...], tuple[str, ...]]]:
+def resolve_actions(findings: dict[str, Finding],
+                    ctx: Context) -> dict[str, tuple[tuple[Action, ...], tuple[str, ...]]]:
     """Per active cause: its concrete actions, and notes on the knob moves withheld for a stronger cause."""
     active = sorted((cid for cid, f in findings.items() if f.status == "fired"),
                     key=lambda cid: (findings[cid].informational, -findings[cid].strength, cid))
