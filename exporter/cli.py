@@ -13,13 +13,14 @@ import logging
 import re
 import socket
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import aiohttp
 
-from exporter import __version__
+from exporter import __version__, demo, simulator
 from exporter.argtypes import positive
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
 from exporter.facts.discovery import FactDiscovery
@@ -29,7 +30,6 @@ from exporter.pipeline import TargetPipeline, capture_timestamp, replay
 from exporter.poll import fetch
 from exporter.promsource import command as promsource
 from exporter.publish import document, text
-from exporter import demo, simulator
 from exporter.render import cli as render
 
 EXIT_BAD_INPUT = 2
@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.configure_parser(demo_parser)
     demo_parser.set_defaults(func=_demo)
 
-    render.register(sub)
+    render.register(sub)  # type: ignore[arg-type]  # a Parser is an ArgumentParser; the stub's generic is invariant
     return parser
 
 

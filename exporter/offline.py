@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import re
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from exporter.pipeline import CAPTURE_HEADER, capture_timestamp
 

@@ -13,7 +13,7 @@ import math
 import re
 from types import MappingProxyType
 
-from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
+from exporter.catalog.metrics import VLLM, Catalog, Kind
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 
 
@@ -92,8 +92,9 @@ def _value(text: str, lineno: int) -> float:
         raise ParseError(f"line {lineno}: value {text[:40]!r} is not a number") from None
 
 
-def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_MAX_SERIES_PER_FAMILY) -> Snapshot:
-    """Parse one scrape taken at ``timestamp``.
+def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_MAX_SERIES_PER_FAMILY,
+          catalog: Catalog = VLLM) -> Snapshot:
+    """Parse one scrape taken at ``timestamp``, keeping the families of ``catalog`` (vLLM's by default).
 
     Raises :class:`ParseError` on malformed input or on a duplicate series (Prometheus rejects
     those scrapes too). Non-finite values and series over ``max_series_per_family`` are
@@ -108,6 +109,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     alias_rank: dict[str, int] = {}
     dropped = 0
     seen_eof = False
+    index = catalog.sample_index
 
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line:
@@ -126,7 +128,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
         brace = line.find("{")
         space = line.find(" ")
         end = brace if brace != -1 and (space == -1 or brace < space) else space
-        entry = SAMPLE_INDEX.get(line[:end]) if end > 0 else None
+        entry = index.get(line[:end]) if end > 0 else None
         if entry is None:
             # A family the diagnosis does not read (incl. *_created twins): validated, not kept.
             if not line.isspace() and _LINE.fullmatch(line.rstrip("\r")) is None:
@@ -160,7 +162,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
         value = _value(fields[0], lineno)
 
-        metric = BY_NAME[canonical]
+        metric = catalog.by_name[canonical]
         if metric.kind is Kind.INFO:
             info.setdefault(canonical, []).append(dict(everything))
             continue

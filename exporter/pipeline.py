@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import logging
 import time
-from collections import deque
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Mapping
+from typing import TYPE_CHECKING
 
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
@@ -19,12 +19,14 @@ from exporter.dcgm import gpu_utilization
 from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.diagnosis.rules import Context
 from exporter.facts import cache_info
-from exporter.facts.base import METRICS as METRICS_SOURCE, FactValue
+from exporter.facts.base import METRICS as METRICS_SOURCE
+from exporter.facts.base import FactValue
 from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.signals import HostInputs, compute
-from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, unknown_diagnosis
+from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
+from exporter.timebuffer import TimeBuffer
 from exporter.window import Window
 
 if TYPE_CHECKING:
@@ -48,7 +50,8 @@ class TargetPipeline:
         self.window = Window(settings.window_seconds, COUNTERS)
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
-        self._gpu: deque[tuple[float, float]] = deque()  # (time, utilisation 0..1) from DCGM
+        # DCGM utilisation readings 0..1, averaged over the window: point samples, no baseline
+        self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -119,9 +122,9 @@ class TargetPipeline:
     def observe_gpu(self, timestamp: float, utilization: float | None) -> None:
         """Record a DCGM reading; readings older than the window are dropped."""
         if utilization is not None:
-            self._gpu.append((timestamp, utilization))
-        while self._gpu and self._gpu[0][0] < timestamp - self.settings.window_seconds:
-            self._gpu.popleft()
+            self._gpu.push(timestamp, utilization)
+        else:
+            self._gpu.trim(timestamp)
 
     def observe_facts(self, source: str, values: Mapping[str, FactValue] | None) -> None:
         """What a fact source said (None: it is unavailable now); metrics facts come from the scrapes."""
@@ -136,7 +139,7 @@ class TargetPipeline:
             self.source_error(source, reason)
         self._track_failures("source", {source: reason for source, reason in host.errors})
         if self._gpu:
-            gpu = sum(u for _, u in self._gpu) / len(self._gpu)
+            gpu = sum(self._gpu) / len(self._gpu)
             host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
         signals = compute(self.window, self.thresholds, host)
         latest = self.window.latest
@@ -152,12 +155,13 @@ class TargetPipeline:
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
             self._track_failures("rule", dict(diagnosis.rule_errors))
-            status = "ok"
+            status: TargetStatus = "ok"
         else:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"
         self.state = TargetState(
-            target=self.target.name, url=self.target.safe_url, status=status, window_seconds=self.settings.window_seconds,
+            target=self.target.name, url=self.target.safe_url, status=status,
+            window_seconds=self.settings.window_seconds,
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),

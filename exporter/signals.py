@@ -3,19 +3,26 @@
 Every rate and ratio comes from deltas inside the window, never from lifetime counters.
 A value is ``None`` when its inputs are absent or the window holds no such traffic; the
 names of absent inputs are listed in ``missing`` so nothing reads as zero.
+
+``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
+GPU), each filled by its own function over the window. The JSON ``signals`` object is a
+contract (SPEC.md): :meth:`Signals.to_dict` flattens the groups back to the same keys, in
+the same order, as before they were grouped.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, fields, replace
+from typing import Any, ClassVar
 
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import LabelSet, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
+LATENCY_FAMILIES: tuple[str, ...] = ("ttft", "itl", "e2e")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,12 +52,15 @@ class CacheFacts:
     enable_prefix_caching: bool | None = None
 
 
+# -- the groups --------------------------------------------------------------------------------
+# Each group names its fields for what they are inside the group (``kv.usage_max``); ``FLAT``
+# maps the fields whose JSON key differs (``kv_cache_usage_max``). Unmapped fields keep their name.
+
+
 @dataclass(frozen=True, slots=True)
-class Signals:
-    window_seconds: float
-    scrapes: int
-    restarts: int = 0
-    # traffic
+class Traffic:
+    """Requests and tokens through the engine over the window."""
+
     requests_finished: float | None = None
     requests_per_second: float | None = None
     first_tokens: float | None = None
@@ -59,25 +69,41 @@ class Signals:
     prompt_length_mean: float | None = None
     prompt_length_p95: float | None = None
     generation_length_mean: float | None = None
-    prefill_token_share: float | None = None
-    engine_steps_per_second: float | None = None
-    tokens_per_step: float | None = None
-    tokens_per_step_p99: float | None = None
-    engine_busy_fraction: float | None = None  # steps/s x mean step time (ITL mean stands in for it)
-    read_bytes_per_gpu_per_second: float | None = None  # vLLM's MFU estimate; None when not enabled
-    flops_per_gpu_per_second: float | None = None
+    prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens
     admission_rejections_per_second: float | None = None
-    # preemption and KV
+
+    FLAT: ClassVar[Mapping[str, str]] = {}
+
+
+@dataclass(frozen=True, slots=True)
+class Kv:
+    """KV-cache occupancy, preemptions and prefix-cache reuse over the window."""
+
     preemptions: float | None = None
     preemption_rate: float | None = None
     preemptions_per_request: float | None = None
-    kv_cache_usage: float | None = None
-    kv_cache_usage_max: float | None = None
-    kv_cache_usage_mean: float | None = None
-    kv_full_fraction: float | None = None
-    prefix_cache_queried_tokens: float | None = None
-    prefix_cache_hit_ratio: float | None = None
-    # scheduler state
+    usage: float | None = None
+    usage_max: float | None = None
+    usage_mean: float | None = None
+    full_fraction: float | None = None  # share of scrapes at or above the high mark
+    prefix_queried_tokens: float | None = None
+    prefix_hit_ratio: float | None = None
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "usage": "kv_cache_usage", "usage_max": "kv_cache_usage_max", "usage_mean": "kv_cache_usage_mean",
+        "full_fraction": "kv_full_fraction", "prefix_queried_tokens": "prefix_cache_queried_tokens",
+        "prefix_hit_ratio": "prefix_cache_hit_ratio",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Scheduler:
+    """Who runs, who waits, and what each engine step carries."""
+
+    steps_per_second: float | None = None  # engine output batches (about one per step)
+    tokens_per_step: float | None = None
+    tokens_per_step_p99: float | None = None
+    busy_fraction: float | None = None  # steps/s x mean step time (ITL mean stands in for it)
     running: float | None = None
     running_mean: float | None = None
     running_max: float | None = None
@@ -90,7 +116,16 @@ class Signals:
     queued_fraction: float | None = None
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
-    # latency (seconds)
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "steps_per_second": "engine_steps_per_second", "busy_fraction": "engine_busy_fraction",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Latency:
+    """Latency quantiles and means (seconds), and where TTFT and e2e time goes."""
+
     ttft_quantiles: Mapping[float, float] = field(default_factory=dict)
     itl_quantiles: Mapping[float, float] = field(default_factory=dict)
     e2e_quantiles: Mapping[float, float] = field(default_factory=dict)
@@ -108,38 +143,142 @@ class Signals:
     ttft_prefill_share: float | None = None
     ttft_frontend_share: float | None = None
     e2e_frontend_share: float | None = None
-    latency_observations: float | None = None
+    observations: float | None = None
     unresolved_quantiles: tuple[str, ...] = ()
     # ITL p99 / p50 from quantiles the buckets resolve; a p50 inside the first bucket is replaced by
     # that bucket's upper bound, which makes the ratio a lower bound (see itl_tail_note).
     itl_tail_ratio: float | None = None
     itl_tail_note: str = ""
-    # CPU / GPU
-    api_server_cpu_cores: float | None = None
-    cpu_inputs: Mapping[str, float] = field(default_factory=dict)
-    cpu_starvation_score: float | None = None
-    gpu_utilization: float | None = None
-    # facts
+
+    FLAT: ClassVar[Mapping[str, str]] = {"observations": "latency_observations"}
+
+    def quantile(self, family: str, q: float) -> float | None:
+        """The q-quantile of ``family`` (ttft, itl, e2e), None when the window has none."""
+        quantiles: Mapping[float, float] = getattr(self, f"{family}_quantiles")
+        return quantiles.get(q)
+
+
+@dataclass(frozen=True, slots=True)
+class Cpu:
+    """CPU use of the API server and the inputs of the CPU-starvation score."""
+
+    api_server_cores: float | None = None
+    inputs: Mapping[str, float] = field(default_factory=dict)
+    starvation_score: float | None = None
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "api_server_cores": "api_server_cpu_cores", "inputs": "cpu_inputs", "starvation_score": "cpu_starvation_score",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """GPU readings: DCGM utilisation and vLLM's per-GPU MFU estimate (None when not enabled)."""
+
+    utilization: float | None = None
+    read_bytes_per_second: float | None = None
+    flops_per_second: float | None = None
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "utilization": "gpu_utilization", "read_bytes_per_second": "read_bytes_per_gpu_per_second",
+        "flops_per_second": "flops_per_gpu_per_second",
+    }
+
+
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu
+GROUPS: tuple[tuple[str, type[Group]], ...] = (
+    ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
+)
+
+# The JSON ``signals`` keys in their published order (SPEC.md), followed by the latency
+# quantiles as ``<family>_p<q>_seconds``.
+FLAT_KEYS: tuple[str, ...] = (
+    "window_seconds", "scrapes", "restarts",
+    "requests_finished", "requests_per_second", "first_tokens", "prompt_tokens_per_second",
+    "generation_tokens_per_second", "prompt_length_mean", "prompt_length_p95", "generation_length_mean",
+    "prefill_token_share", "engine_steps_per_second", "tokens_per_step", "tokens_per_step_p99",
+    "engine_busy_fraction", "read_bytes_per_gpu_per_second", "flops_per_gpu_per_second",
+    "admission_rejections_per_second",
+    "preemptions", "preemption_rate", "preemptions_per_request", "kv_cache_usage", "kv_cache_usage_max",
+    "kv_cache_usage_mean", "kv_full_fraction", "prefix_cache_queried_tokens", "prefix_cache_hit_ratio",
+    "running", "running_mean", "running_max", "waiting", "waiting_mean", "waiting_max", "waiting_fraction",
+    "queued_fraction", "waiting_capacity", "waiting_deferred",
+    "ttft_mean", "itl_mean", "e2e_mean", "tpot_mean", "queue_mean", "prefill_mean", "decode_mean",
+    "inference_mean", "ttft_frontend_mean", "e2e_frontend_mean", "ttft_queue_share", "ttft_prefill_share",
+    "ttft_frontend_share", "e2e_frontend_share", "latency_observations", "unresolved_quantiles",
+    "itl_tail_ratio", "itl_tail_note",
+    "api_server_cpu_cores", "cpu_inputs", "cpu_starvation_score", "gpu_utilization",
+    "cache", "missing", "notes",
+)
+
+
+def _flat_names() -> dict[str, tuple[str, str]]:
+    """Flat key -> (group attribute, field), for every grouped field (quantile maps by field name)."""
+    out: dict[str, tuple[str, str]] = {}
+    for attribute, cls in GROUPS:
+        for f in fields(cls):
+            out[cls.FLAT.get(f.name, f.name)] = (attribute, f.name)
+    return out
+
+
+FLAT_FIELDS: Mapping[str, tuple[str, str]] = _flat_names()
+
+
+def _plain(value: Any) -> Any:
+    """A field value as the JSON document holds it (lists and dicts, not tuples and mappings)."""
+    if isinstance(value, tuple):
+        return list(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Signals:
+    window_seconds: float
+    scrapes: int
+    restarts: int = 0
+    traffic: Traffic = Traffic()
+    kv: Kv = Kv()
+    scheduler: Scheduler = Scheduler()
+    latency: Latency = Latency()
+    cpu: Cpu = Cpu()
+    gpu: Gpu = Gpu()
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
 
-    def quantile(self, family: str, q: float) -> float | None:
-        return getattr(self, f"{family}_quantiles").get(q)
-
     def to_dict(self) -> dict[str, Any]:
-        data = asdict(self)
-        for family in ("ttft", "itl", "e2e"):
-            data.pop(f"{family}_quantiles")
-            for q, value in getattr(self, f"{family}_quantiles").items():
+        flat: dict[str, Any] = {"window_seconds": self.window_seconds, "scrapes": self.scrapes,
+                                "restarts": self.restarts, "cache": asdict(self.cache),
+                                "missing": list(self.missing), "notes": list(self.notes)}
+        for key, (attribute, name) in FLAT_FIELDS.items():
+            flat[key] = _plain(getattr(getattr(self, attribute), name))
+        data = {key: flat[key] for key in FLAT_KEYS}
+        for family in LATENCY_FAMILIES:
+            for q, value in getattr(self.latency, f"{family}_quantiles").items():
                 data[f"{family}_p{round(q * 100)}_seconds"] = value
-        data["cpu_inputs"] = dict(self.cpu_inputs)
-        data["missing"] = list(self.missing)
-        data["unresolved_quantiles"] = list(self.unresolved_quantiles)
-        data["notes"] = list(self.notes)
         return data
 
+    def with_values(self, **values: Any) -> Signals:
+        """A copy with fields replaced by their flat (JSON) names, e.g. ``kv_cache_usage_mean=0.9``.
 
+        Group fields that have no flat key of their own (the quantile maps) go by their field name.
+        """
+        groups: dict[str, dict[str, Any]] = {}
+        top: dict[str, Any] = {}
+        for key, value in values.items():
+            if key in FLAT_FIELDS:
+                attribute, name = FLAT_FIELDS[key]
+                groups.setdefault(attribute, {})[name] = value
+            else:
+                top[key] = value
+        for attribute, changes in groups.items():
+            top[attribute] = replace(getattr(self, attribute), **changes)
+        return replace(self, **top)
+
+
+# -- helpers -------------------------------------------------------------------------------------
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     if numerator is None or denominator is None or denominator <= 0:
         return None
@@ -161,6 +300,15 @@ def _scale(value: float | None, floor: float, full: float) -> float | None:
 
 def _mean(values: list[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
+
+
+def _hist_mean(hist: HistogramDelta | None) -> float | None:
+    return hist.mean() if hist is not None else None
+
+
+def _share_positive(series: list[float]) -> float | None:
+    """Share of scrapes with a value above zero."""
+    return _ratio(sum(1 for v in series if v > 0), len(series))
 
 
 def cache_facts(snapshot: Snapshot | None) -> CacheFacts:
@@ -188,11 +336,11 @@ def cache_facts(snapshot: Snapshot | None) -> CacheFacts:
     )
 
 
-def _reason(value: str) -> "callable[[LabelSet], bool]":
+def _reason(value: str) -> Callable[[LabelSet], bool]:
     return lambda labels: label_value(labels, "reason") == value
 
 
-def _source(value: str) -> "callable[[LabelSet], bool]":
+def _source(value: str) -> Callable[[LabelSet], bool]:
     return lambda labels: label_value(labels, "source") == value
 
 
@@ -230,14 +378,6 @@ def itl_tail(itl: HistogramDelta | None) -> tuple[float | None, str]:
     if p50 <= 0:
         return None, ""
     return p99 / p50, ""
-
-
-def _moving_rate(window: Window, name: str) -> float | None:
-    """Rate of a counter that vLLM registers always but moves only when a feature is on."""
-    if not window.present(name):
-        return None
-    rate = window.rate(name)
-    return rate if rate else None
 
 
 def cpu_starvation(
@@ -278,87 +418,58 @@ def cpu_starvation(
     return None, per_input
 
 
-def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None) -> Signals:
-    """Derive every signal from the window (and optional host readings)."""
-    host = host or HostInputs()
-    latest = window.latest
+# -- reading the window ------------------------------------------------------------------------
+# Every vLLM family the signals read, in the order ``missing`` lists the absent ones.
+INPUTS: tuple[str, ...] = (
+    "vllm:request_success_total", "vllm:time_to_first_token_seconds", "vllm:num_preemptions_total",
+    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:kv_cache_usage_perc",
+    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
+    "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
+    "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
+    "vllm:request_inference_time_seconds", "vllm:request_time_per_output_token_seconds",
+    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
+    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+)
+API_SERVER_CPU_ABSENT = "process_cpu_seconds_total absent (API-server scale-out or non-Python frontend)"
+
+
+def _increase(window: Window, name: str) -> float | None:
+    return window.increase(name) if window.present(name) else None
+
+
+def _rate(window: Window, name: str) -> float | None:
+    return window.rate(name) if window.present(name) else None
+
+
+def _histogram(window: Window, name: str) -> HistogramDelta | None:
+    return window.histogram(name) if window.present(name) else None
+
+
+def _series(window: Window, name: str) -> list[float]:
+    return window.gauge_series(name) if window.present(name) else []
+
+
+def _moving_rate(window: Window, name: str) -> float | None:
+    """Rate of a counter that vLLM registers always but moves only when a feature is on."""
+    if not window.present(name):
+        return None
+    rate = window.rate(name)
+    return rate if rate else None
+
+
+def missing_inputs(window: Window) -> tuple[str, ...]:
+    return tuple(name for name in INPUTS if not window.present(name))
+
+
+def traffic(window: Window) -> Traffic:
     duration = window.duration
-    missing: list[str] = []
-    notes: list[str] = []
-
-    def need(name: str) -> bool:
-        if window.present(name):
-            return True
-        if name not in missing:
-            missing.append(name)
-        return False
-
-    def rate(name: str, match: Any = None) -> float | None:
-        return window.rate(name, match) if need(name) else None
-
-    def increase(name: str, match: Any = None) -> float | None:
-        return window.increase(name, match) if need(name) else None
-
-    def hist(name: str) -> HistogramDelta | None:
-        return window.histogram(name) if need(name) else None
-
-    finished = increase("vllm:request_success_total")
-    ttft = hist("vllm:time_to_first_token_seconds")
-    first_tokens = ttft.count if ttft is not None else None
-    preemptions = increase("vllm:num_preemptions_total")
-    # Requests admitted in the window: finished ones, or first tokens when long outputs finish later.
-    admitted = max((v for v in (finished, first_tokens) if v is not None), default=None)
-
-    prefix_queries = increase("vllm:prefix_cache_queries_total")
-    prefix_hits = increase("vllm:prefix_cache_hits_total")
-
-    kv_name = "vllm:kv_cache_usage_perc"
-    kv_series = window.gauge_series(kv_name, "max") if need(kv_name) else []
-    running_series = window.gauge_series("vllm:num_requests_running") if need("vllm:num_requests_running") else []
-    waiting_series = window.gauge_series("vllm:num_requests_waiting") if need("vllm:num_requests_waiting") else []
-    by_reason = "vllm:num_requests_waiting_by_reason"
-    has_reason = need(by_reason)
-    queued_series = (window.gauge_series(by_reason, "sum", _reason("capacity")) if has_reason
-                     else waiting_series)
-
-    itl = hist("vllm:inter_token_latency_seconds")
-    e2e = hist("vllm:e2e_request_latency_seconds")
-    queue = hist("vllm:request_queue_time_seconds")
-    prefill = hist("vllm:request_prefill_time_seconds")
-    decode = hist("vllm:request_decode_time_seconds")
-    inference = hist("vllm:request_inference_time_seconds")
-    tpot = hist("vllm:request_time_per_output_token_seconds")
-    prompt_len = hist("vllm:request_prompt_tokens")
-    gen_len = hist("vllm:request_generation_tokens")
-    steps = hist("vllm:iteration_tokens_total")
-
-    unresolved: list[str] = []
-    ttft_q = _quantiles(ttft, "ttft", unresolved)
-    itl_q = _quantiles(itl, "itl", unresolved)
-    tail_ratio, tail_note = itl_tail(itl)
-    busy = None
-    if steps is not None and itl is not None and duration > 0 and itl.mean() is not None:
-        busy = min(1.0, steps.count / duration * (itl.mean() or 0.0))
-    read_rate = _moving_rate(window, "vllm:estimated_read_bytes_per_gpu_total")
-    flops_rate = _moving_rate(window, "vllm:estimated_flops_per_gpu_total")
-    e2e_q = _quantiles(e2e, "e2e", unresolved)
-
-    def mean(h: HistogramDelta | None) -> float | None:
-        return h.mean() if h is not None else None
-
-    ttft_mean, queue_mean, prefill_mean = mean(ttft), mean(queue), mean(prefill)
-    e2e_mean, inference_mean = mean(e2e), mean(inference)
-    # Frontend = time outside the engine: tokenization/templates before QUEUED, IPC and output handling.
-    # Bucket-free: means from _sum/_count deltas, so coarse 0.3 s latency buckets do not matter.
-    ttft_frontend = None
-    if ttft_mean is not None and queue_mean is not None and prefill_mean is not None:
-        ttft_frontend = max(0.0, ttft_mean - queue_mean - prefill_mean)
-    e2e_frontend = None
-    if e2e_mean is not None and queue_mean is not None and inference_mean is not None:
-        e2e_frontend = max(0.0, e2e_mean - queue_mean - inference_mean)
-
-    prompt_rate = rate("vllm:prompt_tokens_total")
-    generation_rate = rate("vllm:generation_tokens_total")
+    finished = _increase(window, "vllm:request_success_total")
+    ttft = _histogram(window, "vllm:time_to_first_token_seconds")
+    prompt_len = _histogram(window, "vllm:request_prompt_tokens")
+    prompt_rate = _rate(window, "vllm:prompt_tokens_total")
+    generation_rate = _rate(window, "vllm:generation_tokens_total")
+    prefix_hits = _increase(window, "vllm:prefix_cache_hits_total")
+    # Prompt tokens the engine computed: all of them minus the ones the prefix cache served.
     computed_prompt_rate = None
     if window.present("vllm:prompt_tokens_by_source_total"):
         computed_prompt_rate = window.rate("vllm:prompt_tokens_by_source_total", _source("local_compute"))
@@ -367,15 +478,119 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     prefill_share = None
     if computed_prompt_rate is not None and generation_rate is not None:
         prefill_share = _ratio(computed_prompt_rate, computed_prompt_rate + generation_rate)
+    return Traffic(
+        requests_finished=finished,
+        requests_per_second=_ratio(finished, duration),
+        first_tokens=ttft.count if ttft is not None else None,
+        prompt_tokens_per_second=prompt_rate,
+        generation_tokens_per_second=generation_rate,
+        prompt_length_mean=_hist_mean(prompt_len),
+        prompt_length_p95=prompt_len.quantile(0.95) if prompt_len is not None else None,
+        generation_length_mean=_hist_mean(_histogram(window, "vllm:request_generation_tokens")),
+        prefill_token_share=prefill_share,
+        admission_rejections_per_second=_rate(window, "vllm:admission_rejections_total"),
+    )
 
-    api_cpu = window.rate("process_cpu_seconds_total") if window.present("process_cpu_seconds_total") else None
-    if api_cpu is None:
-        notes.append("process_cpu_seconds_total absent (API-server scale-out or non-Python frontend)")
 
-    kv_high = thresholds.kv_usage_high
-    frontend_share = _ratio(ttft_frontend, ttft_mean)
-    e2e_front_share = _ratio(e2e_frontend, e2e_mean)
-    cpu_inputs: dict[str, float] = {}
+def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
+    duration = window.duration
+    preemptions = _increase(window, "vllm:num_preemptions_total")
+    # Requests admitted in the window: finished ones, or first tokens when long outputs finish later.
+    admitted = max((v for v in (flow.requests_finished, flow.first_tokens) if v is not None), default=None)
+    name = "vllm:kv_cache_usage_perc"
+    usage = window.gauge_series(name, "max") if window.present(name) else []
+    queries = _increase(window, "vllm:prefix_cache_queries_total")
+    hits = _increase(window, "vllm:prefix_cache_hits_total")
+    return Kv(
+        preemptions=preemptions,
+        preemption_rate=_ratio(preemptions, duration),
+        preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
+        usage=usage[-1] if usage else None,
+        usage_max=max(usage) if usage else None,
+        usage_mean=_mean(usage),
+        full_fraction=_ratio(sum(1 for v in usage if v >= thresholds.kv_usage_high), len(usage)),
+        prefix_queried_tokens=queries,
+        prefix_hit_ratio=_ratio(hits, queries),
+    )
+
+
+def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
+    duration = window.duration
+    running = _series(window, "vllm:num_requests_running")
+    waiting = _series(window, "vllm:num_requests_waiting")
+    by_reason = "vllm:num_requests_waiting_by_reason"
+    has_reason = window.present(by_reason)
+    queued = window.gauge_series(by_reason, "sum", _reason("capacity")) if has_reason else waiting
+    steps = _histogram(window, "vllm:iteration_tokens_total")
+    busy = None
+    if steps is not None and itl_mean is not None and duration > 0:
+        busy = min(1.0, steps.count / duration * (itl_mean or 0.0))
+    return Scheduler(
+        steps_per_second=_ratio(steps.count, duration) if steps is not None else None,
+        tokens_per_step=_hist_mean(steps),
+        tokens_per_step_p99=steps.quantile(0.99) if steps is not None else None,
+        busy_fraction=busy,
+        running=running[-1] if running else None,
+        running_mean=_mean(running),
+        running_max=max(running) if running else None,
+        waiting=waiting[-1] if waiting else None,
+        waiting_mean=_mean(waiting),
+        waiting_max=max(waiting) if waiting else None,
+        waiting_fraction=_share_positive(waiting),
+        queued_fraction=_share_positive(queued),
+        waiting_capacity=window.gauge(by_reason, "sum", _reason("capacity")) if has_reason else None,
+        waiting_deferred=window.gauge(by_reason, "sum", _reason("deferred")) if has_reason else None,
+    )
+
+
+def latency(window: Window) -> Latency:
+    ttft = _histogram(window, "vllm:time_to_first_token_seconds")
+    itl = _histogram(window, "vllm:inter_token_latency_seconds")
+    e2e = _histogram(window, "vllm:e2e_request_latency_seconds")
+    queue_mean = _hist_mean(_histogram(window, "vllm:request_queue_time_seconds"))
+    prefill_mean = _hist_mean(_histogram(window, "vllm:request_prefill_time_seconds"))
+    inference_mean = _hist_mean(_histogram(window, "vllm:request_inference_time_seconds"))
+    ttft_mean, e2e_mean = _hist_mean(ttft), _hist_mean(e2e)
+    unresolved: list[str] = []
+    quantiles = {family: _quantiles(hist, family, unresolved) for family, hist in (("ttft", ttft), ("itl", itl),
+                                                                                   ("e2e", e2e))}
+    tail_ratio, tail_note = itl_tail(itl)
+    # Frontend = time outside the engine: tokenization/templates before QUEUED, IPC and output handling.
+    # Bucket-free: means from _sum/_count deltas, so coarse 0.3 s latency buckets do not matter.
+    ttft_frontend = None
+    if ttft_mean is not None and queue_mean is not None and prefill_mean is not None:
+        ttft_frontend = max(0.0, ttft_mean - queue_mean - prefill_mean)
+    e2e_frontend = None
+    if e2e_mean is not None and queue_mean is not None and inference_mean is not None:
+        e2e_frontend = max(0.0, e2e_mean - queue_mean - inference_mean)
+    return Latency(
+        ttft_quantiles=quantiles["ttft"],
+        itl_quantiles=quantiles["itl"],
+        e2e_quantiles=quantiles["e2e"],
+        ttft_mean=ttft_mean,
+        itl_mean=_hist_mean(itl),
+        e2e_mean=e2e_mean,
+        tpot_mean=_hist_mean(_histogram(window, "vllm:request_time_per_output_token_seconds")),
+        queue_mean=queue_mean,
+        prefill_mean=prefill_mean,
+        decode_mean=_hist_mean(_histogram(window, "vllm:request_decode_time_seconds")),
+        inference_mean=inference_mean,
+        ttft_frontend_mean=ttft_frontend,
+        e2e_frontend_mean=e2e_frontend,
+        ttft_queue_share=_ratio(queue_mean, ttft_mean),
+        ttft_prefill_share=_ratio(prefill_mean, ttft_mean),
+        ttft_frontend_share=_ratio(ttft_frontend, ttft_mean),
+        e2e_frontend_share=_ratio(e2e_frontend, e2e_mean),
+        observations=e2e.count if e2e is not None else None,
+        unresolved_quantiles=tuple(unresolved),
+        itl_tail_ratio=tail_ratio,
+        itl_tail_note=tail_note,
+    )
+
+
+def cpu(window: Window, thresholds: Thresholds, host: HostInputs, e2e_frontend_share: float | None) -> Cpu:
+    api_cores = _rate(window, "process_cpu_seconds_total")
+    inputs: dict[str, float] = {}
     for key, value in (
         ("run_queue_wait_share", host.cpu_wait_share),
         ("busy_cores", host.cpu_busy_cores),
@@ -383,80 +598,40 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         ("psi_some_share", host.cpu_psi_share),
         # Share of e2e, not of TTFT: with a small fast model tokenization is a large share of a
         # tiny TTFT without anything being wrong; A3 reads the TTFT share once TTFT breaches.
-        ("frontend_share", e2e_front_share),
-        ("api_server_cpu_cores", api_cpu),
+        ("frontend_share", e2e_frontend_share),
+        ("api_server_cpu_cores", api_cores),
     ):
         if value is not None:
-            cpu_inputs[key] = value
-    score, _ = cpu_starvation(cpu_inputs, thresholds)
+            inputs[key] = value
+    score, _ = cpu_starvation(inputs, thresholds)
+    return Cpu(api_server_cores=api_cores, inputs=inputs, starvation_score=score)
 
+
+def gpu(window: Window, host: HostInputs) -> Gpu:
+    return Gpu(
+        utilization=host.gpu_utilization,
+        read_bytes_per_second=_moving_rate(window, "vllm:estimated_read_bytes_per_gpu_total"),
+        flops_per_second=_moving_rate(window, "vllm:estimated_flops_per_gpu_total"),
+    )
+
+
+def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None) -> Signals:
+    """Derive every signal from the window (and optional host readings)."""
+    host = host or HostInputs()
+    flow = traffic(window)
+    times = latency(window)
+    cpu_use = cpu(window, thresholds, host, times.e2e_frontend_share)
     return Signals(
-        window_seconds=duration,
+        window_seconds=window.duration,
         scrapes=len(window),
         restarts=window.restarts,
-        requests_finished=finished,
-        requests_per_second=_ratio(finished, duration),
-        first_tokens=first_tokens,
-        prompt_tokens_per_second=prompt_rate,
-        generation_tokens_per_second=generation_rate,
-        prompt_length_mean=mean(prompt_len),
-        prompt_length_p95=prompt_len.quantile(0.95) if prompt_len is not None else None,
-        generation_length_mean=mean(gen_len),
-        prefill_token_share=prefill_share,
-        engine_steps_per_second=_ratio(steps.count, duration) if steps is not None else None,
-        tokens_per_step=mean(steps),
-        tokens_per_step_p99=steps.quantile(0.99) if steps is not None else None,
-        engine_busy_fraction=busy,
-        read_bytes_per_gpu_per_second=read_rate,
-        flops_per_gpu_per_second=flops_rate,
-        admission_rejections_per_second=(
-            window.rate("vllm:admission_rejections_total") if window.present("vllm:admission_rejections_total") else None
-        ),
-        preemptions=preemptions,
-        preemption_rate=_ratio(preemptions, duration),
-        preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
-        kv_cache_usage=kv_series[-1] if kv_series else None,
-        kv_cache_usage_max=max(kv_series) if kv_series else None,
-        kv_cache_usage_mean=_mean(kv_series),
-        kv_full_fraction=_ratio(sum(1 for v in kv_series if v >= kv_high), len(kv_series)),
-        prefix_cache_queried_tokens=prefix_queries,
-        prefix_cache_hit_ratio=_ratio(prefix_hits, prefix_queries),
-        running=running_series[-1] if running_series else None,
-        running_mean=_mean(running_series),
-        running_max=max(running_series) if running_series else None,
-        waiting=waiting_series[-1] if waiting_series else None,
-        waiting_mean=_mean(waiting_series),
-        waiting_max=max(waiting_series) if waiting_series else None,
-        waiting_fraction=_ratio(sum(1 for v in waiting_series if v > 0), len(waiting_series)),
-        queued_fraction=_ratio(sum(1 for v in queued_series if v > 0), len(queued_series)),
-        waiting_capacity=window.gauge(by_reason, "sum", _reason("capacity")) if has_reason else None,
-        waiting_deferred=window.gauge(by_reason, "sum", _reason("deferred")) if has_reason else None,
-        ttft_quantiles=ttft_q,
-        itl_quantiles=itl_q,
-        e2e_quantiles=e2e_q,
-        ttft_mean=ttft_mean,
-        itl_mean=mean(itl),
-        e2e_mean=e2e_mean,
-        tpot_mean=mean(tpot),
-        queue_mean=queue_mean,
-        prefill_mean=prefill_mean,
-        decode_mean=mean(decode),
-        inference_mean=inference_mean,
-        ttft_frontend_mean=ttft_frontend,
-        e2e_frontend_mean=e2e_frontend,
-        ttft_queue_share=_ratio(queue_mean, ttft_mean),
-        ttft_prefill_share=_ratio(prefill_mean, ttft_mean),
-        ttft_frontend_share=frontend_share,
-        e2e_frontend_share=e2e_front_share,
-        latency_observations=e2e.count if e2e is not None else None,
-        unresolved_quantiles=tuple(unresolved),
-        itl_tail_ratio=tail_ratio,
-        itl_tail_note=tail_note,
-        api_server_cpu_cores=api_cpu,
-        cpu_inputs=cpu_inputs,
-        cpu_starvation_score=score,
-        gpu_utilization=host.gpu_utilization,
-        cache=cache_facts(latest),
-        missing=tuple(missing),
-        notes=tuple(notes),
+        traffic=flow,
+        kv=kv(window, thresholds, flow),
+        scheduler=scheduler(window, times.itl_mean),
+        latency=times,
+        cpu=cpu_use,
+        gpu=gpu(window, host),
+        cache=cache_facts(window.latest),
+        missing=missing_inputs(window),
+        notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),
     )

@@ -6,8 +6,9 @@ a half-updated diagnosis and nothing is computed when someone scrapes us.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Mapping
+from typing import TYPE_CHECKING, Any, Literal
 
 from exporter.catalog.symptoms import LAYERS, Action
 from exporter.facts.base import Fact

@@ -10,12 +10,14 @@ changed) resets every counter of that step the same way.
 from __future__ import annotations
 
 import math
-from collections import deque
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
+from itertools import islice
 from types import MappingProxyType
-from typing import Callable, Iterable, Literal
+from typing import Literal
 
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
+from exporter.timebuffer import TimeBuffer
 
 LabelFilter = Callable[[LabelSet], bool] | None
 GaugeAgg = Literal["sum", "max", "min", "mean"]
@@ -77,7 +79,7 @@ class HistogramDelta:
         return 0.0
 
     @staticmethod
-    def merge(parts: Iterable["HistogramDelta"]) -> "HistogramDelta | None":
+    def merge(parts: Iterable[HistogramDelta]) -> HistogramDelta | None:
         """Sum histograms (e.g. across engines). Bounds present in all parts are kept."""
         parts = list(parts)
         if not parts:
@@ -161,11 +163,11 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
                 deltas[key] = value - before
         counters[name] = deltas
     histograms: dict[str, dict[LabelSet, HistogramDelta]] = {}
-    for name, new_series in new.histograms.items():
-        old_series = old.histograms.get(name, {})
-        steps = {}
-        for key, sample in new_series.items():
-            before_hist = old_series.get(key)
+    for name, new_histograms in new.histograms.items():
+        old_histograms = old.histograms.get(name, {})
+        steps: dict[LabelSet, HistogramDelta] = {}
+        for key, sample in new_histograms.items():
+            before_hist = old_histograms.get(key)
             steps[key] = _histogram_step(before_hist, sample, process_restarted)
             if before_hist is not None and not process_restarted and _went_down(before_hist, sample):
                 any_reset = True
@@ -173,10 +175,19 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
     return Step(old.timestamp, new.timestamp, counters, histograms, any_reset)
 
 
+@dataclass(frozen=True, slots=True)
+class _Scrape:
+    """A snapshot in the window and the step that led to it (None for the first one ever)."""
+
+    snapshot: Snapshot
+    step: Step | None
+
+
 class Window:
     """The last ``span_seconds`` of one target's snapshots, with their step deltas.
 
-    ``steps[i]`` lies between ``snapshots[i]`` and ``snapshots[i + 1]``.
+    The oldest snapshot kept is the newest at or before the horizon (the baseline), so the steps
+    after it cover the whole span; the step that led to the baseline lies outside the window.
     """
 
     def __init__(self, span_seconds: float, counter_names: Iterable[str]) -> None:
@@ -184,46 +195,56 @@ class Window:
             raise ValueError("window span must be positive")
         self.span_seconds = span_seconds
         self._counter_names = frozenset(counter_names)
-        self.snapshots: deque[Snapshot] = deque()
-        self.steps: deque[Step] = deque()
+        self._scrapes: TimeBuffer[_Scrape] = TimeBuffer(span_seconds, keep_baseline=True)
 
     def clear(self) -> None:
-        self.snapshots.clear()
-        self.steps.clear()
+        self._scrapes.clear()
+
+    def copy(self) -> Window:
+        """An independent view of the window as it is now (scrapes are immutable; only the buffer is
+        new): a reader on another thread keeps it while this window goes on taking scrapes."""
+        clone = Window(self.span_seconds, self._counter_names)
+        clone._scrapes = self._scrapes.copy()
+        return clone
 
     def push(self, snapshot: Snapshot) -> Step | None:
         """Add a scrape. A timestamp that does not move forward (clock jump) restarts the window."""
-        if self.snapshots and snapshot.timestamp <= self.snapshots[-1].timestamp:
+        last = self._scrapes.latest
+        if last is not None and snapshot.timestamp <= last.snapshot.timestamp:
             self.clear()
-        step = diff(self.snapshots[-1], snapshot, self._counter_names) if self.snapshots else None
-        if self.snapshots:
+            last = None
+        step = diff(last.snapshot, snapshot, self._counter_names) if last is not None else None
+        if last is not None:
             # Older snapshots only serve gauge history and shape; their histograms live on as step
             # deltas, so dropping them keeps a window's memory to about one full scrape.
-            self.snapshots[-1] = replace(self.snapshots[-1], histograms=MappingProxyType({}))
-        self.snapshots.append(snapshot)
-        if step is not None:
-            self.steps.append(step)
-        horizon = snapshot.timestamp - self.span_seconds
-        # keep the newest snapshot at or before the horizon, so the window covers the full span
-        while len(self.snapshots) > 1 and self.snapshots[1].timestamp <= horizon:
-            self.snapshots.popleft()
-            self.steps.popleft()
+            self._scrapes.replace_latest(replace(last, snapshot=replace(last.snapshot,
+                                                                        histograms=MappingProxyType({}))))
+        self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step))
         return step
 
     # -- shape ---------------------------------------------------------------------------
+    @property
+    def snapshots(self) -> list[Snapshot]:
+        """The snapshots of the window, oldest first."""
+        return [scrape.snapshot for scrape in self._scrapes]
+
+    @property
+    def steps(self) -> list[Step]:
+        """The steps between consecutive snapshots of the window, oldest first."""
+        return [scrape.step for scrape in islice(self._scrapes, 1, None) if scrape.step is not None]
+
     def __len__(self) -> int:
-        return len(self.snapshots)
+        return len(self._scrapes)
 
     @property
     def latest(self) -> Snapshot | None:
-        return self.snapshots[-1] if self.snapshots else None
+        last = self._scrapes.latest
+        return last.snapshot if last is not None else None
 
     @property
     def duration(self) -> float:
         """Seconds covered by the stored steps."""
-        if len(self.snapshots) < 2:
-            return 0.0
-        return self.snapshots[-1].timestamp - self.snapshots[0].timestamp
+        return self._scrapes.covered_seconds
 
     @property
     def restarts(self) -> int:

@@ -7,6 +7,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-test-infra.sh || { echo "test infrastructure install failed" >&2; exit 1; }
 # Generated artifacts must match their generators before anything else runs.
 .venv/bin/vllm-diag render all --check || exit 1
+# Lint and type gate (configured in pyproject.toml): the code passes them or nothing runs.
+.venv/bin/ruff check . || exit 1
+.venv/bin/mypy || exit 1
 .venv/bin/python -m pytest -p no:cacheprovider "$@"
 code=$?
 if [ "$code" -eq 5 ]; then

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
 from pathlib import Path
 
 import pytest
-
-import os
 
 # Real vLLM 0.32 CPU captures live in the repository, so a clone anywhere runs the suite;
 # VLLM_DIAG_FIXTURES points the tests at another set of captures.

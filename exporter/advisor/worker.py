@@ -1,7 +1,7 @@
 """The advisor in the sidecar: off the poll loop, one target at a time, with a CPU budget each.
 
-Every ``advice_interval_seconds`` the worker copies each diagnosed target's window (the deques
-only: their snapshots and steps are immutable), and runs ``advise`` in its own single thread with
+Every ``advice_interval_seconds`` the worker copies each diagnosed target's window (the buffer
+only: its scrapes are immutable), and runs ``advise`` in its own single thread with
 ``advice_cpu_seconds`` of CPU time per target. Scrapes keep their schedule meanwhile; the answer is
 handed to the target's pipeline, which publishes it with every following evaluation.
 """
@@ -9,9 +9,7 @@ handed to the target's pipeline, which publishes it with every following evaluat
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
-from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -22,14 +20,6 @@ from exporter.pipeline import TargetPipeline
 from exporter.window import Window
 
 log = logging.getLogger(__name__)
-
-
-def frozen_copy(window: Window) -> Window:
-    """A copy the poll loop can go on pushing to the original of."""
-    clone = copy.copy(window)
-    clone.snapshots = deque(window.snapshots)
-    clone.steps = deque(window.steps)
-    return clone
 
 
 def advise_pipeline(pipeline: TargetPipeline, window: Window) -> AdviceResult:
@@ -48,7 +38,7 @@ class AdvisorWorker:
         for pipeline in list(pipelines):
             if pipeline.state.status != "ok":
                 continue
-            window = frozen_copy(pipeline.window)
+            window = pipeline.window.copy()  # the poll loop goes on pushing to the original
             try:
                 pipeline.advice = await loop.run_in_executor(self._executor, advise_pipeline, pipeline, window)
             except Exception:  # the advisor is a side feature: it never stops the diagnosis

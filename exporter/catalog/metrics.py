@@ -8,11 +8,12 @@ absent, never zero: the signals that need it abstain and list it under ``missing
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from enum import Enum
+from enum import StrEnum
 
 
-class Kind(str, Enum):
+class Kind(StrEnum):
     COUNTER = "counter"
     GAUGE = "gauge"
     HISTOGRAM = "histogram"
@@ -79,7 +80,8 @@ METRICS: tuple[MetricDef, ...] = (
         "vllm:inter_token_latency_seconds", _H, "Time between successive outputs of a request",
         aliases=("vllm:time_per_output_token_seconds",), since="0.10.2",
     ),
-    MetricDef("vllm:request_time_per_output_token_seconds", _H, "Per-request mean time per output token", since="0.11.0"),
+    MetricDef("vllm:request_time_per_output_token_seconds", _H, "Per-request mean time per output token",
+              since="0.11.0"),
     MetricDef("vllm:e2e_request_latency_seconds", _H, "Arrival to finish (frontend clock)"),
     MetricDef("vllm:request_queue_time_seconds", _H, "Engine queue time (QUEUED to first SCHEDULED)"),
     MetricDef("vllm:request_prefill_time_seconds", _H, "First SCHEDULED to first token"),
@@ -96,16 +98,14 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef("http_request_duration_seconds", _H, "HTTP request duration by handler"),
 )
 
-BY_NAME: dict[str, MetricDef] = {m.name: m for m in METRICS}
-
 # Sample-name suffixes of a histogram family, mapped to the part they carry.
 HISTOGRAM_PARTS: tuple[tuple[str, str], ...] = (("_bucket", "bucket"), ("_sum", "sum"), ("_count", "count"))
 
 
-def _sample_index() -> dict[str, tuple[str, str, int]]:
+def _sample_index(metrics: Iterable[MetricDef]) -> dict[str, tuple[str, str, int]]:
     """Wire sample name -> (canonical family, part, alias rank); rank 0 is the current name."""
     index: dict[str, tuple[str, str, int]] = {}
-    for metric in METRICS:
+    for metric in metrics:
         for rank, wire in enumerate((metric.name, *metric.aliases)):
             if metric.kind is Kind.HISTOGRAM:
                 for suffix, part in HISTOGRAM_PARTS:
@@ -115,7 +115,22 @@ def _sample_index() -> dict[str, tuple[str, str, int]]:
     return index
 
 
-SAMPLE_INDEX: dict[str, tuple[str, str, int]] = _sample_index()
+@dataclass(frozen=True, slots=True)
+class Catalog:
+    """The families one parse keeps (``exporter.parse.parse``): vLLM's, or another exporter's (DCGM)."""
+
+    by_name: Mapping[str, MetricDef]
+    sample_index: Mapping[str, tuple[str, str, int]]  # wire sample name -> (family, part, alias rank)
+
+    @classmethod
+    def of(cls, metrics: Iterable[MetricDef]) -> Catalog:
+        metrics = tuple(metrics)
+        return cls({m.name: m for m in metrics}, _sample_index(metrics))
+
+
+VLLM = Catalog.of(METRICS)
+BY_NAME: Mapping[str, MetricDef] = VLLM.by_name
+SAMPLE_INDEX: Mapping[str, tuple[str, str, int]] = VLLM.sample_index
 
 
 def wire_names() -> frozenset[str]:

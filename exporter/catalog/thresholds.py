@@ -7,9 +7,9 @@ new keys. Each entry says what it controls and when to move it, kubernetes-mixin
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +62,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "Mean prompt length at which prefill cost is intrinsic (A1). Workload-dependent: it corroborates "
               "a prefill-dominated TTFT, it never fires alone.", 1),
     Threshold("budget_chunks_per_prompt", 4, "chunks",
-              "Mean prompt length over max_num_batched_tokens at which chunking itself delays the first token (A4).", 1),
+              "Mean prompt length over max_num_batched_tokens at which chunking itself delays the first token "
+              "(A4).", 1),
     Threshold("waiting_sustained_fraction", 0.5, "ratio",
               "Share of the window's scrapes with requests waiting for the queue to count as sustained.", 0, 1),
     # -- ITL structure (symptom B) -------------------------------------------------------
@@ -87,7 +88,8 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "waits for work (B4: the GPU path, not the feed, is slow).", 0, 1),
     # -- throughput / idle (symptom C) ---------------------------------------------------
     Threshold("gpu_util_low", 0.5, "ratio",
-              "GPU utilisation (DCGM) below which the GPU counts as idle (C). Used only when a DCGM source exists.", 0, 1),
+              "GPU utilisation (DCGM) below which the GPU counts as idle (C). Used only when a DCGM source "
+              "exists.", 0, 1),
     Threshold("gpu_util_high", 0.9, "ratio", "GPU utilisation (DCGM) above which the GPU counts as busy (B3).", 0, 1),
     Threshold("sparse_mean_running", 1.5, "requests",
               "Mean running requests below which, with nothing waiting, the workload does not form batches (C2).", 0),
@@ -120,10 +122,12 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "wait share is a ratio of tiny numbers (measured 0.52-0.76 idle, at 0.03-0.07 cores) and says "
               "nothing about starvation.", 0),
     Threshold("api_server_busy_cores", 0.9, "cores",
-              "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is saturated.", 0),
+              "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is "
+              "saturated.", 0),
     # -- distributed (symptom G) ---------------------------------------------------------
     Threshold("kv_relief_usage", 0.5, "ratio",
-              "Mean KV usage below which a TP/PP deployment has memory to spare, so added GPUs buy latency cost only (G).",
+              "Mean KV usage below which a TP/PP deployment has memory to spare, so added GPUs buy latency cost "
+              "only (G).",
               0, 1),
     Threshold("model_fits_share", 0.8, "ratio",
               "Model weights over one GPU's memory below which the model fits on one GPU, so TP/PP was added for "

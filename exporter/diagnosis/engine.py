@@ -75,7 +75,7 @@ def proposed_value(knob: str, direction: str, current: float, ctx: Context) -> f
         value = current * 2 if direction == "raise" else max(current / 2, float(ctx.facts.max_num_seqs or 1))
         return value if value != current else None
     if knob == "max_num_seqs":
-        running = ctx.signals.running_mean
+        running = ctx.signals.scheduler.running_mean
         if direction == "lower" and running is not None and running < current:
             value = max(1.0, float(round(running * 0.75)))
         else:
@@ -104,7 +104,8 @@ def concrete(action: Action, ctx: Context) -> Action | None:
     return replace(action, action=f"{action.direction} {action.knob} from {_fmt(current)} to {_fmt(proposed)}")
 
 
-def resolve_actions(findings: dict[str, Finding], ctx: Context) -> dict[str, tuple[tuple[Action, ...], tuple[str, ...]]]:
+def resolve_actions(findings: dict[str, Finding],
+                    ctx: Context) -> dict[str, tuple[tuple[Action, ...], tuple[str, ...]]]:
     """Per active cause: its concrete actions, and notes on the knob moves withheld for a stronger cause."""
     active = sorted((cid for cid, f in findings.items() if f.status == "fired"),
                     key=lambda cid: (findings[cid].informational, -findings[cid].strength, cid))

@@ -11,8 +11,9 @@ function to ``RULES`` and its data entry to ``exporter.catalog.symptoms``.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Literal
+from typing import Literal
 
 from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
@@ -100,21 +101,21 @@ def gate(breach: Breach) -> Finding | None:
 
 def ttft_breach(ctx: Context) -> Breach:
     s, slo = ctx.signals, ctx.slo.ttft_p95_seconds
-    p95 = s.quantile("ttft", 0.95)
-    if p95 is None or s.first_tokens is None:
+    p95 = s.latency.quantile("ttft", 0.95)
+    if p95 is None or s.traffic.first_tokens is None:
         return Breach(False, False, missing=("vllm:time_to_first_token_seconds",))
-    if s.first_tokens < ctx.thresholds.evidence_min_requests:
+    if s.traffic.first_tokens < ctx.thresholds.evidence_min_requests:
         return Breach(False, False, missing=("traffic: too few first tokens in the window",))
     return Breach(True, p95 > slo, p95 / slo, f"TTFT p95 {_s(p95)} vs SLO {_s(slo)}")
 
 
 def itl_breach(ctx: Context) -> Breach:
     s, slo = ctx.signals, ctx.slo.itl_p95_seconds
-    p95 = s.quantile("itl", 0.95)
+    p95 = s.latency.quantile("itl", 0.95)
     if p95 is None:
         return Breach(False, False, missing=("vllm:inter_token_latency_seconds",))
-    if s.first_tokens is not None and s.first_tokens < ctx.thresholds.evidence_min_requests and (
-            s.running_mean or 0) < 1:
+    if s.traffic.first_tokens is not None and s.traffic.first_tokens < ctx.thresholds.evidence_min_requests and (
+            s.scheduler.running_mean or 0) < 1:
         return Breach(False, False, missing=("traffic: too few streams in the window",))
     return Breach(True, p95 > slo, p95 / slo, f"ITL p95 {_s(p95)} vs SLO {_s(slo)}")
 
@@ -122,7 +123,7 @@ def itl_breach(ctx: Context) -> Breach:
 def kv_full(ctx: Context) -> bool:
     """KV counts as full when it sits at the high mark for much of the window, or preemptions run."""
     s, t = ctx.signals, ctx.thresholds
-    if s.kv_full_fraction is not None and s.kv_full_fraction >= t.kv_full_fraction:
+    if s.kv.full_fraction is not None and s.kv.full_fraction >= t.kv_full_fraction:
         return True
     return frequent_preemption(ctx)
 
@@ -130,11 +131,11 @@ def kv_full(ctx: Context) -> bool:
 def frequent_preemption(ctx: Context) -> bool:
     """Preemption beyond the safety net: frequent per request, or less frequent while users see a tail."""
     s, t = ctx.signals, ctx.thresholds
-    if s.preemptions is None or s.preemptions < t.preemptions_min or s.preemptions_per_request is None:
+    if s.kv.preemptions is None or s.kv.preemptions < t.preemptions_min or s.kv.preemptions_per_request is None:
         return False
-    if s.preemptions_per_request >= t.preemptions_per_request:
+    if s.kv.preemptions_per_request >= t.preemptions_per_request:
         return True
-    return s.preemptions_per_request >= t.preemptions_per_request_with_impact and latency_missed(ctx)
+    return s.kv.preemptions_per_request >= t.preemptions_per_request_with_impact and latency_missed(ctx)
 
 
 def latency_missed(ctx: Context) -> bool:
@@ -142,21 +143,21 @@ def latency_missed(ctx: Context) -> bool:
 
 
 def cpu_starving(ctx: Context) -> bool:
-    score = ctx.signals.cpu_starvation_score
+    score = ctx.signals.cpu.starvation_score
     return score is not None and score >= ctx.thresholds.cpu_starvation_score
 
 
 def queue_sustained(ctx: Context) -> bool:
-    s = ctx.signals
-    return s.queued_fraction is not None and s.queued_fraction >= ctx.thresholds.waiting_sustained_fraction
+    queued = ctx.signals.scheduler.queued_fraction
+    return queued is not None and queued >= ctx.thresholds.waiting_sustained_fraction
 
 
 def kv_evidence(s: Signals) -> str:
     parts = []
-    if s.kv_cache_usage_mean is not None:
-        parts.append(f"KV usage mean {_pct(s.kv_cache_usage_mean)}, max {_pct(s.kv_cache_usage_max or 0)}")
-    if s.preemptions is not None:
-        parts.append(f"{s.preemptions:.0f} preemptions in the window")
+    if s.kv.usage_mean is not None:
+        parts.append(f"KV usage mean {_pct(s.kv.usage_mean)}, max {_pct(s.kv.usage_max or 0)}")
+    if s.kv.preemptions is not None:
+        parts.append(f"{s.kv.preemptions:.0f} preemptions in the window")
     return "; ".join(parts) or "KV usage unknown"
 
 
@@ -164,10 +165,10 @@ def stutter_explained(ctx: Context) -> str | None:
     """Preemption recomputes and CPU starvation both stretch inter-token gaps: they explain ITL first."""
     s = ctx.signals
     if frequent_preemption(ctx):
-        return (f"preemption explains the slow stream ({s.preemptions:.0f} preemptions recomputed in the window): "
+        return (f"preemption explains the slow stream ({s.kv.preemptions:.0f} preemptions recomputed in the window): "
                 "see D")
     if cpu_starving(ctx):
-        return f"CPU starvation explains the slow stream (score {s.cpu_starvation_score:.2f}): see C1/A3"
+        return f"CPU starvation explains the slow stream (score {s.cpu.starvation_score:.2f}): see C1/A3"
     return None
 
 
@@ -175,10 +176,11 @@ def reusable_prompts(ctx: Context) -> tuple[bool | None, str]:
     """Do prompts span enough full blocks for prefix caching to matter at all?"""
     s, t = ctx.signals, ctx.thresholds
     block = s.cache.block_size
-    if block is None or s.prompt_length_mean is None:
+    if block is None or s.traffic.prompt_length_mean is None:
         return None, ""
-    blocks = s.prompt_length_mean / block
-    return blocks >= t.prefix_min_prompt_blocks, f"mean prompt {s.prompt_length_mean:.0f} tokens = {blocks:.1f} blocks of {block}"
+    blocks = s.traffic.prompt_length_mean / block
+    return blocks >= t.prefix_min_prompt_blocks, (f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens = "
+                                                  f"{blocks:.1f} blocks of {block}")
 
 
 def low_prefix_hit(ctx: Context) -> Finding:
@@ -186,39 +188,42 @@ def low_prefix_hit(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if s.cache.enable_prefix_caching is False:
         return clear("prefix caching is disabled on this engine")
-    if s.prefix_cache_hit_ratio is None:
+    if s.kv.prefix_hit_ratio is None:
         return abstain("vllm:prefix_cache_queries_total")
     reusable, blocks_text = reusable_prompts(ctx)
     if reusable is None:
         return abstain("vllm:cache_config_info", "vllm:request_prompt_tokens")
     if not reusable:
         return clear(f"prompts too short to reuse ({blocks_text})")
-    if s.prefix_cache_hit_ratio >= t.prefix_hit_ratio_low:
-        return clear(f"prefix hit ratio {_pct(s.prefix_cache_hit_ratio)}")
-    strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - s.prefix_cache_hit_ratio, 0, t.prefix_hit_ratio_low)
-    return fired(strength, f"prefix hit ratio {_pct(s.prefix_cache_hit_ratio)} (low mark {_pct(t.prefix_hit_ratio_low)})",
+    if s.kv.prefix_hit_ratio >= t.prefix_hit_ratio_low:
+        return clear(f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)}")
+    strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - s.kv.prefix_hit_ratio, 0, t.prefix_hit_ratio_low)
+    return fired(strength, f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)} (low mark {_pct(t.prefix_hit_ratio_low)})",
                  blocks_text)
 
 
 # -- A: high TTFT ------------------------------------------------------------------------
 def rule_a1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
+    lat = s.latency
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
-    if s.ttft_prefill_share is None or s.ttft_queue_share is None or s.prompt_length_mean is None:
+    if lat.ttft_prefill_share is None or lat.ttft_queue_share is None or s.traffic.prompt_length_mean is None:
         return abstain("vllm:request_prefill_time_seconds", "vllm:request_prompt_tokens")
-    if s.ttft_prefill_share < t.ttft_prefill_share or s.ttft_queue_share >= t.ttft_queue_share:
-        return clear(f"TTFT is not prefill-bound (prefill {_pct(s.ttft_prefill_share)}, queue {_pct(s.ttft_queue_share)})")
-    if s.prompt_length_mean < t.long_prompt_tokens:
-        return clear(f"prompts are not long (mean {s.prompt_length_mean:.0f} tokens)")
+    if lat.ttft_prefill_share < t.ttft_prefill_share or lat.ttft_queue_share >= t.ttft_queue_share:
+        return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
+                     f"queue {_pct(lat.ttft_queue_share)})")
+    if s.traffic.prompt_length_mean < t.long_prompt_tokens:
+        return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens)")
     if rule_a5(ctx).status == "fired":
         return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
     return fired(
         0.5 + 0.4 * _excess(breach.ratio, 1, 3),
         breach.evidence,
-        f"prefill is {_pct(s.ttft_prefill_share)} of mean TTFT {_s(s.ttft_mean or 0)}, queue {_pct(s.ttft_queue_share)}",
-        f"mean prompt {s.prompt_length_mean:.0f} tokens (p95 {s.prompt_length_p95 or 0:.0f})",
+        f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}, "
+        f"queue {_pct(lat.ttft_queue_share)}",
+        f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens (p95 {s.traffic.prompt_length_p95 or 0:.0f})",
     )
 
 
@@ -227,24 +232,27 @@ def rule_a2(ctx: Context) -> Finding:
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
-    if s.ttft_queue_share is None or s.queued_fraction is None:
+    if s.latency.ttft_queue_share is None or s.scheduler.queued_fraction is None:
         return abstain("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
-    if s.ttft_queue_share < t.ttft_queue_share or not queue_sustained(ctx):
-        return clear(f"queue is {_pct(s.ttft_queue_share)} of TTFT, requests wait for capacity in "
-                     f"{_pct(s.queued_fraction)} of scrapes")
+    if s.latency.ttft_queue_share < t.ttft_queue_share or not queue_sustained(ctx):
+        return clear(f"queue is {_pct(s.latency.ttft_queue_share)} of TTFT, requests wait for capacity in "
+                     f"{_pct(s.scheduler.queued_fraction)} of scrapes")
     if kv_full(ctx):
         return clear(f"the queue is explained by KV pressure ({kv_evidence(s)}): see C3/D")
     evidence = [
         breach.evidence,
-        f"queue is {_pct(s.ttft_queue_share)} of mean TTFT ({_s(s.queue_mean or 0)} of {_s(s.ttft_mean or 0)})",
-        f"requests wait for capacity in {_pct(s.queued_fraction)} of scrapes (mean {s.waiting_mean or 0:.1f}) "
+        f"queue is {_pct(s.latency.ttft_queue_share)} of mean TTFT "
+        f"({_s(s.latency.queue_mean or 0)} of {_s(s.latency.ttft_mean or 0)})",
+        f"requests wait for capacity in {_pct(s.scheduler.queued_fraction)} of scrapes "
+        f"(mean {s.scheduler.waiting_mean or 0:.1f}) "
         f"while {kv_evidence(s)}",
     ]
-    if ctx.facts.max_num_seqs and s.running_mean is not None:
-        evidence.append(f"running mean {s.running_mean:.1f} of max_num_seqs {ctx.facts.max_num_seqs}")
-    if s.waiting_deferred:
-        evidence.append(f"{s.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), not counted here")
-    return fired(0.5 + 0.4 * _excess(s.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
+    if ctx.facts.max_num_seqs and s.scheduler.running_mean is not None:
+        evidence.append(f"running mean {s.scheduler.running_mean:.1f} of max_num_seqs {ctx.facts.max_num_seqs}")
+    if s.scheduler.waiting_deferred:
+        evidence.append(f"{s.scheduler.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), "
+                        "not counted here")
+    return fired(0.5 + 0.4 * _excess(s.latency.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
 
 
 def rule_a3(ctx: Context) -> Finding:
@@ -252,12 +260,12 @@ def rule_a3(ctx: Context) -> Finding:
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
-    score = s.cpu_starvation_score
+    score = s.cpu.starvation_score
     # TTFT and queue/prefill are observed on different populations (first token vs finish);
     # the e2e-based estimate is same-population. Both must agree before blaming the frontend.
     share = None
-    if s.ttft_frontend_mean is not None and s.e2e_frontend_mean is not None and s.ttft_mean:
-        share = min(s.ttft_frontend_mean, s.e2e_frontend_mean) / s.ttft_mean
+    if s.latency.ttft_frontend_mean is not None and s.latency.e2e_frontend_mean is not None and s.latency.ttft_mean:
+        share = min(s.latency.ttft_frontend_mean, s.latency.e2e_frontend_mean) / s.latency.ttft_mean
     frontend = share is not None and share >= t.frontend_share
     if score is None and not frontend:
         return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
@@ -267,10 +275,10 @@ def rule_a3(ctx: Context) -> Finding:
                      f"time outside the engine {_pct(share or 0)} of TTFT")
     evidence = [breach.evidence]
     if frontend:
-        evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s((share or 0) * (s.ttft_mean or 0))}) is spent outside "
-                        "the engine (tokenization, templates, IPC)")
+        evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s((share or 0) * (s.latency.ttft_mean or 0))}) "
+                        "is spent outside the engine (tokenization, templates, IPC)")
     if starving:
-        evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu_inputs))}")
+        evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu.inputs))}")
     return fired(0.5 + 0.5 * max(_excess(score or 0, t.cpu_starvation_score, 1.0),
                                  _excess(share or 0, t.frontend_share, 0.8)), *evidence)
 
@@ -283,20 +291,21 @@ def rule_a4(ctx: Context) -> Finding:
     breach = ttft_breach(ctx)
     if (early := gate(breach)) is not None:
         return early
-    if s.prompt_length_mean is None:
+    if s.traffic.prompt_length_mean is None:
         return abstain("vllm:request_prompt_tokens")
-    chunks = s.prompt_length_mean / budget
+    chunks = s.traffic.prompt_length_mean / budget
     if chunks < t.budget_chunks_per_prompt:
         return clear(f"mean prompt fits in {chunks:.1f} chunks of {budget}")
     if kv_full(ctx):
         return clear(f"KV is full ({kv_evidence(s)}): the budget is not the limit")
     if cpu_starving(ctx):
-        return clear(f"CPU starvation slows every step (score {s.cpu_starvation_score:.2f}): see A3")
-    engine_share = (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0)
+        return clear(f"CPU starvation slows every step (score {s.cpu.starvation_score:.2f}): see A3")
+    engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     return fired(
         0.55 + 0.4 * _excess(chunks, t.budget_chunks_per_prompt, 4 * t.budget_chunks_per_prompt),
         breach.evidence,
-        f"mean prompt {s.prompt_length_mean:.0f} tokens needs {chunks:.1f} chunks of max_num_batched_tokens {budget}",
+        f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens needs {chunks:.1f} chunks of "
+        f"max_num_batched_tokens {budget}",
         f"prefill + queue are {_pct(min(engine_share, 1.0))} of mean TTFT",
     )
 
@@ -309,14 +318,14 @@ def rule_a5(ctx: Context) -> Finding:
     low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
-    if not s.prefix_cache_hit_ratio:
+    if not s.kv.prefix_hit_ratio:
         # Nothing is shared at all: the prompts may be unique by design, and then the prefill
         # cost is intrinsic (A1), not a cache failure.
         return clear("no prompt shares a cached block: nothing to blame on the cache")
-    if s.ttft_prefill_share is None or s.ttft_prefill_share < t.ttft_prefill_share:
+    if s.latency.ttft_prefill_share is None or s.latency.ttft_prefill_share < t.ttft_prefill_share:
         return clear("TTFT is not prefill-bound")
     return fired(low.strength, breach.evidence, *low.evidence,
-                 f"prefill is {_pct(s.ttft_prefill_share)} of mean TTFT")
+                 f"prefill is {_pct(s.latency.ttft_prefill_share)} of mean TTFT")
 
 
 # -- B: poor ITL -------------------------------------------------------------------------
@@ -330,28 +339,28 @@ def _stutter_gate(ctx: Context) -> Finding | None:
 
 
 def _tail_text(s: Signals) -> str:
-    note = f" ({s.itl_tail_note})" if s.itl_tail_note else ""
-    return f"ITL p99/p50 = {s.itl_tail_ratio or 0:.1f}{note}"
+    note = f" ({s.latency.itl_tail_note})" if s.latency.itl_tail_note else ""
+    return f"ITL p99/p50 = {s.latency.itl_tail_ratio or 0:.1f}{note}"
 
 
 def rule_b1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    tail = s.itl_tail_ratio
-    if tail is None or s.prefill_token_share is None:
+    tail = s.latency.itl_tail_ratio
+    if tail is None or s.traffic.prefill_token_share is None:
         return abstain("vllm:inter_token_latency_seconds", "vllm:prompt_tokens_total")
     if tail < t.itl_tail_ratio:
         return clear(f"ITL is uniform ({_tail_text(s)}), not stuttering")
-    if s.prefill_token_share < t.prefill_token_share:
-        return clear(f"prompt tokens are only {_pct(s.prefill_token_share)} of computed tokens")
+    if s.traffic.prefill_token_share < t.prefill_token_share:
+        return clear(f"prompt tokens are only {_pct(s.traffic.prefill_token_share)} of computed tokens")
     breach = itl_breach(ctx)
     # Strength follows both the stutter's shape and how far users are from their objective.
     return fired(
         0.5 + 0.2 * _excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio) + 0.2 * _excess(breach.ratio, 1, 3),
         breach.evidence,
         f"{_tail_text(s)}: most steps are fast, some are held by prefill",
-        f"prompt tokens are {_pct(s.prefill_token_share)} of computed tokens",
+        f"prompt tokens are {_pct(s.traffic.prefill_token_share)} of computed tokens",
     )
 
 
@@ -362,35 +371,36 @@ def rule_b2(ctx: Context) -> Finding:
         return abstain(unknown_fact("max_num_batched_tokens"))
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    tail = s.itl_tail_ratio
-    if tail is None or s.prompt_length_mean is None or s.prompt_length_mean <= 0:
+    tail = s.latency.itl_tail_ratio
+    if tail is None or s.traffic.prompt_length_mean is None or s.traffic.prompt_length_mean <= 0:
         return abstain("vllm:request_prompt_tokens", "vllm:inter_token_latency_seconds")
-    if s.tokens_per_step_p99 is None:
+    if s.scheduler.tokens_per_step_p99 is None:
         return abstain("vllm:iteration_tokens_total")
     if tail < t.itl_tail_ratio:
         return clear(f"ITL is uniform ({_tail_text(s)})")
     # The budget is to blame when it lets big steps through: the largest steps are long (or use
     # most of the budget), and a smaller budget would cut them into chunks that decode can pass.
-    step_share = s.tokens_per_step_p99 / budget
+    step_share = s.scheduler.tokens_per_step_p99 / budget
     big = min(budget * t.budget_step_share, t.long_step_tokens)
-    if s.tokens_per_step_p99 < big:
-        return clear(f"the largest steps carry {s.tokens_per_step_p99:.0f} tokens ({_pct(step_share)} of "
+    if s.scheduler.tokens_per_step_p99 < big:
+        return clear(f"the largest steps carry {s.scheduler.tokens_per_step_p99:.0f} tokens ({_pct(step_share)} of "
                      f"max_num_batched_tokens {budget}): the budget does not make them long")
     if budget <= t.long_step_tokens:
         return clear(f"max_num_batched_tokens {budget} is already small: lowering it further is not the lever")
-    over = budget / s.prompt_length_mean
+    over = budget / s.traffic.prompt_length_mean
     breach = itl_breach(ctx)
     return fired(
-        0.5 + 0.2 * _excess(s.tokens_per_step_p99, big, 4 * big) + 0.2 * _excess(breach.ratio, 1, 3),
+        0.5 + 0.2 * _excess(s.scheduler.tokens_per_step_p99, big, 4 * big) + 0.2 * _excess(breach.ratio, 1, 3),
         breach.evidence,
-        f"the largest steps (p99) carry {s.tokens_per_step_p99:.0f} tokens = {_pct(step_share)} of "
-        f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts ({s.prompt_length_mean:.0f} tokens)",
+        f"the largest steps (p99) carry {s.scheduler.tokens_per_step_p99:.0f} tokens = {_pct(step_share)} of "
+        f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts "
+        f"({s.traffic.prompt_length_mean:.0f} tokens)",
         _tail_text(s),
     )
 
 
 def _batch_fill(ctx: Context) -> float | None:
-    seqs, running = ctx.facts.max_num_seqs, ctx.signals.running_mean
+    seqs, running = ctx.facts.max_num_seqs, ctx.signals.scheduler.running_mean
     return running / seqs if seqs and running is not None else None
 
 
@@ -398,7 +408,7 @@ def rule_b3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    tail = s.itl_tail_ratio
+    tail = s.latency.itl_tail_ratio
     if tail is None:
         return abstain("vllm:inter_token_latency_seconds")
     if tail >= t.itl_tail_ratio:
@@ -409,9 +419,9 @@ def rule_b3(ctx: Context) -> Finding:
     if fill < t.batch_fill_high:
         return clear(f"batch is {_pct(fill)} of max_num_seqs: not a throughput-oriented batch")
     evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
-                f"running mean {s.running_mean:.1f} = {_pct(fill)} of max_num_seqs {ctx.facts.max_num_seqs}"]
-    if s.gpu_utilization is not None:
-        evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)}")
+                f"running mean {s.scheduler.running_mean:.1f} = {_pct(fill)} of max_num_seqs {ctx.facts.max_num_seqs}"]
+    if s.gpu.utilization is not None:
+        evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)}")
     return fired(0.55, *evidence)
 
 
@@ -420,38 +430,38 @@ def rule_b4(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    tail = s.itl_tail_ratio
+    tail = s.latency.itl_tail_ratio
     if tail is not None and tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, see B1/B2")
     degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
-    if degree > 1 and s.kv_cache_usage_mean is not None and s.kv_cache_usage_mean < t.kv_relief_usage:
+    if degree > 1 and s.kv.usage_mean is not None and s.kv.usage_mean < t.kv_relief_usage:
         return clear(f"TP x PP = {degree} with KV mostly free: communication is the first suspect, see G")
     fill = _batch_fill(ctx)
     if fill is not None and fill >= t.batch_fill_high:
         return clear(f"batch is {_pct(fill)} of max_num_seqs: a throughput-oriented batch, see B3")
     sheet = gpus.lookup(ctx.facts.gpu)
     bandwidth_use = None
-    if s.read_bytes_per_gpu_per_second is not None and sheet is not None and s.engine_busy_fraction:
-        bandwidth_use = s.read_bytes_per_gpu_per_second / s.engine_busy_fraction / sheet.hbm_bandwidth
-    gpu_busy = s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_high
-    if bandwidth_use is None and s.gpu_utilization is None:
+    if s.gpu.read_bytes_per_second is not None and sheet is not None and s.scheduler.busy_fraction:
+        bandwidth_use = s.gpu.read_bytes_per_second / s.scheduler.busy_fraction / sheet.hbm_bandwidth
+    gpu_busy = s.gpu.utilization is not None and s.gpu.utilization >= t.gpu_util_high
+    if bandwidth_use is None and s.gpu.utilization is None:
         return abstain("DCGM GPU utilisation (targets[].dcgm_url)",
                        "or vLLM --enable-mfu-metrics with engine.gpu")
-    if s.engine_busy_fraction is None or s.engine_busy_fraction < t.engine_busy_fraction:
-        return clear(f"the engine waits for work {_pct(1 - (s.engine_busy_fraction or 0))} of the time")
+    if s.scheduler.busy_fraction is None or s.scheduler.busy_fraction < t.engine_busy_fraction:
+        return clear(f"the engine waits for work {_pct(1 - (s.scheduler.busy_fraction or 0))} of the time")
     slow_path = bandwidth_use is not None and bandwidth_use < t.bandwidth_use_low
     if not (slow_path or (bandwidth_use is None and gpu_busy)):
         return clear(f"GPU memory bandwidth while stepping {_pct(bandwidth_use or 0)} of peak: the kernels keep pace"
-                     if bandwidth_use is not None else f"GPU utilisation {_pct(s.gpu_utilization or 0)}")
+                     if bandwidth_use is not None else f"GPU utilisation {_pct(s.gpu.utilization or 0)}")
     evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
-                f"the engine steps {_pct(s.engine_busy_fraction)} of the time"]
+                f"the engine steps {_pct(s.scheduler.busy_fraction)} of the time"]
     if fill is not None:
         evidence.append(f"batch only {_pct(fill)} of max_num_seqs")
     if bandwidth_use is not None and sheet is not None:
         evidence.append(f"GPU memory bandwidth while stepping {_pct(bandwidth_use)} of the {sheet.name}'s "
                         f"{sheet.hbm_bandwidth / 1e12:.2f} TB/s (vLLM's MFU estimate)")
-    if s.gpu_utilization is not None:
-        evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)} (DCGM)")
+    if s.gpu.utilization is not None:
+        evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)} (DCGM)")
     strength = 0.6 + 0.3 * (_excess(t.bandwidth_use_low - bandwidth_use, 0, t.bandwidth_use_low)
                             if bandwidth_use is not None else 0.5)
     return fired(strength, *evidence)
@@ -459,16 +469,17 @@ def rule_b4(ctx: Context) -> Finding:
 
 # -- C: throughput short of demand while the engine idles ---------------------------------
 def _traffic(s: Signals) -> bool:
-    return bool((s.requests_finished or 0) > 0 or (s.running_mean or 0) > 0 or (s.waiting_max or 0) > 0)
+    return bool((s.traffic.requests_finished or 0) > 0 or (s.scheduler.running_mean or 0) > 0
+                or (s.scheduler.waiting_max or 0) > 0)
 
 
 def demand_unmet(ctx: Context) -> str | None:
     """A user-visible shortfall: a sustained queue, rejected requests or a latency objective missed."""
     s = ctx.signals
     if queue_sustained(ctx):
-        return f"requests wait for capacity in {_pct(s.queued_fraction or 0)} of scrapes"
-    if s.admission_rejections_per_second:
-        return f"{s.admission_rejections_per_second:.2f} requests/s rejected at admission"
+        return f"requests wait for capacity in {_pct(s.scheduler.queued_fraction or 0)} of scrapes"
+    if s.traffic.admission_rejections_per_second:
+        return f"{s.traffic.admission_rejections_per_second:.2f} requests/s rejected at admission"
     for breach in (ttft_breach(ctx), itl_breach(ctx)):
         if breach.known and breach.breached:
             return breach.evidence
@@ -477,82 +488,83 @@ def demand_unmet(ctx: Context) -> str | None:
 
 def rule_c1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    score = s.cpu_starvation_score
+    score = s.cpu.starvation_score
     if score is None:
         return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
     if score < t.cpu_starvation_score:
         return clear(f"CPU-starvation score {score:.2f}")
     if not _traffic(s):
         return clear("no traffic in the window")
-    if s.gpu_utilization is not None and s.gpu_utilization >= t.gpu_util_low:
-        return clear(f"GPU utilisation {_pct(s.gpu_utilization)}: the GPU is fed")
+    if s.gpu.utilization is not None and s.gpu.utilization >= t.gpu_util_low:
+        return clear(f"GPU utilisation {_pct(s.gpu.utilization)}: the GPU is fed")
     effect = demand_unmet(ctx)
     if effect is None:
         return clear(f"CPU-starvation score {score:.2f}, but every objective is met and nothing waits")
-    inputs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s.cpu_inputs.items()))
+    inputs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s.cpu.inputs.items()))
     evidence = [effect, f"CPU-starvation score {score:.2f} (inputs: {inputs})"]
-    if s.engine_steps_per_second is not None:
-        evidence.append(f"engine output batches {s.engine_steps_per_second:.1f}/s")
-    if s.gpu_utilization is not None:
-        evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)}")
+    if s.scheduler.steps_per_second is not None:
+        evidence.append(f"engine output batches {s.scheduler.steps_per_second:.1f}/s")
+    if s.gpu.utilization is not None:
+        evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)}")
     return fired(0.55 + 0.45 * _excess(score, t.cpu_starvation_score, 1.0), *evidence)
 
 
 def rule_c2(ctx: Context) -> Finding:
     """Spare capacity: never a symptom on its own (demand is met), shown for capacity planning."""
     s, t = ctx.signals, ctx.thresholds
-    if s.running_mean is None or s.waiting_max is None or s.requests_finished is None:
+    if s.scheduler.running_mean is None or s.scheduler.waiting_max is None or s.traffic.requests_finished is None:
         return abstain("vllm:num_requests_running", "vllm:num_requests_waiting")
-    if s.requests_finished < t.evidence_min_requests:
+    if s.traffic.requests_finished < t.evidence_min_requests:
         return clear("too little traffic to judge batching")
-    if s.running_mean >= t.sparse_mean_running or s.waiting_max > 0:
-        return clear(f"running mean {s.running_mean:.1f}, waiting max {s.waiting_max:.0f}")
+    if s.scheduler.running_mean >= t.sparse_mean_running or s.scheduler.waiting_max > 0:
+        return clear(f"running mean {s.scheduler.running_mean:.1f}, waiting max {s.scheduler.waiting_max:.0f}")
     if cpu_starving(ctx):
         return clear("CPU starvation explains the idle engine (C1)")
-    evidence = [f"running mean {s.running_mean:.2f} with nothing waiting (max {s.waiting_max:.0f})",
-                f"{s.requests_per_second or 0:.2f} requests/s finished: the engine has spare capacity"]
-    if s.gpu_utilization is not None:
-        evidence.append(f"GPU utilisation {_pct(s.gpu_utilization)}")
+    evidence = [f"running mean {s.scheduler.running_mean:.2f} with nothing waiting (max {s.scheduler.waiting_max:.0f})",
+                f"{s.traffic.requests_per_second or 0:.2f} requests/s finished: the engine has spare capacity"]
+    if s.gpu.utilization is not None:
+        evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)}")
     return info(ctx, *evidence)
 
 
 def rule_c3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    if s.queued_fraction is None or s.kv_cache_usage_mean is None:
+    if s.scheduler.queued_fraction is None or s.kv.usage_mean is None:
         return abstain("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
     if not queue_sustained(ctx):
-        return clear(f"requests wait for capacity in only {_pct(s.queued_fraction)} of scrapes")
+        return clear(f"requests wait for capacity in only {_pct(s.scheduler.queued_fraction)} of scrapes")
     if not kv_full(ctx):
         return clear(f"KV has room ({kv_evidence(s)})")
-    evidence = [f"requests wait for capacity in {_pct(s.queued_fraction)} of scrapes (max {s.waiting_max or 0:.0f})",
+    evidence = [f"requests wait for capacity in {_pct(s.scheduler.queued_fraction)} of scrapes "
+                f"(max {s.scheduler.waiting_max or 0:.0f})",
                 kv_evidence(s)]
-    if s.waiting_capacity is not None:
-        evidence.append(f"{s.waiting_capacity:.0f} waiting for capacity at the last scrape")
+    if s.scheduler.waiting_capacity is not None:
+        evidence.append(f"{s.scheduler.waiting_capacity:.0f} waiting for capacity at the last scrape")
     seqs = ctx.facts.max_num_seqs
-    if seqs and s.running_mean is not None:
-        if s.running_mean >= seqs * t.batch_fill_high:
-            return clear(f"running {s.running_mean:.1f} is at max_num_seqs {seqs}: the cap, not KV, binds")
-        evidence.append(f"running mean {s.running_mean:.1f} below max_num_seqs {seqs}")
-    return fired(0.6 + 0.3 * _excess(s.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
+    if seqs and s.scheduler.running_mean is not None:
+        if s.scheduler.running_mean >= seqs * t.batch_fill_high:
+            return clear(f"running {s.scheduler.running_mean:.1f} is at max_num_seqs {seqs}: the cap, not KV, binds")
+        evidence.append(f"running mean {s.scheduler.running_mean:.1f} below max_num_seqs {seqs}")
+    return fired(0.6 + 0.3 * _excess(s.scheduler.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
 
 
 # -- D, E: KV pressure and headroom ------------------------------------------------------
 def rule_d(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    if s.preemptions is None:
+    if s.kv.preemptions is None:
         return abstain("vllm:num_preemptions_total")
-    if s.preemptions_per_request is None:
+    if s.kv.preemptions_per_request is None:
         return abstain("vllm:request_success_total")
     if not frequent_preemption(ctx):
-        return clear(f"{s.preemptions:.0f} preemptions, {s.preemptions_per_request:.2f} per admitted request")
-    strength = 0.65 + 0.25 * _excess(s.preemptions_per_request, t.preemptions_per_request,
+        return clear(f"{s.kv.preemptions:.0f} preemptions, {s.kv.preemptions_per_request:.2f} per admitted request")
+    strength = 0.65 + 0.25 * _excess(s.kv.preemptions_per_request, t.preemptions_per_request,
                                      10 * t.preemptions_per_request)
-    if s.kv_cache_usage_max is not None and s.kv_cache_usage_max >= t.kv_usage_high:
+    if s.kv.usage_max is not None and s.kv.usage_max >= t.kv_usage_high:
         strength += 0.1  # corroborated by usage at the high mark
-    evidence = [f"{s.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.preemption_rate or 0:.2f}/s, "
-                f"{s.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
+    evidence = [f"{s.kv.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.kv.preemption_rate or 0:.2f}/s, "
+                f"{s.kv.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
                 kv_evidence(s)]
-    if s.preemptions_per_request < t.preemptions_per_request:
+    if s.kv.preemptions_per_request < t.preemptions_per_request:
         tail = next(b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached)
         evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
     return fired(strength, *evidence)
@@ -565,27 +577,27 @@ def rule_e(ctx: Context) -> Finding:
     seconds misses the peaks at which blocks ran out.
     """
     s, t = ctx.signals, ctx.thresholds
-    if s.kv_cache_usage_mean is None or s.kv_full_fraction is None:
+    if s.kv.usage_mean is None or s.kv.full_fraction is None:
         return abstain("vllm:kv_cache_usage_perc")
-    if (s.preemptions_per_request or 0) >= t.preemptions_per_request and frequent_preemption(ctx):
+    if (s.kv.preemptions_per_request or 0) >= t.preemptions_per_request and frequent_preemption(ctx):
         return clear("preemption is already frequent: see D")
-    at_cap = s.kv_full_fraction >= t.kv_full_fraction
-    usage = (f"KV usage mean {_pct(s.kv_cache_usage_mean)} over {s.window_seconds:.0f} s "
-             f"(max {_pct(s.kv_cache_usage_max or 0)}, at the high mark in {_pct(s.kv_full_fraction)} of scrapes)")
+    at_cap = s.kv.full_fraction >= t.kv_full_fraction
+    usage = (f"KV usage mean {_pct(s.kv.usage_mean)} over {s.window_seconds:.0f} s "
+             f"(max {_pct(s.kv.usage_max or 0)}, at the high mark in {_pct(s.kv.full_fraction)} of scrapes)")
     if s.restarts and at_cap:
         return fired(0.8, f"{s.restarts} engine restart(s) in the window with KV at its cap (OOM?)", usage)
     if not at_cap:
         return clear(usage)
     tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
-    if queue_sustained(ctx) and (s.preemptions or tail is not None):
-        evidence = [usage, f"requests wait for capacity in {_pct(s.queued_fraction or 0)} of scrapes"]
-        if s.preemptions:
-            evidence.append(f"{s.preemptions:.0f} preemptions already (rare, but the cache has no slack)")
+    if queue_sustained(ctx) and (s.kv.preemptions or tail is not None):
+        evidence = [usage, f"requests wait for capacity in {_pct(s.scheduler.queued_fraction or 0)} of scrapes"]
+        if s.kv.preemptions:
+            evidence.append(f"{s.kv.preemptions:.0f} preemptions already (rare, but the cache has no slack)")
         if tail is not None:
             evidence.append(tail.evidence)
         if s.cache.gpu_memory_utilization is not None:
             evidence.append(f"gpu_memory_utilization {s.cache.gpu_memory_utilization:g}")
-        return fired(0.6 + 0.2 * _excess(s.kv_full_fraction, t.kv_full_fraction, 1.0), *evidence)
+        return fired(0.6 + 0.2 * _excess(s.kv.full_fraction, t.kv_full_fraction, 1.0), *evidence)
     return info(ctx, usage, "saturated but within objectives and without preemption: efficient, with no spare "
                             "room for a burst")
 
@@ -595,8 +607,9 @@ def _miss_cost(ctx: Context) -> str | None:
     """What the misses cost users: a first-token objective missed while prefill dominates TTFT."""
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
-    if breach.known and breach.breached and (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0) >= t.ttft_prefill_share:
-        return f"{breach.evidence}, prefill + queue {_pct(min(1.0, (s.ttft_prefill_share or 0) + (s.ttft_queue_share or 0)))} of it"
+    engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
+    if breach.known and breach.breached and engine_share >= t.ttft_prefill_share:
+        return f"{breach.evidence}, prefill + queue {_pct(min(1.0, engine_share))} of it"
     return None
 
 
@@ -606,7 +619,7 @@ def rule_f(ctx: Context) -> Finding:
         return low
     if _eviction_shaped(ctx):
         return clear("KV is full and some prefixes do hit: capacity eviction (F6) explains the misses")
-    if not ctx.signals.prefix_cache_hit_ratio:
+    if not ctx.signals.kv.prefix_hit_ratio:
         # Zero hits: metrics cannot tell prompts unique by design from a prefix broken at its
         # first block, so this stays informational and never makes the verdict alone.
         return info(ctx, *low.evidence,
@@ -621,7 +634,7 @@ def rule_f(ctx: Context) -> Finding:
 
 def _eviction_shaped(ctx: Context) -> bool:
     """Eviction leaves partial reuse behind; zero hits mean nothing is shared at all (F)."""
-    return kv_full(ctx) and (ctx.signals.prefix_cache_hit_ratio or 0.0) > 0.0
+    return kv_full(ctx) and (ctx.signals.kv.prefix_hit_ratio or 0.0) > 0.0
 
 
 def rule_f6(ctx: Context) -> Finding:
@@ -644,7 +657,8 @@ def model_fits_one_gpu(ctx: Context) -> tuple[bool | None, str]:
     if sheet is None or weights is None:
         return None, ""
     share = weights / sheet.memory_bytes
-    return share < ctx.thresholds.model_fits_share, f"weights {weights / 1e9:.0f} GB = {_pct(share)} of one {sheet.name}"
+    return (share < ctx.thresholds.model_fits_share,
+            f"weights {weights / 1e9:.0f} GB = {_pct(share)} of one {sheet.name}")
 
 
 def rule_g(ctx: Context) -> Finding:
@@ -657,12 +671,12 @@ def rule_g(ctx: Context) -> Finding:
         return clear("single-GPU engine")
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    tail = s.itl_tail_ratio
+    tail = s.latency.itl_tail_ratio
     if tail is not None and tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, not communication")
-    if s.kv_cache_usage_mean is None:
+    if s.kv.usage_mean is None:
         return abstain("vllm:kv_cache_usage_perc")
-    if s.kv_cache_usage_mean >= t.kv_relief_usage or frequent_preemption(ctx):
+    if s.kv.usage_mean >= t.kv_relief_usage or frequent_preemption(ctx):
         return clear(f"KV is in use ({kv_evidence(s)}): the extra GPUs are buying memory")
     fits, fit_text = model_fits_one_gpu(ctx)
     if fits is None:
@@ -672,7 +686,7 @@ def rule_g(ctx: Context) -> Finding:
     return fired(
         0.6,
         itl_breach(ctx).evidence,
-        f"TP {tp or 1} x PP {pp or 1} while KV usage mean is only {_pct(s.kv_cache_usage_mean)}",
+        f"TP {tp or 1} x PP {pp or 1} while KV usage mean is only {_pct(s.kv.usage_mean)}",
         f"the model fits on one GPU ({fit_text}): the parallelism buys room that is not used",
         f"ITL uniformly slow ({_tail_text(s)})" if tail is not None else "ITL tail shape unknown",
     )

@@ -40,7 +40,8 @@ class CgroupThrottleReader:
         return {"nr_periods": values["nr_periods"], "nr_throttled": values["nr_throttled"]}
 
 
-def find_throttle_reader(pid: int, proc: Path = Path("/proc"), root: Path = Path("/sys/fs/cgroup")) -> CgroupThrottleReader:
+def find_throttle_reader(pid: int, proc: Path = Path("/proc"),
+                         root: Path = Path("/sys/fs/cgroup")) -> CgroupThrottleReader:
     for directory in cgroup_dirs_for(pid, proc, root):
         reader = CgroupThrottleReader(directory)
         try:

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable
 
 from exporter.config import Target
 from exporter.hostcpu.base import NoData, Reader
@@ -15,6 +14,7 @@ from exporter.hostcpu.processes import cgroup_members, descendants, matching
 from exporter.hostcpu.psi import PsiReader
 from exporter.hostcpu.schedstat import SchedstatReader
 from exporter.signals import HostInputs
+from exporter.timebuffer import TimeBuffer
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,8 @@ class HostProbe:
         self._cgroup_dir = cgroup_dir
         self._throttle: CgroupThrottleReader | None = None
         self._psi_path = psi_path
-        self._history: deque[tuple[float, dict[str, dict[str, float]]]] = deque()
+        # source -> its cumulative counters, per evaluation; the baseline keeps the deltas over the whole span
+        self._history: TimeBuffer[dict[str, dict[str, float]]] = TimeBuffer(span_seconds, keep_baseline=True)
         self._failed: list[tuple[str, str]] = []
         self._warned: set[str] = set()
 
@@ -45,7 +46,7 @@ class HostProbe:
         reader = find_throttle_reader(pids[-1], self._proc)
         if self._throttle is not None and reader.directory != self._throttle.directory:
             # Counters of another cgroup are not comparable: restart the history of this source.
-            for _, readings in self._history:
+            for readings in self._history:
                 readings.pop("cgroup", None)
         self._throttle = reader
         return reader
@@ -77,24 +78,22 @@ class HostProbe:
             return None
 
     def __call__(self, now: float) -> HostInputs:
-        readings = {}
+        readings: dict[str, dict[str, float]] = {}
         self._failed = []
         for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
                              ("psi", self._psi_reader)):
             value = self._read(name, reader)
             if value is not None:
                 readings[name] = value
-        self._history.append((now, readings))
-        while len(self._history) > 2 and self._history[1][0] <= now - self.span:
-            self._history.popleft()
+        self._history.push(now, readings)
         # Only the schedstat source is expected everywhere; cgroup and PSI depend on the host.
         errors = tuple(e for e in self._failed if e[0] == "schedstat" or e[1] != "unavailable")
         inputs = self.inputs()
         return replace(inputs, errors=tuple((f"hostcpu:{n}", r) for n, r in errors))
 
     def _delta(self, source: str, key: str) -> float | None:
-        first = next((r[source][key] for _, r in self._history if source in r), None)
-        last = next((r[source][key] for _, r in reversed(self._history) if source in r), None)
+        first = next((r[source][key] for r in self._history if source in r), None)
+        last = next((r[source][key] for r in self._history.newest_first() if source in r), None)
         if first is None or last is None or last < first:
             return None
         return last - first
@@ -102,7 +101,7 @@ class HostProbe:
     def inputs(self) -> HostInputs:
         if len(self._history) < 2:
             return HostInputs()
-        span = self._history[-1][0] - self._history[0][0]
+        span = self._history.covered_seconds
         sources = []
         wait_share = throttled = psi = None
         run, wait = self._delta("schedstat", "run_ns"), self._delta("schedstat", "wait_ns")
@@ -119,8 +118,8 @@ class HostProbe:
         if some is not None and span > 0:
             psi = min(1.0, some / (span * 1e6))
             sources.append("psi")
-        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled, cpu_psi_share=psi,
-                          sources=tuple(sources))
+        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled,
+                          cpu_psi_share=psi, sources=tuple(sources))
 
 
 def host_probe_for(target: Target, span_seconds: float | None = None) -> HostProbe | None:

@@ -7,8 +7,8 @@ run queue instead of running (measured 0.73-0.80 under real starvation).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from exporter.hostcpu.base import NoData
 

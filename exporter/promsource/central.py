@@ -22,9 +22,10 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
+from exporter.catalog.exported import CENTRAL_EXPORTED
 from exporter.config import Settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
@@ -32,6 +33,7 @@ from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, read_scrapes, target_for
+from exporter.publish.collector import new_family
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.state import TargetState
 
@@ -173,22 +175,10 @@ class _CentralCollector(Collector):
         self.central = central
 
     def collect(self) -> Iterable[Metric]:
-        c, last = self.central, self.central.last_cycle
-        P = "vllm_diag_prometheus_"
-        yield CounterMetricFamily(P + "cycles", "Diagnosis cycles run against the store.", value=c.cycles_total)
-        yield CounterMetricFamily(P + "queries", "HTTP API queries sent to the store.", value=c.queries_total)
-        yield CounterMetricFamily(P + "read_bytes", "Bytes of API answers read from the store.",
-                                  value=c.bytes_read_total)
-        yield CounterMetricFamily(P + "errors", "Failed discovery or target reads.", value=c.errors_total)
-        yield CounterMetricFamily(P + "dropped_targets", "Targets dropped after their grace period.",
-                                  value=c.dropped_targets_total)
-        yield GaugeMetricFamily(P + "cycle_duration_seconds", "Duration of the last cycle.",
-                                value=last.duration_seconds)
-        yield GaugeMetricFamily(P + "targets", "Targets found in the last cycle.", value=last.targets)
-        yield GaugeMetricFamily(P + "targets_diagnosed", "Targets with fresh samples, diagnosed in the last cycle.",
-                                value=last.diagnosed)
-        yield GaugeMetricFamily(P + "cycle_queries", "Queries the last cycle sent.", value=last.queries)
-        yield GaugeMetricFamily(P + "cycle_read_bytes", "Bytes the last cycle read.", value=last.bytes_read)
+        for metric in CENTRAL_EXPORTED:  # exporter/catalog/exported.py
+            family = new_family(metric)
+            family.add_metric([], metric.source(self.central))
+            yield family
 
 
 async def _run_cycles(app: web.Application) -> AsyncIterator[None]:

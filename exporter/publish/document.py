@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from exporter import __version__
 from exporter.state import TargetState
@@ -116,6 +117,7 @@ def _explicit_pending(value: Any, scores: dict[str, float]) -> dict[str, Any] | 
     if isinstance(value, dict) and value.get("layer"):
         layer = value["layer"]
         return {"layer": layer, "score": value.get("score", scores.get(layer)),
-                "count": value.get("count", value.get("evaluations")), "needed": value.get("needed", value.get("required")),
+                "count": value.get("count", value.get("evaluations")),
+                "needed": value.get("needed", value.get("required")),
                 "symptoms": list(value.get("symptoms", []))}
     return None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Callable
+from collections.abc import Callable
 
 SIGNIFICANT = 3  # digits a reader can compare at a glance; more is noise in a window statistic
 
@@ -55,7 +55,8 @@ def score(value: float | None) -> str:
     return f"{value:.2f}"
 
 
-def compared(value: float, threshold: float, fmt: Callable[..., str] = percent, max_decimals: int = 4) -> tuple[str, str]:
+def compared(value: float, threshold: float, fmt: Callable[..., str] = percent,
+             max_decimals: int = 4) -> tuple[str, str]:
     """``value`` and ``threshold`` formatted with just enough decimals that unequal numbers read unequal.
 
     Only for formatters that take a ``decimals`` argument (``percent``); others are returned as is.

@@ -74,7 +74,8 @@ def render(document: dict[str, Any]) -> str:
             note = ": information only, never the verdict or an alert" if symptom.get("informational") else ""
             lines.append(f"[{symptom['id']}] {symptom['title']} ({symptom['severity']}{note})")
             for cause in symptom["causes"]:
-                lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {numbers.score(cause['strength'])}]")
+                strength = numbers.score(cause["strength"])
+                lines.append(f"  {cause['id']} - {cause['title']} [layer {cause['layer']}, strength {strength}]")
                 for line in cause["evidence"]:
                     lines.append(f"    evidence: {line}")
                 for action in cause["actions"]:

@@ -14,9 +14,10 @@ The generator modules are imported lazily so that ``exporter.render.rules`` and
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 
 # ---------------------------------------------------------------------------------------------
 # PromQL builder

@@ -13,12 +13,14 @@ threshold key (or the SLO), and the step is read from ``exporter.catalog.thresho
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import grafanalib.core as g
 from grafanalib._gen import DashboardEncoder
 
+from exporter.catalog.exported import PREFIX, exported
 from exporter.catalog.symptoms import LAYERS
 from exporter.catalog.thresholds import BY_KEY, DEFAULTS
 from exporter.config import Slo
@@ -53,8 +55,8 @@ GREEN, RED, NEUTRAL = "green", "red", "blue"
 
 
 def diag(metric: str, extra: str = "") -> str:
-    """A vllm_diag_* selector restricted to the dashboard's target and model."""
-    return f"{metric}{{{DIAG_SEL}{', ' + extra if extra else ''}}}"
+    """A vllm_diag_* selector restricted to the dashboard's target and model (the name from the catalog)."""
+    return f"{exported(metric).sample_name}{{{DIAG_SEL}{', ' + extra if extra else ''}}}"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -100,6 +102,9 @@ def _targets(queries: Sequence[Query], *, instant: bool = False, table: bool = F
 
 
 def _describe(text: str, metrics: Sequence[str], judgement: Judgement | None) -> str:
+    for name in metrics:
+        if name.startswith(PREFIX):
+            exported(name)  # a panel names only series the sidecar exports
     parts = [text]
     if judgement is not None:
         parts.append(f"Threshold {judgement.value:g}: {judgement.source}.")

@@ -3,7 +3,8 @@
 Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must resolve to
 - the vLLM name catalog (``exporter.catalog.metrics.wire_names()``) or ``EXTRA_VLLM_NAMES``
   below (real vLLM names the catalog does not need; a test checks each against a real capture),
-- a ``vllm_diag_*`` family the collector really emits (its ``describe()``, ``_total`` on counters),
+- a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.catalog.exported``, which the
+  collector is a loop over; ``_total`` on counters),
 - a recording rule we generate, or
 - a Prometheus built-in series (``up``).
 A typo in a panel or rule then fails the test suite instead of showing "No data" in production.
@@ -12,10 +13,9 @@ A typo in a panel or rule then fails the test suite instead of showing "No data"
 from __future__ import annotations
 
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
-from prometheus_client.core import CounterMetricFamily
-
+from exporter.catalog.exported import sample_names
 from exporter.catalog.metrics import wire_names
 
 # Real vLLM sample names used by the generators that the parsing catalog does not list.
@@ -56,14 +56,8 @@ def variable_query_expr(query: str) -> str:
 
 
 def diag_names() -> frozenset[str]:
-    """Sample names of the families the sidecar's collector emits."""
-    from exporter.publish.collector import DiagnosisCollector
-
-    names: set[str] = set()
-    for family in DiagnosisCollector(lambda: {}).describe():
-        names.add(family.name + "_total" if isinstance(family, CounterMetricFamily) or family.type == "counter"
-                  else family.name)
-    return frozenset(names)
+    """Sample names of the families the sidecar exports (the catalog the collector loops over)."""
+    return sample_names()
 
 
 def known_names() -> frozenset[str]:

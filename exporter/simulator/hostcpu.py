@@ -8,7 +8,7 @@ process that gets a share ``s`` of the CPU it asks for waits about ``1 - s`` of 
 
 from __future__ import annotations
 
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 from exporter.signals import HostInputs
 from exporter.simulator.engine import Engine
@@ -28,7 +28,10 @@ def simulated_host_inputs(engine: Engine) -> HostInputs:
                       sources=("schedstat (simulated)",))
 
 
-def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> Callable[[object, float], Callable[[float], HostInputs] | None]:
+HostProbeFactory = Callable[[object, float], Callable[[float], HostInputs] | None]
+
+
+def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> HostProbeFactory:
     """A sidecar host-probe factory over simulated engines, keyed by target name.
 
     ``engines`` maps a target name to a function returning that scenario's current engine (the

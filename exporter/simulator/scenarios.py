@@ -634,7 +634,8 @@ _PREEMPTION_STORM = Scenario(
             max_tokens=None,
         )
     ),
-    expected=Expected(verdict="kv_cache", symptoms=("D",), causes=("D",), also_possible=("A", "A2", "C", "C3", "E", "F")),
+    expected=Expected(verdict="kv_cache", symptoms=("D",), causes=("D",),
+                      also_possible=("A", "A2", "C", "C3", "E", "F")),
     case="D (B explained)",
     # Streams feed another model, so inter-token latency has a tight objective that the storm breaks.
     slo={"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.02},

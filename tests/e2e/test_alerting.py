@@ -87,11 +87,11 @@ def test_the_fixture_scenarios_hold_their_conditions_with_margin() -> None:
     (alert 0.9); cpu-starved starvation score >= 0.55 (alert 0.5) with symptom C on; healthy no symptom.
     """
     kv = _replay("kv-pressure")
-    assert min(s.signals.preemptions_per_request or 0 for s in kv) > 0.2
-    assert min(s.signals.kv_cache_usage_max or 0 for s in kv) > 0.95
+    assert min(s.signals.kv.preemptions_per_request or 0 for s in kv) > 0.2
+    assert min(s.signals.kv.usage_max or 0 for s in kv) > 0.95
     assert all("D" in {x.id for x in s.diagnosis.symptoms} for s in kv)
     cpu = _replay("cpu-starved")
-    assert min(s.signals.cpu_starvation_score or 0 for s in cpu) >= 0.55
+    assert min(s.signals.cpu.starvation_score or 0 for s in cpu) >= 0.55
     assert all("C" in {x.id for x in s.diagnosis.symptoms} for s in cpu)
     healthy = _replay("healthy")
     assert not {x.id for s in healthy for x in s.diagnosis.symptoms}

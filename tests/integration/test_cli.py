@@ -8,7 +8,6 @@ import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from itertools import count
-from pathlib import Path
 
 import pytest
 

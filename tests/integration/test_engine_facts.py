@@ -15,8 +15,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import aiohttp
 import pytest
@@ -69,9 +69,9 @@ def vllm_like(fixtures_dir: Path, tmp_path: Path) -> Iterator[int]:
             try:
                 with __import__("socket").create_connection(("127.0.0.1", port), timeout=0.5):
                     break
-            except OSError:
+            except OSError as exc:
                 if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the vLLM-like process did not start")
+                    raise RuntimeError("the vLLM-like process did not start") from exc
                 time.sleep(0.05)
         yield port
     finally:

@@ -11,9 +11,9 @@ import ssl
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from itertools import count
 from pathlib import Path
-from typing import Callable
 
 import aiohttp
 import bcrypt
@@ -155,7 +155,7 @@ async def test_nan_and_inf_values_are_dropped_not_diagnosed(fixtures_dir):
 
 async def test_duplicate_series_is_a_parse_failure(fixtures_dir):
     base = read_capture(fixtures_dir, "steady")
-    line = next(l for l in base.splitlines() if l.startswith("vllm:num_requests_running{"))
+    line = next(row for row in base.splitlines() if row.startswith("vllm:num_requests_running{"))
     upstream, _ = await _serve(lambda n: base + line + "\n")
     sidecar = await _sidecar(f"http://127.0.0.1:{upstream.port}/metrics")
     try:

@@ -19,7 +19,6 @@ from exporter.server import create_app
 from tests.conftest import free_port, read_capture
 
 
-
 def _samples(text: str) -> dict[tuple[str, tuple], float]:
     out = {}
     for family in text_string_to_metric_families(text):
@@ -122,6 +121,7 @@ async def test_first_scrape_is_insufficient_evidence(upstream):
         assert target["verdict"]["layer"] == "unknown"
         samples = _samples(await (await client.get("/metrics")).text())
         assert samples[("vllm_diag_evidence_ready", (("model_name", "tiny"), ("target", "one")))] == 0
-        assert samples[("vllm_diag_layer_verdict", (("layer", "unknown"), ("model_name", "tiny"), ("target", "one")))] == 1
+        unknown = (("layer", "unknown"), ("model_name", "tiny"), ("target", "one"))
+        assert samples[("vllm_diag_layer_verdict", unknown)] == 1
     finally:
         await client.close()

@@ -37,7 +37,7 @@ class RunningSidecar:
         self.server = TestServer(self.app, host="127.0.0.1")
         self.session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "RunningSidecar":
+    async def __aenter__(self) -> RunningSidecar:
         await self.server.start_server()
         self.session = aiohttp.ClientSession()
         return self
@@ -63,7 +63,8 @@ class RunningSidecar:
         out = {}
         for family in text_string_to_metric_families(text):
             for s in family.samples:
-                out[(s.name, tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("target", "model_name"))))] = s.value
+                labels = tuple(sorted((k, v) for k, v in s.labels.items() if k not in ("target", "model_name")))
+                out[(s.name, labels)] = s.value
         return out
 
     def final_state(self) -> dict[str, Any]:

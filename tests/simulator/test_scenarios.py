@@ -59,7 +59,7 @@ def test_preemption_storm_names_kv_cache_and_not_the_budget(tmp_path):
     state = diagnose_scenario("preemption-storm", tmp_path)
     assert state.diagnosis.verdict.layer == "kv_cache"
     assert "B" not in {s.id for s in state.diagnosis.active_symptoms}
-    b1 = state.signals is not None and state.signals.quantile("itl", 0.95)
+    b1 = state.signals is not None and state.signals.latency.quantile("itl", 0.95)
     assert b1 and b1 > 0.02  # the stream does miss its objective: B is explained, not absent
 
 
@@ -74,9 +74,9 @@ def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path):
     state = diagnose_scenario("dp-restart", tmp_path)
     assert state.health.restarts_total >= 1
     signals = state.signals
-    assert signals is not None and signals.generation_tokens_per_second is not None
+    assert signals is not None and signals.traffic.generation_tokens_per_second is not None
     # Two engines at 3 req/s x ~250 tokens: hundreds of tokens/s, never a lifetime total.
-    assert 500 < signals.generation_tokens_per_second < 5000
+    assert 500 < signals.traffic.generation_tokens_per_second < 5000
 
 
 def test_docs_profile_table_lists_every_scenario_with_its_expected_verdict():

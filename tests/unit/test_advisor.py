@@ -173,10 +173,12 @@ def test_json_shape() -> None:
 def test_published_everywhere() -> None:
     from dataclasses import replace
 
+    from prometheus_client import CollectorRegistry, generate_latest
+
     from exporter.config import Settings, target_from_url
     from exporter.pipeline import TargetPipeline
-    from exporter.publish import advice as advice_metric
     from exporter.publish import document, html, text
+    from exporter.publish.collector import DiagnosisCollector
 
     settings = Settings(targets=[target_from_url("http://127.0.0.1:1/metrics", name="t")])
     state = replace(TargetPipeline(settings.targets[0], settings).state, advice=_result())
@@ -186,8 +188,8 @@ def test_published_everywhere() -> None:
     assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
     report = text.render(doc)
     assert "max_num_batched_tokens 256 -> 2048" in report
-    families = list(advice_metric.families([state]))
-    sample = families[0].samples[0]
-    assert sample.name == "vllm_diag_advice_info"
-    assert sample.labels == {"target": "t", "model_name": "", "knob": "max_num_batched_tokens", "current": "256",
-                             "proposed": "2048"}
+    registry = CollectorRegistry()
+    registry.register(DiagnosisCollector(lambda: {"t": state}))
+    exposition = generate_latest(registry).decode()
+    assert ('vllm_diag_advice_info{current="256",knob="max_num_batched_tokens",model_name="",proposed="2048",'
+            'target="t"} 1.0') in exposition

@@ -84,3 +84,16 @@ def test_dcgm_gpu_utilization():
             'DCGM_FI_DEV_GPU_UTIL{gpu="1",UUID="b"} 50\nDCGM_FI_DEV_FB_USED{gpu="0"} 1000\n')
     assert gpu_utilization(text) == pytest.approx(0.4)
     assert gpu_utilization("nothing here\n") is None
+
+
+def test_dcgm_payload_goes_through_the_exposition_parser():
+    """Timestamps and OpenMetrics are read like vLLM's; out-of-range and NaN readings are left out."""
+    text = ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 20 1700000000000\nDCGM_FI_DEV_GPU_UTIL{gpu="1"} 60\n'
+            'DCGM_FI_DEV_GPU_UTIL{gpu="2"} 140\nDCGM_FI_DEV_GPU_UTIL{gpu="3"} NaN\n# EOF\n')
+    assert gpu_utilization(text) == pytest.approx(0.4)
+    assert gpu_utilization('DCGM_FI_DEV_FB_USED{gpu="0"} 1000\n') is None  # the family is absent
+
+
+def test_dcgm_payload_that_is_not_an_exposition_gives_no_reading():
+    # The sidecar counts this as a parse error of the dcgm source rather than trusting half a payload.
+    assert gpu_utilization('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 30\nDCGM_FI_DEV_GPU_UTIL{gpu="1" 50\n') is None

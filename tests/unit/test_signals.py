@@ -46,12 +46,12 @@ def _phase_texts(fixtures_dir):
 def test_signals_from_real_captures(fixtures_dir):
     texts, times = _phase_texts(fixtures_dir)
     s = _signals(texts, times)
-    assert s.preemptions == 59 and math.isclose(s.preemption_rate, 59 / 30)
-    assert s.kv_cache_usage_max == 1.0 and s.kv_cache_usage == 0.0
+    assert s.kv.preemptions == 59 and math.isclose(s.kv.preemption_rate, 59 / 30)
+    assert s.kv.usage_max == 1.0 and s.kv.usage == 0.0
     assert s.cache.block_size == 32 and s.cache.num_gpu_blocks == 96
     assert s.missing == ()
     # TTFT breakdown: frontend is what is left of TTFT after queue and prefill
-    assert s.ttft_frontend_mean is not None and s.ttft_frontend_mean >= 0
+    assert s.latency.ttft_frontend_mean is not None and s.latency.ttft_frontend_mean >= 0
 
 
 def test_old_names_give_the_same_canonical_signals(fixtures_dir):
@@ -65,7 +65,7 @@ def test_absent_metric_is_missing_never_zero(fixtures_dir):
     texts, times = _phase_texts(fixtures_dir)
     stripped = [re.sub(r"^vllm:num_preemptions_total.*\n", "", t, flags=re.M) for t in texts]
     s = _signals(stripped, times)
-    assert s.preemptions is None and s.preemption_rate is None
+    assert s.kv.preemptions is None and s.kv.preemption_rate is None
     assert "vllm:num_preemptions_total" in s.missing
 
 
@@ -125,3 +125,33 @@ def test_an_idle_engine_is_not_starved_however_long_its_threads_wait():
     t = Thresholds()
     assert cpu_starvation({"run_queue_wait_share": 0.7, "busy_cores": 0.05}, t)[0] == 0.0
     assert cpu_starvation({"run_queue_wait_share": 0.7, "busy_cores": 1.2}, t)[0] == 1.0
+
+
+# -- the JSON contract of the grouped signals -------------------------------------------------------
+from exporter.signals import FLAT_FIELDS, FLAT_KEYS, LATENCY_FAMILIES, QUANTILES, Signals  # noqa: E402
+
+TOP_LEVEL_KEYS = {"window_seconds", "scrapes", "restarts", "cache", "missing", "notes"}
+
+
+def test_every_grouped_field_has_exactly_one_flat_key():
+    quantile_maps = {f"{family}_quantiles" for family in LATENCY_FAMILIES}
+    assert set(FLAT_FIELDS) - quantile_maps == set(FLAT_KEYS) - TOP_LEVEL_KEYS
+    assert len(FLAT_KEYS) == len(set(FLAT_KEYS))
+
+
+def test_to_dict_gives_the_flat_keys_in_order_then_the_quantiles(fixtures_dir):
+    texts, times = _phase_texts(fixtures_dir)
+    data = _signals(texts, times).to_dict()
+    quantile_keys = [f"{f}_p{round(q * 100)}_seconds" for f in LATENCY_FAMILIES for q in QUANTILES]
+    assert list(data) == [*FLAT_KEYS, *quantile_keys]
+    assert isinstance(data["missing"], list) and isinstance(data["cpu_inputs"], dict)
+
+
+def test_with_values_sets_a_grouped_field_by_its_json_name():
+    s = Signals(window_seconds=60, scrapes=13).with_values(kv_cache_usage_max=0.9, engine_busy_fraction=0.5,
+                                                          restarts=2, itl_quantiles={0.95: 0.2})
+    assert s.kv.usage_max == 0.9 and s.scheduler.busy_fraction == 0.5 and s.restarts == 2
+    assert s.latency.quantile("itl", 0.95) == 0.2
+    assert s.to_dict()["kv_cache_usage_max"] == 0.9 and s.to_dict()["itl_p95_seconds"] == 0.2
+    with pytest.raises(TypeError):
+        s.with_values(kv_usage_max=0.9)

@@ -1,0 +1,361 @@
+"""Catalog of the metrics the sidecar EXPORTS (``vllm_diag_*``): name, type, unit, help, labels, source.
+
+The collector (``exporter.publish.collector``) is a loop over ``EXPORTED``, in this order; the
+lint of generated rules and dashboards (``exporter.render.lint``) and the dashboard builders
+(``exporter.render.dashboards``) check every ``vllm_diag_*`` name they use against it. Names,
+help texts and labels are a contract with alert rules, dashboards and users' queries: change
+them only together with ``vllm-diag render all``.
+
+``source`` says where the samples come from: a function of the published target states (and,
+for the objectives, of the configuration) yielding ``(label values, value)`` in label order.
+Nothing is computed on scrape: every value is read from immutable state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+
+from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
+from exporter.signals import QUANTILES, Signals
+from exporter.state import SCRAPE_ERROR_REASONS, TargetState
+
+if TYPE_CHECKING:
+    from exporter.config import Settings
+
+PREFIX = "vllm_diag_"
+
+Sample = tuple[list[str], float]
+Source = Callable[[Sequence[TargetState], "Settings | None"], Iterator[Sample]]
+TM = ("target", "model_name")
+S = TypeVar("S")
+
+
+class CycleNumbers(Protocol):
+    duration_seconds: float
+    queries: int
+    bytes_read: int
+    targets: int
+    diagnosed: int
+
+
+class CentralNumbers(Protocol):
+    """What the central diagnoser (exporter.promsource.central) counts about itself."""
+
+    cycles_total: int
+    queries_total: int
+    bytes_read_total: int
+    errors_total: int
+    dropped_targets_total: int
+
+    @property
+    def last_cycle(self) -> CycleNumbers: ...
+
+
+CentralSource = Callable[[CentralNumbers], float]  # the central diagnoser's own, unlabelled numbers
+
+
+@dataclass(frozen=True, slots=True)
+class ExportedMetric(Generic[S]):
+    """One exported family; ``name`` has no ``_total`` (the client adds it to counter samples)."""
+
+    name: str
+    type: Literal["gauge", "counter"]
+    unit: str  # base unit of the value: seconds, ratio (0..1), cores, requests, ... or "" for a count/flag
+    help: str
+    labels: tuple[str, ...]
+    source: S
+
+    @property
+    def sample_name(self) -> str:
+        """The series name queries use (``_total`` on counters)."""
+        return self.name + "_total" if self.type == "counter" else self.name
+
+
+# -- sources: small adapters from one target's state to its samples ---------------------------------
+def each_state(samples: Callable[[TargetState], Iterable[Sample]]) -> Source:
+    """Samples of every target, whatever its status."""
+    def source(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
+        for state in states:
+            yield from samples(state)
+    return source
+
+
+def each_ok_state(samples: Callable[[TargetState], Iterable[Sample]]) -> Source:
+    """Samples of the targets with a diagnosis (status ``ok``)."""
+    return each_state(lambda state: samples(state) if state.status == "ok" else ())
+
+
+def each_signals(values: Callable[[Signals], Iterable[tuple[Sequence[str], float | None]]]) -> Source:
+    """Per-target signal samples under (target, model_name, *extra labels); absent values are left out.
+
+    A target that is down publishes no signals: its last numbers would read as current.
+    """
+    def samples(state: TargetState) -> Iterator[Sample]:
+        if state.signals is None or state.status == "down":
+            return
+        for extra, value in values(state.signals):
+            if value is not None:
+                yield [state.target, state.model_name, *extra], value
+    return each_state(samples)
+
+
+def signal(value: Callable[[Signals], float | None]) -> Source:
+    """One plain per-target gauge from the signals."""
+    return each_signals(lambda s: [((), _float(value(s)))])
+
+
+def _float(value: float | None) -> float | None:
+    return None if value is None else float(value)
+
+
+def _tm(state: TargetState) -> list[str]:
+    return [state.target, state.model_name]
+
+
+def _objectives(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
+    """The SLO the generated alert rules divide by, per target (constant while serving)."""
+    if settings is None:
+        return
+    for target in settings.targets:
+        slo = settings.slo_for(target)
+        yield [target.name, "ttft", "0.95"], slo.ttft_p95_seconds
+        yield [target.name, "itl", "0.95"], slo.itl_p95_seconds
+
+
+def _intervals(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
+    if settings is None:
+        return
+    for target in settings.targets:
+        yield [target.name], target.scrape_interval
+
+
+def _engine_facts(state: TargetState, text: bool) -> Iterator[Sample]:
+    for name, known in state.engine.items():
+        if isinstance(known.value, str):
+            if text:
+                yield [state.target, name, known.source, known.value], 1.0
+        elif not text:
+            yield [state.target, name, known.source], float(known.value)
+
+
+def _advice_value(value: object) -> str:
+    """A knob value as a label: integers without a decimal point, a combined what-if as k=v pairs."""
+    if value is None:
+        return "unset"
+    if isinstance(value, dict):
+        return ",".join(f"{k}={_advice_value(v)}" for k, v in value.items())
+    if isinstance(value, float):
+        return str(int(value)) if value.is_integer() else f"{value:.6g}"
+    return str(value)
+
+
+def _advice(state: TargetState) -> Iterator[Sample]:
+    """The what-if advisor's top recommendation (exporter/advisor), once it has one."""
+    top = state.advice.top if state.advice is not None else None
+    if top is not None:
+        yield [state.target, state.model_name, top.knob, _advice_value(top.current), _advice_value(top.proposed)], 1.0
+
+
+def _quantiles(family: str) -> Source:
+    def values(s: Signals) -> Iterator[tuple[Sequence[str], float | None]]:
+        quantiles = getattr(s.latency, f"{family}_quantiles")
+        for q in QUANTILES:
+            if q in quantiles:
+                yield [f"{q:g}"], quantiles[q]
+    return each_signals(values)
+
+
+def _active_causes(state: TargetState, informational: bool) -> Iterator[Sample]:
+    active = {c.id for c in state.diagnosis.active_causes if c.informational == informational}
+    for c in CAUSES:
+        yield [*_tm(state), c.id, c.symptom, c.layer], 1.0 if c.id in active else 0.0
+
+
+def _active_symptoms(state: TargetState) -> Iterator[Sample]:
+    active = {s.id for s in state.diagnosis.active_symptoms}
+    for s in SYMPTOMS:
+        yield [*_tm(state), s.id], 1.0 if s.id in active else 0.0
+
+
+def _pending(state: TargetState) -> Iterator[Sample]:
+    pending = state.diagnosis.verdict.pending
+    if pending is not None:
+        yield [*_tm(state), pending], 1.0
+
+
+def _latency_family(family: str, title: str) -> ExportedMetric[Source]:
+    name = "e2e_latency" if family == "e2e" else family
+    return ExportedMetric(PREFIX + f"{name}_seconds", "gauge", "seconds", f"{title} quantiles over the window.",
+                          (*TM, "quantile"), _quantiles(family))
+
+
+def _gauge(name: str, unit: str, help_text: str, value: Callable[[Signals], float | None]) -> ExportedMetric[Source]:
+    """A plain per-target gauge of one signal."""
+    return ExportedMetric(PREFIX + name, "gauge", unit, help_text, TM, signal(value))
+
+
+# -- the catalog, in the order /metrics lists the families ----------------------------------------
+EXPORTED: tuple[ExportedMetric[Source], ...] = (
+    # objectives from the configuration
+    ExportedMetric(PREFIX + "slo_seconds", "gauge", "seconds",
+                   "The objective the alert rules compare with, per target.",
+                   ("target", "objective", "quantile"), _objectives),
+    ExportedMetric(PREFIX + "scrape_interval_seconds", "gauge", "seconds", "Configured scrape interval of the target.",
+                   ("target",), _intervals),
+    # scrape health, per target
+    ExportedMetric(PREFIX + "up", "gauge", "", "vllm-diag: 1 if the last scrape of the target succeeded.",
+                   ("target",), each_state(lambda s: [([s.target], 1.0 if s.health.up else 0.0)])),
+    ExportedMetric(PREFIX + "scrape_duration_seconds", "gauge", "seconds", "vllm-diag: last scrape + parse time.",
+                   ("target",), each_state(lambda s: [([s.target], s.health.last_duration_seconds)]
+                                           if s.health.last_duration_seconds is not None else [])),
+    ExportedMetric(PREFIX + "scrape_errors", "counter", "", "vllm-diag: failed scrapes by reason.",
+                   ("target", "reason"),
+                   each_state(lambda s: [([s.target, reason], float(s.health.errors_total.get(reason, 0)))
+                                         for reason in SCRAPE_ERROR_REASONS])),
+    ExportedMetric(PREFIX + "last_success_timestamp_seconds", "gauge", "seconds",
+                   "vllm-diag: unix time of the last good scrape.",
+                   ("target",), each_state(lambda s: [([s.target], s.health.last_success_timestamp)]
+                                           if s.health.last_success_timestamp is not None else [])),
+    ExportedMetric(PREFIX + "dropped_samples", "counter", "", "vllm-diag: samples dropped (NaN/Inf, cardinality cap).",
+                   ("target",), each_state(lambda s: [([s.target], float(s.health.dropped_samples_total))])),
+    ExportedMetric(PREFIX + "target_restarts", "counter", "", "vllm-diag: vLLM restarts (counter resets) detected.",
+                   ("target",), each_state(lambda s: [([s.target], float(s.health.restarts_total))])),
+    # engine facts
+    ExportedMetric(PREFIX + "engine_fact", "gauge", "",
+                   "A numeric engine fact (booleans as 0/1) and where it came from.",
+                   ("target", "fact", "source"), each_state(lambda s: _engine_facts(s, text=False))),
+    ExportedMetric(PREFIX + "engine_fact_info", "gauge", "", "A text engine fact as the value label (always 1).",
+                   ("target", "fact", "source", "value"), each_state(lambda s: _engine_facts(s, text=True))),
+    ExportedMetric(PREFIX + "advice_info", "gauge", "",
+                   "The what-if advisor's top recommendation: knob, current and proposed value (always 1; absent "
+                   "until the advisor has one). The predictions are in the JSON.",
+                   (*TM, "knob", "current", "proposed"), each_state(_advice)),
+    # evaluation
+    ExportedMetric(PREFIX + "evidence_ready", "gauge", "", "1 when the window holds enough data to diagnose.",
+                   TM, each_state(lambda s: [(_tm(s), 1.0 if s.status == "ok" else 0.0)])),
+    ExportedMetric(PREFIX + "last_evaluation_timestamp_seconds", "gauge", "seconds",
+                   "Unix time of the last diagnosis.", TM, each_state(lambda s: [(_tm(s), s.evaluated_at)])),
+    # signals over the window
+    ExportedMetric(PREFIX + "kv_cache_usage_ratio", "gauge", "ratio",
+                   "KV cache usage 0..1: latest, and max/mean over the window.", (*TM, "stat"),
+                   each_signals(lambda s: [(["latest"], s.kv.usage), (["max"], s.kv.usage_max),
+                                           (["mean"], s.kv.usage_mean)])),
+    ExportedMetric(PREFIX + "requests", "gauge", "requests", "Running and waiting requests at the last scrape.",
+                   (*TM, "state"),
+                   each_signals(lambda s: [(["running"], s.scheduler.running), (["waiting"], s.scheduler.waiting),
+                                           (["waiting_capacity"], s.scheduler.waiting_capacity),
+                                           (["waiting_deferred"], s.scheduler.waiting_deferred)])),
+    _latency_family("ttft", "Time to first token"),
+    _latency_family("itl", "Inter-token latency"),
+    _latency_family("e2e", "End-to-end request latency"),
+    ExportedMetric(PREFIX + "ttft_breakdown_seconds", "gauge", "seconds",
+                   "Mean TTFT per request over the window, by phase (queue, prefill, frontend).", (*TM, "phase"),
+                   each_signals(lambda s: [(["queue"], s.latency.queue_mean), (["prefill"], s.latency.prefill_mean),
+                                           (["frontend"], s.latency.ttft_frontend_mean)])),
+    ExportedMetric(PREFIX + "throughput_tokens_per_second", "gauge", "tokens_per_second",
+                   "Tokens per second over the window.", (*TM, "kind"),
+                   each_signals(lambda s: [(["prompt"], s.traffic.prompt_tokens_per_second),
+                                           (["generation"], s.traffic.generation_tokens_per_second)])),
+    ExportedMetric(PREFIX + "cpu_signal", "gauge", "", "Each input of the CPU-starvation score, raw value.",
+                   (*TM, "signal"), each_signals(lambda s: [([name], value) for name, value
+                                                            in sorted(s.cpu.inputs.items())])),
+    _gauge("preemption_rate", "preemptions_per_second", "Preemptions per second over the window.",
+           lambda s: s.kv.preemption_rate),
+    _gauge("preemptions_per_request", "ratio", "Preemptions per admitted request over the window.",
+           lambda s: s.kv.preemptions_per_request),
+    _gauge("prefix_cache_hit_ratio", "ratio",
+           "Prefix-cache hit efficiency: cached / queried prompt tokens over the window.",
+           lambda s: s.kv.prefix_hit_ratio),
+    _gauge("requests_per_second", "requests_per_second", "Finished requests per second over the window.",
+           lambda s: s.traffic.requests_per_second),
+    _gauge("engine_steps_per_second", "steps_per_second",
+           "Engine output batches (about one per step) per second over the window.",
+           lambda s: s.scheduler.steps_per_second),
+    _gauge("tokens_per_step", "tokens", "Mean tokens per engine output batch over the window.",
+           lambda s: s.scheduler.tokens_per_step),
+    _gauge("prefill_token_share", "ratio",
+           "Computed prompt tokens / (computed prompt + generated tokens) over the window.",
+           lambda s: s.traffic.prefill_token_share),
+    _gauge("api_server_cpu_cores", "cores", "API-server CPU use in cores (rate of process_cpu_seconds_total).",
+           lambda s: s.cpu.api_server_cores),
+    _gauge("cpu_starvation_score", "ratio", "CPU-starvation score 0..1 from the available CPU inputs.",
+           lambda s: s.cpu.starvation_score),
+    _gauge("gpu_utilization_ratio", "ratio", "GPU utilisation 0..1 from the DCGM source, mean over the window.",
+           lambda s: s.gpu.utilization),
+    _gauge("window_span_seconds", "seconds", "Seconds of scrapes the window currently covers.",
+           lambda s: s.window_seconds),
+    # the diagnosis
+    ExportedMetric(PREFIX + "layer_score", "gauge", "ratio", "Bottleneck score 0..1 per layer.", (*TM, "layer"),
+                   each_ok_state(lambda s: [([*_tm(s), layer], s.diagnosis.layer_scores.get(layer, 0.0))
+                                            for layer in LAYERS])),
+    ExportedMetric(PREFIX + "layer_verdict", "gauge", "", "One-hot verdict over the layers, none and unknown.",
+                   (*TM, "layer"),
+                   each_state(lambda s: [([*_tm(s), layer], 1.0 if s.diagnosis.verdict.layer == layer else 0.0)
+                                         for layer in VERDICTS])),
+    ExportedMetric(PREFIX + "symptom_active", "gauge", "",
+                   "1 while a symptom class (A-G) is active with a user-visible effect.", (*TM, "symptom"),
+                   each_ok_state(_active_symptoms)),
+    ExportedMetric(PREFIX + "cause_active", "gauge", "", "1 while a cause is active, with its symptom and layer.",
+                   (*TM, "cause", "symptom", "layer"), each_ok_state(lambda s: _active_causes(s, informational=False))),
+    ExportedMetric(PREFIX + "informational_finding", "gauge", "",
+                   "1 while a cause holds only as information (capacity, saturation within "
+                   "objectives, unshareable prompts): never a verdict or an alert.",
+                   (*TM, "cause", "symptom", "layer"), each_ok_state(lambda s: _active_causes(s, informational=True))),
+    ExportedMetric(PREFIX + "verdict_pending", "gauge", "",
+                   "1 while the hysteresis holds back a different verdict (label layer).", (*TM, "layer"),
+                   each_ok_state(_pending)),
+    # failures of the sidecar's own parts
+    ExportedMetric(PREFIX + "rule_errors", "counter", "", "vllm-diag: rule evaluations that raised, by cause.",
+                   ("target", "cause"),
+                   each_state(lambda s: [([s.target, cause], float(count))
+                                         for cause, count in sorted(s.rule_errors_total.items())])),
+    ExportedMetric(PREFIX + "source_errors", "counter", "",
+                   "vllm-diag: failed reads of an extra source (dcgm, hostcpu:*), by reason.",
+                   ("target", "source", "reason"),
+                   each_state(lambda s: [([s.target, source, reason], float(count))
+                                         for (source, reason), count in sorted(s.source_errors_total.items())])),
+)
+
+# The central diagnoser's own cost (``vllm-diag serve --prometheus``), beside the per-target families.
+CENTRAL = PREFIX + "prometheus_"
+CENTRAL_EXPORTED: tuple[ExportedMetric[CentralSource], ...] = (
+    ExportedMetric(CENTRAL + "cycles", "counter", "", "Diagnosis cycles run against the store.", (),
+                   lambda c: c.cycles_total),
+    ExportedMetric(CENTRAL + "queries", "counter", "", "HTTP API queries sent to the store.", (),
+                   lambda c: c.queries_total),
+    ExportedMetric(CENTRAL + "read_bytes", "counter", "bytes", "Bytes of API answers read from the store.", (),
+                   lambda c: c.bytes_read_total),
+    ExportedMetric(CENTRAL + "errors", "counter", "", "Failed discovery or target reads.", (),
+                   lambda c: c.errors_total),
+    ExportedMetric(CENTRAL + "dropped_targets", "counter", "", "Targets dropped after their grace period.", (),
+                   lambda c: c.dropped_targets_total),
+    ExportedMetric(CENTRAL + "cycle_duration_seconds", "gauge", "seconds", "Duration of the last cycle.", (),
+                   lambda c: c.last_cycle.duration_seconds),
+    ExportedMetric(CENTRAL + "targets", "gauge", "", "Targets found in the last cycle.", (),
+                   lambda c: c.last_cycle.targets),
+    ExportedMetric(CENTRAL + "targets_diagnosed", "gauge", "",
+                   "Targets with fresh samples, diagnosed in the last cycle.", (),
+                   lambda c: c.last_cycle.diagnosed),
+    ExportedMetric(CENTRAL + "cycle_queries", "gauge", "", "Queries the last cycle sent.", (),
+                   lambda c: c.last_cycle.queries),
+    ExportedMetric(CENTRAL + "cycle_read_bytes", "gauge", "bytes", "Bytes the last cycle read.", (),
+                   lambda c: c.last_cycle.bytes_read),
+)
+
+ALL_EXPORTED: tuple[ExportedMetric[Source] | ExportedMetric[CentralSource], ...] = (*EXPORTED, *CENTRAL_EXPORTED)
+BY_NAME: dict[str, ExportedMetric[Source] | ExportedMetric[CentralSource]] = {m.name: m for m in ALL_EXPORTED}
+
+
+def sample_names() -> frozenset[str]:
+    """Every series name vllm-diag exports (``_total`` on counters): what queries may read."""
+    return frozenset(m.sample_name for m in ALL_EXPORTED)
+
+
+def exported(sample_name: str) -> ExportedMetric[Source] | ExportedMetric[CentralSource]:
+    """The catalog entry of a series name a rule or dashboard reads; KeyError names an unknown one."""
+    for metric in ALL_EXPORTED:
+        if metric.sample_name == sample_name:
+            return metric
+    raise KeyError(f"{sample_name} is not an exported vllm-diag metric (exporter/catalog/exported.py)")
