@@ -366,7 +366,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.configure_parser(demo_parser)
     demo_parser.set_defaults(func=_demo)
 
-    render.register(sub)  # type: ignore[arg-type]  # a Parser is an ArgumentParser; the stub's generic is invariant
+    render.register(sub)
     return parser
 
 

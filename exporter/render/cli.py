@@ -10,11 +10,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
+from typing import Any
 
 EXIT_DRIFT = 1
 
 
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(subparsers: argparse._SubParsersAction[Any]) -> None:
+    # Any: the main CLI's subparsers make its own ArgumentParser subclass (one-line errors).
     parser = subparsers.add_parser(
         "render", help="regenerate alert rules, runbooks and dashboards from the catalog",
         description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
