@@ -18,10 +18,8 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from exporter.config import load_settings
-from exporter.pipeline import TargetPipeline, replay
-from exporter.simulator import SCENARIOS, write_captures
-from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator import SCENARIOS
+from exporter.simulator.judged import judge_scenario
 
 DURATION, INTERVAL, SEED = 600.0, 15.0, 0
 DOC = Path(__file__).resolve().parents[1] / "docs" / "scenarios.md"
@@ -52,16 +50,8 @@ COLUMNS: tuple[tuple[str, tuple[str, ...], Callable[[Any], str]], ...] = (
 
 
 def profile(name: str) -> tuple[str, dict[str, Any], str]:
-    scenario = SCENARIOS[name]
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp)
-        files = write_captures(scenario, out, DURATION, INTERVAL, SEED)
-        settings = load_settings(overrides={"targets": [{
-            "name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL, "timeout": 3,
-            "engine": scenario.engine_facts(), **({"slo": scenario.slo} if scenario.slo else {})}]})
-        host = simulated_host_inputs(scenario.build(SEED))
-        pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)
-        state = replay(files, pipeline, INTERVAL, dcgm_dir=out / "dcgm")
+        state, _ = judge_scenario(name, Path(tmp), DURATION, INTERVAL, SEED, dcgm=True)
     signals = state.signals.to_dict() if state.signals is not None else {}
     return name, signals, state.diagnosis.verdict.layer
 

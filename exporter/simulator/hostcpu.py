@@ -11,18 +11,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from exporter.signals import HostInputs
+from exporter.simulator.dataparallel import DataParallelEngine
 from exporter.simulator.engine import Engine
 
 # Run-queue wait share of an uncontended vLLM on a host with spare cores.
 UNCONTENDED_WAIT_SHARE = 0.05
 
 
-def run_queue_wait_share(engine: Engine) -> float:
+def run_queue_wait_share(engine: Engine | DataParallelEngine) -> float:
     share = engine.cfg.cpu_share
     return 1.0 - share * (1.0 - UNCONTENDED_WAIT_SHARE)
 
 
-def simulated_host_inputs(engine: Engine) -> HostInputs:
+def simulated_host_inputs(engine: Engine | DataParallelEngine) -> HostInputs:
     # Every scenario serves traffic: the engine core keeps about a core busy stepping.
     return HostInputs(cpu_wait_share=run_queue_wait_share(engine), cpu_busy_cores=1.0,
                       sources=("schedstat (simulated)",))

@@ -23,12 +23,10 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.config import load_settings
-from exporter.pipeline import TargetPipeline, replay
+from exporter.config import Settings
 from exporter.publish import document
 from exporter.publish.collector import DiagnosisCollector
-from exporter.simulator import SCENARIOS, write_captures
-from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
 
 GOLDEN = Path(__file__).resolve().parent
@@ -41,18 +39,11 @@ MEASURED_FAMILIES = ("vllm_diag_scrape_duration_seconds",)
 MEASURED_KEYS = frozenset({"scrape_duration_seconds", "duration_seconds"})
 
 
-def published_state(name: str, out: Path) -> tuple[TargetState, Any]:
-    scenario = SCENARIOS[name]
-    files = write_captures(scenario, out, DURATION, INTERVAL, SEED)
-    settings = load_settings(overrides={"targets": [{
-        "name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL, "timeout": 3,
-        "engine": scenario.engine_facts(), **({"slo": scenario.slo} if scenario.slo else {})}]})
-    host = simulated_host_inputs(scenario.build(SEED))
-    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)
-    return replay(files, pipeline, INTERVAL), settings
+def published_state(name: str, out: Path) -> tuple[TargetState, Settings]:
+    return judge_scenario(name, out, DURATION, INTERVAL, SEED)
 
 
-def exposition(state: TargetState, settings: Any) -> str:
+def exposition(state: TargetState, settings: Settings) -> str:
     registry = CollectorRegistry()
     registry.register(DiagnosisCollector(lambda: {state.target: state}, settings))
     text = generate_latest(registry).decode()

@@ -12,24 +12,15 @@ from pathlib import Path
 
 import pytest
 
-from exporter.config import load_settings
-from exporter.pipeline import TargetPipeline, replay
-from exporter.simulator import SCENARIOS, write_captures
-from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator import SCENARIOS
+from exporter.simulator.judged import judge_scenario
+from exporter.state import TargetState
 
 DURATION, INTERVAL = 600.0, 15.0
 
 
-def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool = False):
-    scenario = SCENARIOS[name]
-    files = write_captures(scenario, out, DURATION, INTERVAL, seed)
-    overrides: dict = {"targets": [{
-        "name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL, "timeout": 3,
-        "engine": scenario.engine_facts(), **({"slo": scenario.slo} if scenario.slo else {})}]}
-    settings = load_settings(overrides=overrides)
-    host = simulated_host_inputs(scenario.build(seed))  # the CPU share is a property of the scenario
-    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)
-    return replay(files, pipeline, INTERVAL, dcgm_dir=out / "dcgm" if dcgm else None)
+def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool = False) -> TargetState:
+    return judge_scenario(name, out, DURATION, INTERVAL, seed, dcgm)[0]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
