@@ -124,10 +124,10 @@ async def test_rag_like_load_within_slo_is_none(real_vllm: RealVLLM) -> None:
 
 
 # An ITL objective the storm misses, so B has an effect to explain (and must still not fire). The
-# storm's ITL p95 measured 23-44 ms here over four runs; healthy loads measure 10-36 ms on this tiny
-# CPU model, so the objective is tight on purpose: 15 ms.
+# storm's ITL p95 measured 23-44 ms on a loaded 2-core machine and 9.5-9.7 ms on a quiet one (the
+# tiny CPU model's decode step); the objective sits under the step floor on purpose: 4 ms.
 STORM_PHASE = "pressure"  # 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s
-STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.015}
+STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.004}
 
 
 async def test_preemption_storm_is_kv_cache_and_explains_the_stutter(real_vllm: RealVLLM) -> None:

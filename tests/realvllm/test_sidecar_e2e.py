@@ -126,8 +126,8 @@ async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_fact
     assert any(set(_active(d).get("A", [])) & {"A1", "A4"} for d in late), [d["symptoms"] for d in late]
 
 
-async def _cpu_run(vllm: RealVLLM, seconds: float) -> list[dict]:
-    settings = sidecar_settings(vllm, window=12, interval=1.0, cpu={"pid": vllm.pid})
+async def _cpu_run(vllm: RealVLLM, seconds: float, slo: dict[str, float] | None = None) -> list[dict]:
+    settings = sidecar_settings(vllm, window=12, interval=1.0, slo=slo, cpu={"pid": vllm.pid})
     docs = []
     async with RunningSidecar(settings) as sidecar:
         load = start_phase(vllm.base_url, "steady", duration_s=seconds)
@@ -144,11 +144,16 @@ async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: R
     assert calm_scores and all(s is not None and s <= 0.2 for s in calm_scores), \
         [(d["signals"]["cpu_inputs"], d["signals"]["cpu_starvation_score"]) for d in calm[-6:]]
 
+    # The deployment's objectives: what this load gets with its CPU, with room (2x the calm p95). A
+    # CPU cause is named only with a user-visible effect, so the starved run must miss one of them.
+    slo = {key: 2 * max(d["signals"][key] for d in calm[-6:]) for key in ("ttft_p95_seconds", "itl_p95_seconds")}
     with cpu_quota(real_vllm.pids(), cpus=0.2):
-        starved = await _cpu_run(real_vllm, 25)
+        starved = await _cpu_run(real_vllm, 25, slo)
     late = starved[-6:]
     assert late
     scores = [d["signals"]["cpu_starvation_score"] for d in late]
     assert all(s is not None and s >= 0.5 for s in scores), [d["signals"]["cpu_inputs"] for d in late]
+    missed = [key for key in slo if (late[-1]["signals"][key] or 0.0) > slo[key]]
+    assert missed, (slo, {key: late[-1]["signals"][key] for key in slo})  # starvation has an effect
     assert late[-1]["verdict"]["layer"] == "cpu", (late[-1]["layer_scores"], late[-1]["symptoms"])
     assert "run_queue_wait_share" in late[-1]["signals"]["cpu_inputs"]
