@@ -79,9 +79,9 @@ def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | Non
     clients = max(1, round(mean))
     # Little's law for the closed loop: clients / rate = time in system + think time.
     think = max(0.0, clients / completed - (e2e_mean or 0.0)) if completed > 0 else 0.0
-    if mean >= 1.5 and cv <= thresholds.advice_closed_occupancy_cv:
+    if mean >= thresholds.advice_closed_min_in_flight and cv <= thresholds.advice_closed_occupancy_cv:
         kind: Kind = "closed"
-    elif mean < 1.0 or cv >= thresholds.advice_open_occupancy_cv:
+    elif mean < 1.0 or cv >= thresholds.advice_open_occupancy_cv:  # under one in flight: no client set at all
         kind = "open"
     else:
         kind = "unclear"

@@ -182,7 +182,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "relative errors between two near-zero rates mean nothing.", 0),
     Threshold("advice_closed_occupancy_cv", 0.25, "ratio",
               "Coefficient of variation of running + waiting across the window's scrapes below which the "
-              "traffic counts as closed (a fixed set of clients), with at least 1.5 requests in flight.", 0),
+              "traffic counts as closed (a fixed set of clients), with at least advice_closed_min_in_flight "
+              "requests in flight.", 0),
+    Threshold("advice_closed_min_in_flight", 1.5, "requests",
+              "Mean running + waiting below which traffic is never read as closed: one client or less in "
+              "flight has no steady set of clients to tell apart from sparse open arrivals.", 0),
     Threshold("advice_open_occupancy_cv", 0.5, "ratio",
               "Coefficient of variation of running + waiting above which traffic counts as open; between the "
               "two the advisor predicts both and shows the difference.", 0),
