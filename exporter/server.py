@@ -65,6 +65,14 @@ class Sidecar:
             history = self.histories[name] = VerdictHistory()
         return history
 
+    async def scheduled_scrape(self, name: str) -> None:
+        """The interval job: a scrape that shutdown cancels ends here, quietly. Re-raised, apscheduler
+        would log the cancellation as a failed job, with a traceback, on every clean stop."""
+        try:
+            await self.scrape(name)
+        except asyncio.CancelledError:
+            log.debug("scrape of %s cancelled (shutting down)", name)
+
     async def scrape(self, name: str) -> TargetState:
         pipeline = self.pipelines[name]
         target = pipeline.target
@@ -129,7 +137,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         # Spread first runs over the interval: many targets must not parse in one burst each cycle.
         offset = timedelta(seconds=interval * index / count)
         scheduler.add_job(
-            sidecar.scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
+            sidecar.scheduled_scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
             max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
         )
     from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar

@@ -82,6 +82,7 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
         "arrival_model": cal.arrivals.kind,
         "step_cost": {"fixed_seconds": _round(cal.cost.fixed_s, 6),
                       "per_token_seconds": _round(cal.cost.per_token_s, 8),
+                      "decode_token_weight": cal.cost.decode_weight,
                       "noise_sigma": _round(cal.cost.noise_sigma, 3),
                       "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         "frontend_seconds": _round(cal.frontend_s, 5),

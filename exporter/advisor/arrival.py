@@ -76,7 +76,10 @@ def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | Non
         dispersion = statistics.pvariance(per_step) / statistics.fmean(per_step)
     # Counts per interval of a renewal process have variance/mean -> CV^2 of its gaps.
     cv2 = min(10.0, max(0.3, dispersion))
-    clients = max(1, round(mean))
+    # Each client also spends time outside the engine (frontend, network, its own turn), so the engine
+    # holds fewer requests than there are clients, never more: 13.3 in flight is 14 clients (and a
+    # hair over 13, the rounding of the mean, is still 13).
+    clients = max(1, math.ceil(mean - 0.05))
     # Little's law for the closed loop: clients / rate = time in system + think time.
     think = max(0.0, clients / completed - (e2e_mean or 0.0)) if completed > 0 else 0.0
     if mean >= thresholds.advice_closed_min_in_flight and cv <= thresholds.advice_closed_occupancy_cv:

@@ -6,8 +6,8 @@ What is read, and from where (all window deltas, never lifetime counters):
   scrapes (burstiness), running + waiting (open or closed, ``arrival``);
 * lengths: the prompt and output token histograms, placed inside their buckets so the exact
   window means (``_sum``/``_count``) come out;
-* step cost: ``fixed + per_token x tokens`` solved so the simulated ITL mean and prefill-time mean
-  equal the observed ones (``fit_step_cost``);
+* step cost: ``fixed + per_token x (prefill tokens + advice_decode_token_weight x decodes)``, solved
+  so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``);
 * KV: ``num_gpu_blocks`` and ``block_size`` from ``cache_config_info``; budget and sequence cap
   from the engine facts;
 * prefix reuse: the token hit ratio, as one shared system prompt of that share of the mean prompt;
@@ -54,6 +54,9 @@ class Outcome:
     itl_p95_seconds: float | None
     preemption_rate: float | None
     generation_tokens_per_second: float | None
+    # TTFT's mean and the queue's share of it: what carries the calibration's TTFT residual into a what-if
+    ttft_mean_seconds: float | None = None
+    queue_mean_seconds: float | None = None
 
     def get(self, key: str) -> float | None:
         return cast("float | None", getattr(self, key))
@@ -66,11 +69,14 @@ def observe(window: Window) -> Outcome:
     """The observed outcome over the window, read exactly as the simulated one is."""
     ttft = window.histogram("vllm:time_to_first_token_seconds")
     itl = window.histogram("vllm:inter_token_latency_seconds")
+    queue = window.histogram("vllm:request_queue_time_seconds")
     return Outcome(
         ttft_p95_seconds=ttft.quantile(0.95) if ttft is not None else None,
         itl_p95_seconds=itl.quantile(0.95) if itl is not None else None,
         preemption_rate=window.rate("vllm:num_preemptions_total"),
         generation_tokens_per_second=window.rate("vllm:generation_tokens_total"),
+        ttft_mean_seconds=ttft.mean() if ttft is not None else None,
+        queue_mean_seconds=queue.mean() if queue is not None else None,
     )
 
 
@@ -81,14 +87,18 @@ def observe(window: Window) -> Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Empirical:
-    """Token lengths at fixed points (one per populated bucket), with a small jitter.
+    """Token lengths as one uniform range per populated bucket of a length histogram.
 
-    The points sit at the same relative position inside each bucket, chosen so that the mean is
-    the window's exact mean; a ``cap`` models a max_tokens limit at the gateway.
+    Each range is centred on a point at the same relative position inside every bucket, chosen so
+    that the mean is the window's exact mean, and reaches as far to both sides as the bucket allows
+    (symmetric, so the mean stays). The 1-2-5 buckets are wide: a point per bucket would turn a tail
+    of 256- and 480-token answers into one length and understate the KV cache the long ones hold.
+    A ``cap`` models a max_tokens limit at the gateway.
     """
 
     values: tuple[float, ...]
     weights: tuple[float, ...]
+    spreads: tuple[float, ...] = ()  # half-width of each range (none: a point with a small jitter)
     jitter: float = 0.05
     cap: int | None = None
 
@@ -97,9 +107,21 @@ class Empirical:
         total = math.fsum(self.weights)
         return math.fsum(v * w for v, w in zip(self.values, self.weights)) / total
 
+    def _spread(self, i: int) -> float:
+        return self.spreads[i] if self.spreads else 0.0
+
     def capped_mean(self, cap: int) -> float:
-        total = math.fsum(self.weights)
-        return math.fsum(min(v, cap) * w for v, w in zip(self.values, self.weights)) / total
+        total, acc = math.fsum(self.weights), 0.0
+        for i, (value, weight) in enumerate(zip(self.values, self.weights)):
+            lo, hi = value - self._spread(i), value + self._spread(i)
+            if cap >= hi:
+                part = value
+            elif cap <= lo:
+                part = float(cap)
+            else:  # E[min(U, cap)] for U uniform on [lo, hi]
+                part = ((cap * cap - lo * lo) / 2.0 + cap * (hi - cap)) / (hi - lo)
+            acc += part * weight
+        return acc / total
 
     def quantile(self, q: float) -> float:
         total, acc = math.fsum(self.weights), 0.0
@@ -109,14 +131,23 @@ class Empirical:
                 return value
         return max(self.values)
 
+    def scaled(self, factor: float) -> Empirical:
+        return replace(self, values=tuple(max(1.0, v * factor) for v in self.values),
+                       spreads=tuple(w * factor for w in self.spreads))
+
     def sample(self, rng: random.Random) -> int:
-        value = rng.choices(self.values, self.weights)[0] * (1.0 + rng.uniform(-self.jitter, self.jitter))
+        i = rng.choices(range(len(self.values)), self.weights)[0]
+        spread = self._spread(i)
+        if spread > 0:
+            value = self.values[i] + rng.uniform(-spread, spread)
+        else:
+            value = self.values[i] * (1.0 + rng.uniform(-self.jitter, self.jitter))
         out = max(1, int(round(value)))
         return min(out, self.cap) if self.cap is not None else out
 
 
 def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
-    """Place each populated bucket's mass at lower + theta x width, theta solved for the exact mean."""
+    """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean."""
     bounds = hist.bounds
     counts: list[tuple[float, float, float]] = []  # (lower, upper, count)
     below = 0.0
@@ -134,7 +165,8 @@ def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
     hi_mean = sum(hi * n for _, hi, n in counts) / sum(n for _, _, n in counts)
     theta = 0.5 if hi_mean <= lo_mean else min(1.0, max(0.0, (mean - lo_mean) / (hi_mean - lo_mean)))
     values = tuple(lo + theta * (hi - lo) for lo, hi, _ in counts)
-    return Empirical(values=values, weights=tuple(n for _, _, n in counts))
+    spreads = tuple(min(v - lo, hi - v) for v, (lo, hi, _) in zip(values, counts))
+    return Empirical(values=values, weights=tuple(n for _, _, n in counts), spreads=spreads)
 
 
 # --------------------------------------------------------------------------------------------
@@ -182,8 +214,7 @@ class Calibration:
         prompt = self.prompt
         if shared:
             # The shared part is added before the request's own part: keep the total mean as observed.
-            scale = max(1.0, self.prompt.mean - shared) / self.prompt.mean
-            prompt = replace(prompt, values=tuple(max(1.0, v * scale) for v in prompt.values))
+            prompt = prompt.scaled(max(1.0, self.prompt.mean - shared) / self.prompt.mean)
         prefix = PrefixSpec(groups=1, shared_len=shared) if shared else PrefixSpec()
         cls = RequestClass("observed", Arrivals("steady", rate=0.0), cast(LengthDist, prompt),
                            cast(LengthDist, output), prefix, max_tokens=None)
@@ -217,14 +248,17 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
     st = engine.stats
     ttft0 = (list(st.time_to_first_token.counts), st.time_to_first_token.sum, st.time_to_first_token.count)
     itl0 = (list(st.inter_token_latency.counts), st.inter_token_latency.sum, st.inter_token_latency.count)
+    queue0 = (list(st.request_queue_time.counts), st.request_queue_time.sum, st.request_queue_time.count)
     pre0, gen0, t0 = st.num_preemptions, st.generation_tokens, engine.now
     engine.advance_to(cal.warmup_s + cal.duration_s)
     span = max(engine.now - t0, 1e-9)
     ttft, itl = _delta(ttft0, st.time_to_first_token), _delta(itl0, st.inter_token_latency)
+    queue = _delta(queue0, st.request_queue_time)
     outcome = Outcome(
         ttft_p95_seconds=ttft.quantile(0.95), itl_p95_seconds=itl.quantile(0.95),
         preemption_rate=(st.num_preemptions - pre0) / span,
         generation_tokens_per_second=(st.generation_tokens - gen0) / span,
+        ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
     )
     return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients())
 
@@ -311,7 +345,8 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
         enable_prefix_caching=facts.enable_prefix_caching is not False,
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
-    cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds)))
+    cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
+                                    decode_weight=thresholds.advice_decode_token_weight))
     return replace(cal, cost=_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist.quantile(0.95)))
 
 
@@ -356,7 +391,8 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
-        new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s)
+        new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
+                      decode_weight=cost.decode_weight)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
                      and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9))
         cost = new
@@ -416,7 +452,8 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
     traffic = traffic or cal.arrivals.primary()
     config, workload = cal.engine_config(), cal.workload()
     runs = tuple(simulate(cal, config, workload, traffic, cal.cost, seed).outcome for seed in SEEDS)
-    mean = Outcome(*(_mean([r.get(k) for r in runs]) for k in METRIC_KEYS))
+    keys = (*METRIC_KEYS, "ttft_mean_seconds", "queue_mean_seconds")
+    mean = Outcome(**{key: _mean([r.get(key) for r in runs]) for key in keys})
     floor = thresholds.advice_preemption_floor
     errors = {key: relative_error(mean.get(key), observed.get(key), floor if key == "preemption_rate" else 0.0)
               for key in METRIC_KEYS}

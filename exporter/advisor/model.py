@@ -13,6 +13,7 @@ calibration can solve for the step cost that reproduces the window (``calibrate.
 from __future__ import annotations
 
 import heapq
+import math
 import random
 from bisect import bisect_left
 from collections.abc import Iterator
@@ -24,42 +25,46 @@ from exporter.simulator.workload import RequestSpec, Workload, _ClassStream
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
-    """Wall time of one engine step: ``max(fixed_s + per_token_s x tokens, compute_per_token_s x tokens) x noise``.
+    """Wall time of one engine step: ``max(fixed_s + per_token_s x work, compute_per_token_s x tokens) x noise``,
+    where ``work`` is the prefill tokens plus ``decode_weight`` per decoding sequence.
 
     The linear part is fitted to the window; where every step of the window had about the same
     number of tokens it cannot tell fixed from per-token cost, so the compute floor (the GPU's
     datasheet FLOPs at ``advice_compute_efficiency``, 2 x parameters FLOPs per token) keeps a much
     larger token budget from looking free.
 
-    ``noise_sigma`` is the log-space spread of a mean-1 lognormal factor per step: the step-time
-    jitter of a shared machine (other processes, the API server on the same cores), which makes the
-    ITL tail and, through the variance of service times, the queue.
+    ``noise_sigma`` is the log-space spread of a mean-1 lognormal factor on the shortest step (it
+    shrinks like 1/sqrt of a longer step's length): the step-time jitter of a shared machine (other
+    processes, the API server on the same cores), which makes the ITL tail and, through the variance
+    of service times, the queue.
     """
 
     fixed_s: float
     per_token_s: float
     noise_sigma: float = 0.0
     compute_per_token_s: float = 0.0  # floor from the GPU's FLOPs: a big step cannot be faster than its GEMMs
+    decode_weight: float = 1.0  # one decoding sequence costs this many prefill tokens (advice_decode_token_weight)
 
 
 @dataclass(slots=True)
 class Linear:
-    """Sums that make an observed mean linear in the step cost: mean = (fixed x steps + per_token x tokens) / n."""
+    """Sums that make an observed mean linear in the step cost: mean = (fixed x steps + per_token x work) / n,
+    with ``work`` in prefill-token units (``StepCost.decode_weight`` per decoding sequence)."""
 
     n: float = 0.0
     steps: float = 0.0
-    tokens: float = 0.0
+    work: float = 0.0
 
-    def add(self, steps: float, tokens: float, weight: float = 1.0) -> None:
+    def add(self, steps: float, work: float, weight: float = 1.0) -> None:
         self.n += weight
         self.steps += steps * weight
-        self.tokens += tokens * weight
+        self.work += work * weight
 
     def coefficients(self) -> tuple[float, float] | None:
-        """(steps per observation, tokens per observation), or None without observations."""
+        """(steps per observation, work per observation), or None without observations."""
         if self.n <= 0:
             return None
-        return self.steps / self.n, self.tokens / self.n
+        return self.steps / self.n, self.work / self.n
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +99,7 @@ class Trace:
 
     measure_from: float
     step_end: list[float] = field(default_factory=lambda: [0.0])
-    cum_tokens: list[float] = field(default_factory=lambda: [0.0])
+    cum_work: list[float] = field(default_factory=lambda: [0.0])
     itl: Linear = field(default_factory=Linear)
     prefill: Linear = field(default_factory=Linear)
     admitted_at_step: dict[int, int] = field(default_factory=dict)
@@ -127,7 +132,6 @@ class CalibratedEngine(Engine):
         self._rid = 0
         self._think_rng = random.Random(seed + 17)
         self._noise_rng = random.Random(seed + 41)
-        self._noise_mu = -cost.noise_sigma * cost.noise_sigma / 2.0  # mean-1 factor
         self._queue: list[tuple[float, int, RequestSpec]] = []
         super().__init__(config, workload, seed)
         self.stats.inter_token_latency = _TracedHistogram(self.stats.inter_token_latency.bounds, self)
@@ -205,14 +209,18 @@ class CalibratedEngine(Engine):
 
     def _step_time(self, s: int, n_decode: int, chunks: list[tuple[_Req, int, int]]
                    ) -> tuple[float, float, float, float, float, float]:
-        tokens = n_decode + sum(c for _, _, c in chunks)
+        prefill = sum(c for _, _, c in chunks)
         cost = self._cost
-        dt = max(cost.fixed_s + cost.per_token_s * tokens, cost.compute_per_token_s * tokens)
+        work = prefill + cost.decode_weight * n_decode
+        dt = max(cost.fixed_s + cost.per_token_s * work, cost.compute_per_token_s * (prefill + n_decode))
         if cost.noise_sigma > 0:
-            dt *= self._noise_rng.lognormvariate(self._noise_mu, cost.noise_sigma)
+            # The jitter of a shared machine is short interruptions; over a longer step more of them
+            # average out, so its relative spread shrinks like 1/sqrt(length) (fitted at the shortest).
+            sigma = cost.noise_sigma * math.sqrt(min(1.0, cost.fixed_s / dt)) if dt > 0 else cost.noise_sigma
+            dt *= self._noise_rng.lognormvariate(-sigma * sigma / 2.0, sigma)
         trace = self.trace
         trace.step_end.append(self.now + dt)
-        trace.cum_tokens.append(trace.cum_tokens[-1] + tokens)
+        trace.cum_work.append(trace.cum_work[-1] + work)
         return dt, dt, 0.0, 0.0, 0.0, 0.0
 
     def _trace_itl(self, value: float, n: int) -> None:
@@ -223,7 +231,7 @@ class CalibratedEngine(Engine):
         end = len(trace.step_end) - 1
         # The gap began at the end of step j (a previous output, or the step that preempted the request).
         j = min(bisect_left(trace.step_end, trace.step_end[end] - value - 1e-9), end - 1)
-        trace.itl.add(end - j, trace.cum_tokens[end] - trace.cum_tokens[j], weight=n)
+        trace.itl.add(end - j, trace.cum_work[end] - trace.cum_work[j], weight=n)
 
     def _record_prefill(self, r: _Req) -> None:
         """Which steps the request's prefill time (scheduled -> first token) spans."""
@@ -234,5 +242,5 @@ class CalibratedEngine(Engine):
         last = bisect_left(trace.step_end, r.t_first)
         if last >= len(trace.step_end) or last < first:
             return
-        trace.prefill.add(last - first + 1, trace.cum_tokens[last] - trace.cum_tokens[first - 1])
+        trace.prefill.add(last - first + 1, trace.cum_work[last] - trace.cum_work[first - 1])
 

@@ -1,7 +1,8 @@
 """Run the calibrated model for a candidate change and turn it into a prediction with an interval.
 
 Each seed's simulated outcome is scaled by observed / simulated-baseline (the calibration's residual
-error, metric by metric), so what is predicted is the model's *change* applied to what was seen.
+error, metric by metric), so what is predicted is the model's *change* applied to what was seen;
+TTFT carries only its queue's part of that error (``_ttft_scale``).
 The interval is the spread of those scaled values across seeds.
 """
 
@@ -20,6 +21,7 @@ from exporter.publish import numbers
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preemptions/s",
           "generation_tokens_per_second": "generation tokens/s"}
 HIGHER_IS_BETTER = frozenset({"generation_tokens_per_second"})
+QUEUE_FLOOR_S = 1e-3  # mean queue times under a millisecond: no queue to speak of, and no ratio to take
 
 
 def _scale(value: float | None, observed: float | None, baseline: float | None, key: str, floor: float) -> float | None:
@@ -32,6 +34,39 @@ def _scale(value: float | None, observed: float | None, baseline: float | None, 
     return value * observed / baseline
 
 
+def _ttft_scale(after: Outcome, observed: Outcome, baseline: Outcome) -> float | None:
+    """The factor on the what-if's simulated TTFT p95: the window's residual, but only the queue's.
+
+    TTFT is queue time plus the rest (frontend, prefill). The rest is what the model was fitted to
+    (the prefill-time mean is one of the step-cost fit's two equations; the frontend time is
+    measured), so where the calibrated model misses TTFT, it misses the queue: a queue behind
+    preemptions, say. So the queue's observed / simulated mean ratio is carried in proportion to the
+    what-if's own queue share, and so is the p95's excess over what the means explain (the tail,
+    which is queueing). Unchanged, the what-if gets the window's whole p95 ratio; a change that
+    empties the queue (a max_tokens cap that ends preemption) inherits none of the error the model
+    made on that queue.
+    """
+    p95_o, p95_b = observed.ttft_p95_seconds, baseline.ttft_p95_seconds
+    if p95_o is None or p95_b is None or p95_b <= 0:
+        return None
+    overall = p95_o / p95_b
+    means = (observed.ttft_mean_seconds, observed.queue_mean_seconds, baseline.ttft_mean_seconds,
+             baseline.queue_mean_seconds, after.ttft_mean_seconds, after.queue_mean_seconds)
+    if any(m is None for m in means):
+        return overall
+    t_o, q_o, t_b, q_b, t_a, q_a = (float(m) for m in means)  # type: ignore[arg-type]
+    if min(t_o, t_b, t_a) <= 0:
+        return overall
+    q_o, q_b, q_a = min(q_o, t_o), min(q_b, t_b), min(q_a, t_a)
+    queue_ratio = q_o / q_b if min(q_o, q_b) > QUEUE_FLOOR_S else 1.0
+    share_baseline, share_after = q_b / t_b, q_a / t_a
+    mean_baseline = share_baseline * queue_ratio + (1.0 - share_baseline)
+    mean_after = share_after * queue_ratio + (1.0 - share_after)
+    tail = overall / mean_baseline
+    tail_after = 1.0 + (tail - 1.0) * (min(1.0, share_after / share_baseline) if share_baseline > 0 else 1.0)
+    return mean_after * tail_after
+
+
 def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients, baseline: Outcome,
             observed: Outcome, thresholds: Thresholds) -> Prediction:
     applied = apply(cal, candidate, traffic)
@@ -39,8 +74,12 @@ def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clie
     per_key: dict[str, list[float]] = {k: [] for k in METRIC_KEYS}
     for seed in SEEDS:
         outcome = simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed).outcome
+        ttft_scale = _ttft_scale(outcome, observed, baseline)
         for key in METRIC_KEYS:
-            value = _scale(outcome.get(key), observed.get(key), baseline.get(key), key, floor)
+            if key == "ttft_p95_seconds" and ttft_scale is not None and outcome.ttft_p95_seconds is not None:
+                value: float | None = outcome.ttft_p95_seconds * ttft_scale
+            else:
+                value = _scale(outcome.get(key), observed.get(key), baseline.get(key), key, floor)
             if value is not None:
                 if key == "generation_tokens_per_second":
                     value *= applied.throughput_scale

@@ -199,6 +199,13 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "Achieved / datasheet FLOPs the advisor assumes for a compute-bound (prefill-heavy) step, which "
               "floors the step time of a larger token budget. Needs engine.gpu and engine.model_weight_bytes.",
               0.01, 1),
+    Threshold("advice_decode_token_weight", 4, "ratio",
+              "What one decoding sequence adds to a step, in prefill tokens. A prefill token is one row of a "
+              "batched matrix product; a decode also reads its whole context from the KV cache and is sampled, "
+              "detokenised and streamed on its own, so it costs several times more (this CPU build: about 6; "
+              "a GPU at small batch: about 2-3). One window cannot tell the two apart (its batch size barely "
+              "varies), so the step-cost fit takes this ratio as given.",
+              1, 20),
     Threshold("advice_interval_seconds", 300, "seconds",
               "How often the sidecar's advisor worker re-calibrates and re-predicts each target (off the poll loop).",
               30),

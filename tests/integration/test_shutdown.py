@@ -46,3 +46,33 @@ def test_simulator_exits_zero_on_sigterm() -> None:
             proc.wait()
     assert proc.returncode == 0, err.decode()
     assert b"Traceback" not in err, err.decode()
+
+
+def test_sidecar_stops_quietly_in_the_middle_of_a_scrape(tmp_path: Path) -> None:
+    # A target that accepts the connection and never answers: the scrape is in flight when SIGTERM lands.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    target_port = listener.getsockname()[1]
+    config = tmp_path / "vllm-diag.yaml"
+    config.write_text(f"targets:\n  - name: slow\n    url: http://127.0.0.1:{target_port}/metrics\n"
+                      "    scrape_interval: 10\n    timeout: 9\n", encoding="utf-8")
+    port = free_port()
+    proc = subprocess.Popen([VLLM_DIAG, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait_for_port(port, proc)
+        listener.settimeout(10)
+        conn, _ = listener.accept()  # the sidecar's scrape is now waiting for an answer
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=15)
+        conn.close()
+    finally:
+        listener.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = err.decode()
+    assert proc.returncode == 0, text
+    # Before: apscheduler logged the cancelled scrape as 'Job ... raised an exception' with a traceback.
+    assert "raised an exception" not in text and "Traceback" not in text, text

@@ -28,6 +28,7 @@ import asyncio
 import json
 import math
 import random
+import statistics
 import subprocess
 import sys
 import time
@@ -39,9 +40,9 @@ import aiohttp
 import yaml
 
 try:  # package import (pytest) or top-level (scripts)
-    from .harness import RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word
+    from .harness import MODEL_NAME, RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word
 except ImportError:  # pragma: no cover
-    from harness import RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word  # type: ignore
+    from harness import MODEL_NAME, RealVLLM, _one_request, fetch_metrics_async, make_text, tokens_per_word  # type: ignore
 
 REPO = Path(__file__).resolve().parents[2]
 SCRAPE_INTERVAL_S = 2.0
@@ -52,6 +53,13 @@ MAGNITUDE = 0.35  # predicted after within +/- this share of the real after
 PREEMPTION_FLOOR = 0.05  # preemptions/s below which two rates count as equal (none to speak of)
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate", "generation_tokens_per_second")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
+# The machine's own speed, measured around every run: one request decoding alone on the idle engine.
+# This shared 2-core VM changes speed by up to 2x from one minute to the next; a case whose "before"
+# and "after" ran at speeds further apart than this cannot tell the model's error from the machine's.
+PROBE_REQUESTS = 3
+PROBE_TOKENS = 48
+SPEED_TOLERANCE = 0.2
+LARGE = 0.5  # a move by more than half (TTFT and preemptions under these changes: -75 % to +600 %)
 
 KV_BYTES = 3 * 1024 * 1024  # the harness default: 96 blocks of 32 tokens for the tiny model
 ENGINES: dict[str, dict[str, int]] = {
@@ -82,7 +90,11 @@ class Traffic:
 
 
 LONG_PROMPTS = Traffic(prompt_tokens=(820, 900), max_tokens=((24, 1.0),), rate=1.2)
-PRESSURE = Traffic(prompt_tokens=(150, 250), max_tokens=((300, 1.0),), clients=12)
+# Output lengths spread over 260-340: with one fixed length, clients that start together finish together,
+# and without preemption to shuffle them they stay in lockstep (bursts of 12 prefills, then none), a
+# load-generator artefact that made the "after" run's TTFT and ITL swing 3x between repeats.
+PRESSURE = Traffic(prompt_tokens=(150, 250), max_tokens=((260, 0.2), (280, 0.2), (300, 0.2), (320, 0.2), (340, 0.2)),
+                   clients=12)
 # Output lengths with a long tail (a few requests run to 480 tokens): the tail holds the KV cache.
 LONG_OUTPUTS = Traffic(prompt_tokens=(60, 120), max_tokens=((16, 0.3), (32, 0.25), (64, 0.2), (128, 0.12), (256, 0.08),
                                                            (480, 0.05)), clients=14)
@@ -112,22 +124,14 @@ class Case:
     before: str
     after: str
     what_if: str
-    gap: str = ""  # a known limit of the engine model that this case runs into (docs/advisor.md)
 
 
 CASES: tuple[Case, ...] = (
     Case("A4 raise the token budget", "A4", "long-small", "long-big", "max_num_batched_tokens=1024"),
     Case("B lower the token budget under long-prompt stutter", "B1/B2", "long-big", "long-small",
-         "max_num_batched_tokens=32",
-         gap="on the shared 2-core machine the real ITL p95 at budget 32 vs 1024 moved either way between "
-             "repeated runs (+148 % once, 0 % another time) and TTFT p95 at 1024 sits inside the 0.1-0.25 s "
-             "bucket: direction and magnitude are reported, not required"),
-    Case("D more KV cache under preemption", "D", "pressure-big", "pressure-bigkv", "kv_cache_memory_bytes=8MiB",
-         gap="the step cost has no per-request term: more KV lets more requests run, which slows every step on "
-             "this CPU engine (ITL up), while the model keeps ITL flat and overstates throughput"),
-    Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64",
-         gap="the output tail (256 and 480 tokens) shares the 200-500 bucket of the length histogram: in some "
-             "runs the model under-reproduces the 'before' window's KV pressure and refuses to predict"),
+         "max_num_batched_tokens=32"),
+    Case("D more KV cache under preemption", "D", "pressure-big", "pressure-bigkv", "kv_cache_memory_bytes=8MiB"),
+    Case("max_tokens cap at the gateway", "D/E", "outputs-big", "outputs-big-capped", "max_tokens=64"),
 )
 
 
@@ -186,9 +190,32 @@ def _facts(server: RealVLLM) -> dict[str, Any]:
             "max_model_len": server.max_model_len, "tensor_parallel_size": 1, "pipeline_parallel_size": 1}
 
 
+async def probe_step_seconds(base_url: str) -> float:
+    """Median gap between streamed tokens of one request decoding alone: the machine's speed now."""
+    gaps: list[float] = []
+    payload = {"model": MODEL_NAME, "prompt": "speed probe " * 8, "max_tokens": PROBE_TOKENS, "stream": True,
+               "ignore_eos": True, "temperature": 0.0}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as session:
+        for _ in range(PROBE_REQUESTS):
+            last: float | None = None
+            async with session.post(f"{base_url}/v1/completions", json=payload) as resp:
+                resp.raise_for_status()
+                async for raw in resp.content:
+                    line = raw.decode("utf-8", "replace").strip()
+                    if not line.startswith("data:") or line == "data: [DONE]":
+                        continue
+                    now = time.monotonic()
+                    if last is not None:
+                        gaps.append(now - last)
+                    last = now
+    return statistics.median(gaps)
+
+
 async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0) -> dict[str, Any]:
-    """Run the traffic, capturing /metrics every SCRAPE_INTERVAL_S after the warm-up."""
+    """Run the traffic, capturing /metrics every SCRAPE_INTERVAL_S after the warm-up; probe the
+    machine's speed on the idle engine just before and just after."""
     out.mkdir(parents=True, exist_ok=True)
+    probe_before = await probe_step_seconds(server.base_url)
     t0 = time.monotonic()
     stop_at = t0 + WARMUP_S + RUN_S
     load = asyncio.create_task(_drive(server.base_url, spec.traffic, stop_at, seed))
@@ -205,11 +232,13 @@ async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0) 
             index += 1
             next_at += SCRAPE_INTERVAL_S
     failures = await load
+    probe_after = await probe_step_seconds(server.base_url)
     config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": SCRAPE_INTERVAL_S,
                            "timeout": 1.0, "engine": _facts(server)}]}
     (out / "vllm-diag.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     meta = {"run": spec.name, "engine": spec.engine, "traffic": asdict(spec.traffic), "captures": index,
-            "failed_requests": failures, "seconds": time.monotonic() - t0}
+            "failed_requests": failures, "seconds": time.monotonic() - t0,
+            "probe_step_seconds": [probe_before, probe_after]}
     (out / "run.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     return meta
 
@@ -279,11 +308,49 @@ class Score:
     reason: str
     direction_ok: dict[str, bool | None]  # None: the metric did not move > 15 %
     magnitude_ok: dict[str, bool]
+    moved: dict[str, float | None]  # before -> after on the real engine, relative
+    probes: tuple[float, ...] = ()  # the machine's decode step (s), around the before and the after run
+
+    @property
+    def speed_spread(self) -> float | None:
+        """How far apart the machine's speeds around the two runs were (slowest / fastest - 1)."""
+        return max(self.probes) / min(self.probes) - 1.0 if self.probes else None
+
+    @property
+    def comparable(self) -> bool:
+        """Both runs at about one machine speed: a miss is then the model's, not the machine's."""
+        spread = self.speed_spread
+        return spread is None or spread <= SPEED_TOLERANCE
+
+    def wrong_way(self) -> list[str]:
+        """Metrics that moved by more than 15 % and were predicted to move the other way (or not)."""
+        return [k for k, ok in self.direction_ok.items() if ok is False]
+
+    def large_moves(self) -> list[str]:
+        """Metrics whose before -> after factor is above 1 + LARGE and above what the machine's own
+        change of speed could make of it ((1 + speed spread)^2: a queue amplifies a slower step)."""
+        machine = (1.0 + (self.speed_spread or 0.0)) ** 2
+        out = []
+        for key, moved in self.moved.items():
+            if moved is None or moved <= -1.0:
+                factor = math.inf if moved is not None else 0.0
+            else:
+                factor = 1.0 + moved if moved >= 0 else 1.0 / (1.0 + moved)
+            if factor > max(1.0 + LARGE, machine):
+                out.append(key)
+        return out
 
     @property
     def passed(self) -> bool:
         return not self.reason and all(v is not False for v in self.direction_ok.values()) and all(
             self.magnitude_ok.values())
+
+
+def _probes(run_dir: Path) -> tuple[float, ...]:
+    meta = run_dir / "run.json"
+    if not meta.exists():
+        return ()
+    return tuple(json.loads(meta.read_text(encoding="utf-8")).get("probe_step_seconds") or ())
 
 
 def score(case: Case, runs: Path) -> Score:
@@ -295,9 +362,10 @@ def score(case: Case, runs: Path) -> Score:
     interval = item["interval"] if item else {k: None for k in METRICS}
     direction: dict[str, bool | None] = {}
     magnitude: dict[str, bool] = {}
+    changes: dict[str, float | None] = {}
     for key in METRICS:
         floor = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
-        moved = _change(before[key], actual[key], floor)
+        moved = changes[key] = _change(before[key], actual[key], floor)
         if moved is None or abs(moved) <= MOVED:
             direction[key] = None
         else:
@@ -306,7 +374,8 @@ def score(case: Case, runs: Path) -> Score:
         if key in MAGNITUDE_METRICS:
             magnitude[key] = _close(predicted[key], actual[key], floor)
     return Score(case.name, case.what_if, before, actual, predicted, interval,
-                 target.get("calibration", {}).get("errors", {}), target.get("reason", ""), direction, magnitude)
+                 target.get("calibration", {}).get("errors", {}), target.get("reason", ""), direction, magnitude,
+                 changes, _probes(runs / case.before) + _probes(runs / case.after))
 
 
 def _fmt(key: str, value: float | None) -> str:
@@ -315,6 +384,14 @@ def _fmt(key: str, value: float | None) -> str:
     if key.endswith("_seconds"):
         return f"{value * 1000:.1f} ms"
     return f"{value:.2f}"
+
+
+def _machine(s: Score) -> str:
+    """The machine's decode step around both runs, and whether the case is comparable."""
+    if not s.probes:
+        return ""
+    text = f"machine {min(s.probes) * 1000:.1f}-{max(s.probes) * 1000:.1f} ms/token ({s.speed_spread:.0%} apart)"
+    return text if s.comparable else f"{text}, **not comparable**"
 
 
 def table(scores: list[Score]) -> str:
@@ -331,8 +408,9 @@ def table(scores: list[Score]) -> str:
             pred = _fmt(key, s.predicted.get(key)) + (f" ({_fmt(key, iv[0])}-{_fmt(key, iv[1])})" if iv else "")
             d = s.direction_ok.get(key)
             m = s.magnitude_ok.get(key)
+            first = s.case if i == 0 else (_machine(s) if i == 1 else "")
             lines.append("| " + " | ".join([
-                s.case if i == 0 else "", f"`{s.what_if}`" if i == 0 else "", short[key], _fmt(key, s.before[key]),
+                first, f"`{s.what_if}`" if i == 0 else "", short[key], _fmt(key, s.before[key]),
                 pred, _fmt(key, s.actual[key]),
                 "-" if moved is None else ("inf" if math.isinf(moved) else f"{moved:+.0%}"),
                 "n/a (< 15 %)" if d is None else ("yes" if d else "**no**"),
@@ -345,11 +423,15 @@ def write_docs(scores: list[Score], timings: dict[str, float], path: Path) -> No
     """Replace the validation table between its markers in docs/advisor.md."""
     begin, end = "<!-- validation:begin -->", "<!-- validation:end -->"
     passed = sum(s.passed for s in scores)
+    steady = [s for s in scores if s.comparable]
     phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
     block = "\n".join([
         begin, table(scores), "",
         f"{passed} of {len(scores)} changes pass (direction right for every metric that moved by more than 15 %, "
-        "TTFT p95, ITL p95 and preemptions/s within +/-35 %).", "",
+        "TTFT p95, ITL p95 and preemptions/s within +/-35 %); "
+        + (f"{sum(s.passed for s in steady)} of the {len(steady)} whose runs had the machine at one speed"
+           if steady else "no case had both its runs with the machine at one speed")
+        + f" (decode step within {SPEED_TOLERANCE:.0%}).", "",
         f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())}: {phases}.", end,
     ])
     text = path.read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from exporter.advisor.arrival import infer_arrivals
 from exporter.advisor.calibrate import CannotCalibrate, Outcome, fit_step_cost, lengths_from_histogram, relative_error
 from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
-from exporter.advisor.predict import score, worse
+from exporter.advisor.predict import _ttft_scale, score, worse
 from exporter.advisor.result import AdviceResult, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
@@ -38,9 +38,21 @@ def test_lengths_keep_the_exact_mean_and_the_buckets() -> None:
     assert all(20.0 <= v <= 500.0 for v in dist.values)
 
 
+def test_a_bucket_is_a_range_not_one_length() -> None:
+    # A tail of 256- and 480-token answers shares the 200-500 bucket: the model must still draw long ones.
+    values = [16.0] * 60 + [256.0] * 16 + [480.0] * 10
+    dist = lengths_from_histogram(_hist(values, BUCKETS))
+    rng = random.Random(5)
+    draws = [dist.sample(rng) for _ in range(20000)]
+    assert sum(draws) / len(draws) == pytest.approx(sum(values) / len(values), rel=0.03)
+    assert max(draws) > 400
+    assert dist.capped_mean(64) == pytest.approx(sum(min(d, 64) for d in draws) / len(draws), rel=0.03)
+
+
 def test_one_bucket_is_one_length() -> None:
     dist = lengths_from_histogram(_hist([600.0] * 40, BUCKETS))
     assert dist.values == (pytest.approx(600.0),)
+    assert dist.spreads == (pytest.approx(100.0),)  # 500-700: as far as the 500-1000 bucket allows around 600
     assert dist.quantile(0.95) == pytest.approx(600.0)
 
 
@@ -139,6 +151,34 @@ def test_errors_between_near_zero_rates_are_zero() -> None:
     assert relative_error(0.01, 0.0, floor=0.05) == 0.0
     assert relative_error(1.2, 1.0) == pytest.approx(0.2)
     assert relative_error(None, 1.0) is None
+
+
+def _ttft(p95: float, mean: float, queue: float) -> Outcome:
+    return Outcome(p95, 0.01, 0.0, 100.0, ttft_mean_seconds=mean, queue_mean_seconds=queue)
+
+
+def test_ttft_residual_follows_the_queue() -> None:
+    # The model misses half of the window's queue (and the tail it makes); its non-queue part is right.
+    observed, baseline = _ttft(0.200, 0.042, 0.022), _ttft(0.100, 0.032, 0.012)
+    same = _ttft(0.100, 0.032, 0.012)
+    assert _ttft_scale(same, observed, baseline) == pytest.approx(2.0)  # unchanged: the whole p95 ratio
+    no_queue = _ttft(0.040, 0.020, 0.0)
+    assert _ttft_scale(no_queue, observed, baseline) == pytest.approx(1.0)  # the queue, and its error, are gone
+    half = _ttft(0.060, 0.026, 0.006)
+    assert 1.0 < _ttft_scale(half, observed, baseline) < 2.0  # type: ignore[operator]
+    # Without the queue histogram: the plain p95 ratio.
+    assert _ttft_scale(no_queue, Outcome(0.2, 0.01, 0.0, 1.0), Outcome(0.1, 0.01, 0.0, 1.0)) == pytest.approx(2.0)
+
+
+def test_a_decoding_sequence_weighs_more_than_a_prefill_token() -> None:
+    from exporter.advisor.model import StepCost
+
+    # The fit sees work in prefill-token units: one step of 8 decodes at weight 4 is 32 units.
+    fixed, per_unit = 0.003, 1e-4
+    cost = fit_step_cost((1.0, 8 * 4.0), (1.0, 200 + 8 * 4.0), fixed + per_unit * 32, fixed + per_unit * 232)
+    assert (cost.fixed_s, cost.per_token_s) == (pytest.approx(fixed), pytest.approx(per_unit))
+    assert StepCost(fixed, per_unit).decode_weight == 1.0  # the default keeps the plain token count
+    assert TH.advice_decode_token_weight > 1
 
 
 def test_worse_and_score_in_numbers() -> None:
