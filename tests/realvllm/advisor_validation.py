@@ -318,9 +318,10 @@ class Score:
 
     @property
     def comparable(self) -> bool:
-        """Both runs at about one machine speed: a miss is then the model's, not the machine's."""
+        """Both runs at about one machine speed: a miss is then the model's, not the machine's.
+        Captures without probes (made before the probe existed) say nothing, so they are not."""
         spread = self.speed_spread
-        return spread is None or spread <= SPEED_TOLERANCE
+        return spread is not None and spread <= SPEED_TOLERANCE
 
     def wrong_way(self) -> list[str]:
         """Metrics that moved by more than 15 % and were predicted to move the other way (or not)."""
@@ -332,10 +333,9 @@ class Score:
         machine = (1.0 + (self.speed_spread or 0.0)) ** 2
         out = []
         for key, moved in self.moved.items():
-            if moved is None or moved <= -1.0:
-                factor = math.inf if moved is not None else 0.0
-            else:
-                factor = 1.0 + moved if moved >= 0 else 1.0 / (1.0 + moved)
+            if moved is None:
+                continue
+            factor = 1.0 + moved if moved >= 0 else (1.0 / (1.0 + moved) if moved > -1.0 else math.inf)
             if factor > max(1.0 + LARGE, machine):
                 out.append(key)
         return out
@@ -390,7 +390,7 @@ def _machine(s: Score) -> str:
     """The machine's decode step around both runs, and whether the case is comparable."""
     if not s.probes:
         return ""
-    text = f"machine {min(s.probes) * 1000:.1f}-{max(s.probes) * 1000:.1f} ms/token ({s.speed_spread:.0%} apart)"
+    text = f"machine {min(s.probes) * 1000:.1f}-{max(s.probes) * 1000:.1f} ms/token ({s.speed_spread or 0:.0%} apart)"
     return text if s.comparable else f"{text}, **not comparable**"
 
 

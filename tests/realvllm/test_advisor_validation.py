@@ -48,6 +48,8 @@ def _describe(case: Case, result: Score) -> str:
 
 
 def _only_at_one_speed(result: Score) -> None:
+    if not result.probes:
+        pytest.fail("the runs carry no machine-speed probe (probe_step_seconds in run.json)")
     if not result.comparable:
         pytest.xfail(f"the machine's decode step ranged over {result.speed_spread:.0%} across the two runs "
                      f"({min(result.probes) * 1000:.1f}-{max(result.probes) * 1000:.1f} ms; tolerance "
