@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 import random
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
@@ -223,11 +224,42 @@ class Calibration:
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One simulated window: its outcome and the fit's linear sums."""
+    """One simulated window: its outcome, the latency histograms it was read from, and the fit's linear sums."""
 
     outcome: Outcome
     itl_coefficients: tuple[float, float] | None
     prefill_coefficients: tuple[float, float] | None
+    ttft: HistogramDelta | None = None
+    itl: HistogramDelta | None = None
+    queue: HistogramDelta | None = None
+
+
+def _sum(deltas: Sequence[HistogramDelta | None]) -> HistogramDelta | None:
+    known = [d for d in deltas if d is not None]
+    if not known or any(d.bounds != known[0].bounds for d in known):
+        return None
+    cumulative = tuple(math.fsum(c) for c in zip(*(d.cumulative for d in known)))
+    return HistogramDelta(known[0].bounds, cumulative, math.fsum(d.sum for d in known),
+                          math.fsum(d.count for d in known))
+
+
+def pooled(runs: Sequence[Run]) -> Outcome:
+    """The seeds' runs as one longer window: latency quantiles from their summed histograms, rates averaged.
+
+    A p95 from one window of a few dozen requests rests on its two or three slowest; where it falls
+    near a bucket bound (TTFT at 100 ms, say) one request more or less above the bound moves the
+    interpolated value by half. The pooled histogram is the model's expectation, not one draw of it.
+    """
+    ttft, itl, queue = _sum([r.ttft for r in runs]), _sum([r.itl for r in runs]), _sum([r.queue for r in runs])
+    outcomes = [r.outcome for r in runs]
+    return Outcome(
+        ttft_p95_seconds=ttft.quantile(0.95) if ttft is not None else _mean([o.ttft_p95_seconds for o in outcomes]),
+        itl_p95_seconds=itl.quantile(0.95) if itl is not None else _mean([o.itl_p95_seconds for o in outcomes]),
+        preemption_rate=_mean([o.preemption_rate for o in outcomes]),
+        generation_tokens_per_second=_mean([o.generation_tokens_per_second for o in outcomes]),
+        ttft_mean_seconds=ttft.mean() if ttft is not None else _mean([o.ttft_mean_seconds for o in outcomes]),
+        queue_mean_seconds=queue.mean() if queue is not None else _mean([o.queue_mean_seconds for o in outcomes]),
+    )
 
 
 def _delta(before: tuple[list[int], float, int], hist: Histogram) -> HistogramDelta:
@@ -260,7 +292,7 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
         generation_tokens_per_second=(st.generation_tokens - gen0) / span,
         ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
     )
-    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients())
+    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue)
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
@@ -451,9 +483,9 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
     """Run the calibrated model with every seed and compare it with the window."""
     traffic = traffic or cal.arrivals.primary()
     config, workload = cal.engine_config(), cal.workload()
-    runs = tuple(simulate(cal, config, workload, traffic, cal.cost, seed).outcome for seed in SEEDS)
-    keys = (*METRIC_KEYS, "ttft_mean_seconds", "queue_mean_seconds")
-    mean = Outcome(**{key: _mean([r.get(key) for r in runs]) for key in keys})
+    seeded = [simulate(cal, config, workload, traffic, cal.cost, seed) for seed in SEEDS]
+    runs = tuple(r.outcome for r in seeded)
+    mean = pooled(seeded)
     floor = thresholds.advice_preemption_floor
     errors = {key: relative_error(mean.get(key), observed.get(key), floor if key == "preemption_rate" else 0.0)
               for key in METRIC_KEYS}

@@ -2,16 +2,15 @@
 
 Each seed's simulated outcome is scaled by observed / simulated-baseline (the calibration's residual
 error, metric by metric), so what is predicted is the model's *change* applied to what was seen;
-TTFT carries only its queue's part of that error (``_ttft_scale``).
-The interval is the spread of those scaled values across seeds.
+TTFT carries only its queue's part of that error and, in seconds, its tail's (``_ttft_p95``).
+The prediction is the seeds pooled into one longer window; the interval is the spread of the seeds.
 """
 
 from __future__ import annotations
 
 import math
-import statistics
 
-from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, simulate
+from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.candidates import Candidate, apply
 from exporter.advisor.model import Clients, OpenArrivals
 from exporter.advisor.result import Prediction
@@ -34,58 +33,72 @@ def _scale(value: float | None, observed: float | None, baseline: float | None, 
     return value * observed / baseline
 
 
-def _ttft_scale(after: Outcome, observed: Outcome, baseline: Outcome) -> float | None:
-    """The factor on the what-if's simulated TTFT p95: the window's residual, but only the queue's.
+def _ttft_p95(after: Outcome, observed: Outcome, baseline: Outcome) -> float | None:
+    """The what-if's TTFT p95: its simulated p95 plus the part of the window's residual that goes with it.
 
     TTFT is queue time plus the rest (frontend, prefill). The rest is what the model was fitted to
     (the prefill-time mean is one of the step-cost fit's two equations; the frontend time is
-    measured), so where the calibrated model misses TTFT, it misses the queue: a queue behind
-    preemptions, say. So the queue's observed / simulated mean ratio is carried in proportion to the
-    what-if's own queue share, and so is the p95's excess over what the means explain (the tail,
-    which is queueing). Unchanged, the what-if gets the window's whole p95 ratio; a change that
-    empties the queue (a max_tokens cap that ends preemption) inherits none of the error the model
-    made on that queue.
+    measured), so where the calibrated model misses the TTFT mean, it misses the queue: a queue behind
+    preemptions, say. So
+
+    * the queue's observed / simulated mean ratio scales the what-if in proportion to its own queue
+      share (a change that empties the queue inherits none of the error the model made on it);
+    * the p95's excess over what the means explain (the tail: seconds the model does not make, from
+      queueing it underrates or from a sample of a few slow requests) is carried in seconds, in
+      proportion to the queue it came with, and shrinks with the what-if's p95 but never grows with
+      it: a change that lengthens every prefill does not lengthen the spread the model failed to explain.
+
+    Unchanged, the what-if gets the window's p95 exactly.
     """
-    p95_o, p95_b = observed.ttft_p95_seconds, baseline.ttft_p95_seconds
-    if p95_o is None or p95_b is None or p95_b <= 0:
+    p95_o, p95_b, p95_a = observed.ttft_p95_seconds, baseline.ttft_p95_seconds, after.ttft_p95_seconds
+    if p95_o is None or p95_b is None or p95_a is None or p95_b <= 0:
         return None
-    overall = p95_o / p95_b
     means = (observed.ttft_mean_seconds, observed.queue_mean_seconds, baseline.ttft_mean_seconds,
              baseline.queue_mean_seconds, after.ttft_mean_seconds, after.queue_mean_seconds)
     if any(m is None for m in means):
-        return overall
+        return p95_a * p95_o / p95_b  # no queue histogram: the plain p95 ratio
     t_o, q_o, t_b, q_b, t_a, q_a = (float(m) for m in means)  # type: ignore[arg-type]
     if min(t_o, t_b, t_a) <= 0:
-        return overall
+        return p95_a * p95_o / p95_b
     q_o, q_b, q_a = min(q_o, t_o), min(q_b, t_b), min(q_a, t_a)
     queue_ratio = q_o / q_b if min(q_o, q_b) > QUEUE_FLOOR_S else 1.0
     share_baseline, share_after = q_b / t_b, q_a / t_a
     mean_baseline = share_baseline * queue_ratio + (1.0 - share_baseline)
     mean_after = share_after * queue_ratio + (1.0 - share_after)
-    tail = overall / mean_baseline
-    tail_after = 1.0 + (tail - 1.0) * (min(1.0, share_after / share_baseline) if share_baseline > 0 else 1.0)
-    return mean_after * tail_after
+    excess = p95_o - p95_b * mean_baseline
+    with_queue = min(1.0, share_after / share_baseline) if share_baseline > 0 else 1.0
+    predicted = p95_a * mean_after + excess * with_queue * min(1.0, p95_a / p95_b)
+    return max(predicted, 0.5 * p95_a * mean_after)  # an over-made tail never takes away more than half
+
+
+def _scaled(outcome: Outcome, observed: Outcome, baseline: Outcome, throughput_scale: float,
+            floor: float) -> dict[str, float | None]:
+    """One simulated what-if outcome as a prediction: the model's change applied to what was seen."""
+    out: dict[str, float | None] = {}
+    for key in METRIC_KEYS:
+        if key == "ttft_p95_seconds":
+            value = _ttft_p95(outcome, observed, baseline)
+        else:
+            value = _scale(outcome.get(key), observed.get(key), baseline.get(key), key, floor)
+        if value is not None and key == "generation_tokens_per_second":
+            value *= throughput_scale
+        out[key] = value
+    return out
 
 
 def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients, baseline: Outcome,
             observed: Outcome, thresholds: Thresholds) -> Prediction:
+    """The seeds pooled give the prediction (``calibrate.pooled``); their spread gives the interval."""
     applied = apply(cal, candidate, traffic)
     floor = thresholds.advice_preemption_floor
-    per_key: dict[str, list[float]] = {k: [] for k in METRIC_KEYS}
-    for seed in SEEDS:
-        outcome = simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed).outcome
-        ttft_scale = _ttft_scale(outcome, observed, baseline)
-        for key in METRIC_KEYS:
-            if key == "ttft_p95_seconds" and ttft_scale is not None and outcome.ttft_p95_seconds is not None:
-                value: float | None = outcome.ttft_p95_seconds * ttft_scale
-            else:
-                value = _scale(outcome.get(key), observed.get(key), baseline.get(key), key, floor)
-            if value is not None:
-                if key == "generation_tokens_per_second":
-                    value *= applied.throughput_scale
-                per_key[key].append(value)
-    predicted = Outcome(*(statistics.median(per_key[k]) if per_key[k] else None for k in METRIC_KEYS))
-    interval = {k: (min(v), max(v)) if v else None for k, v in per_key.items()}
+    runs = [simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed) for seed in SEEDS]
+    central = _scaled(pooled(runs), observed, baseline, applied.throughput_scale, floor)
+    per_seed = [_scaled(r.outcome, observed, baseline, applied.throughput_scale, floor) for r in runs]
+    interval: dict[str, tuple[float, float] | None] = {}
+    for key in METRIC_KEYS:
+        values = [v for v in (*(seed[key] for seed in per_seed), central[key]) if v is not None]
+        interval[key] = (min(values), max(values)) if values else None
+    predicted = Outcome(*(central[k] for k in METRIC_KEYS))
     return Prediction(predicted, interval, worse(observed, predicted, thresholds))
 
 

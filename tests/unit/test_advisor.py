@@ -12,7 +12,7 @@ from exporter.advisor.arrival import infer_arrivals
 from exporter.advisor.calibrate import CannotCalibrate, Outcome, fit_step_cost, lengths_from_histogram, relative_error
 from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
-from exporter.advisor.predict import _ttft_scale, score, worse
+from exporter.advisor.predict import _ttft_p95, score, worse
 from exporter.advisor.result import AdviceResult, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
@@ -161,13 +161,24 @@ def test_ttft_residual_follows_the_queue() -> None:
     # The model misses half of the window's queue (and the tail it makes); its non-queue part is right.
     observed, baseline = _ttft(0.200, 0.042, 0.022), _ttft(0.100, 0.032, 0.012)
     same = _ttft(0.100, 0.032, 0.012)
-    assert _ttft_scale(same, observed, baseline) == pytest.approx(2.0)  # unchanged: the whole p95 ratio
+    assert _ttft_p95(same, observed, baseline) == pytest.approx(0.200)  # unchanged: the window's p95
     no_queue = _ttft(0.040, 0.020, 0.0)
-    assert _ttft_scale(no_queue, observed, baseline) == pytest.approx(1.0)  # the queue, and its error, are gone
+    assert _ttft_p95(no_queue, observed, baseline) == pytest.approx(0.040)  # the queue, and its error, are gone
     half = _ttft(0.060, 0.026, 0.006)
-    assert 1.0 < _ttft_scale(half, observed, baseline) < 2.0  # type: ignore[operator]
+    assert 0.060 < _ttft_p95(half, observed, baseline) < 0.120  # type: ignore[operator]
     # Without the queue histogram: the plain p95 ratio.
-    assert _ttft_scale(no_queue, Outcome(0.2, 0.01, 0.0, 1.0), Outcome(0.1, 0.01, 0.0, 1.0)) == pytest.approx(2.0)
+    assert _ttft_p95(no_queue, Outcome(0.2, 0.01, 0.0, 1.0), Outcome(0.1, 0.01, 0.0, 1.0)) == pytest.approx(0.080)
+
+
+def test_an_unexplained_tail_does_not_grow_with_a_longer_prefill() -> None:
+    # No queue to speak of: the window's p95 is 60 ms above the model's (a few slow requests). A smaller
+    # token budget makes every prefill 4x longer; the 60 ms stay 60 ms, they are not multiplied by 1.5.
+    observed, baseline = _ttft(0.180, 0.080, 0.0003), _ttft(0.120, 0.080, 0.003)
+    longer = _ttft(0.660, 0.330, 0.044)
+    assert _ttft_p95(longer, observed, baseline) == pytest.approx(0.720)
+    # ... and a change that halves the p95 (and keeps the queue share) halves them.
+    shorter = _ttft(0.060, 0.040, 0.0015)
+    assert _ttft_p95(shorter, observed, baseline) == pytest.approx(0.090)
 
 
 def test_a_decoding_sequence_weighs_more_than_a_prefill_token() -> None:
