@@ -97,8 +97,8 @@ class Traffic:
 
 
 # 1.6 req/s: about one arrival in ten lands on another's 60 ms prefill step at the big budget, so the
-# "after" TTFT p95 sits inside its 100-250 ms bucket; near one in twenty (1.2 req/s), it sat on the
-# 100 ms bound, where one request more or less above it moved the interpolated p95 by half.
+# "after" TTFT p95 usually sits inside its 100-250 ms bucket; at one in twenty (1.2 req/s) it sat on
+# the 100 ms bound, where one request more or less above it moved the interpolated p95 by half.
 LONG_PROMPTS = Traffic(prompt_tokens=(820, 900), max_tokens=((24, 1.0),), rate=1.6)
 # Output lengths spread over 260-340: with one fixed length, clients that start together finish together,
 # and without preemption to shuffle them they stay in lockstep (bursts of 12 prefills, then none), a
