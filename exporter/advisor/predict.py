@@ -21,6 +21,7 @@ LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preempt
           "generation_tokens_per_second": "generation tokens/s"}
 HIGHER_IS_BETTER = frozenset({"generation_tokens_per_second"})
 QUEUE_FLOOR_S = 1e-3  # mean queue times under a millisecond: no queue to speak of, and no ratio to take
+TAIL_CUT_MAX = 0.5  # a tail the model over-makes takes at most this share off the what-if's TTFT p95
 
 
 def _scale(value: float | None, observed: float | None, baseline: float | None, key: str, floor: float) -> float | None:
@@ -68,7 +69,7 @@ def _ttft_p95(after: Outcome, observed: Outcome, baseline: Outcome) -> float | N
     excess = p95_o - p95_b * mean_baseline
     with_queue = min(1.0, share_after / share_baseline) if share_baseline > 0 else 1.0
     predicted = p95_a * mean_after + excess * with_queue * min(1.0, p95_a / p95_b)
-    return max(predicted, 0.5 * p95_a * mean_after)  # an over-made tail never takes away more than half
+    return max(predicted, (1.0 - TAIL_CUT_MAX) * p95_a * mean_after)
 
 
 def _scaled(outcome: Outcome, observed: Outcome, baseline: Outcome, throughput_scale: float,

@@ -54,7 +54,7 @@ def _describe(case: Case, result: Score) -> str:
             f"after {result.actual}\nmachine decode step around the runs {result.probes}")
 
 
-def _machine(result: Score) -> str:
+def _speeds(result: Score) -> str:
     return (f"the machine's decode step ranged over {result.speed_spread:.0%} across the two runs "
             f"({min(result.probes) * 1000:.1f}-{max(result.probes) * 1000:.1f} ms; tolerance {SPEED_TOLERANCE:.0%})")
 
@@ -78,7 +78,7 @@ def test_large_moves_go_the_predicted_way(case: Case, scores: dict[str, Score]) 
         f"{_describe(case, result)}")
     large = result.large_moves()
     if not large:
-        pytest.xfail(f"{_machine(result)}: every move of more than {LARGE:.0%} is within what the machine's "
+        pytest.xfail(f"{_speeds(result)}: every move of more than {LARGE:.0%} is within what the machine's "
                      f"change of speed could make")
     wrong = [key for key in large if result.direction_ok.get(key) is False]
     assert not wrong, f"direction wrong for {wrong}: {_describe(case, result)}"
@@ -89,7 +89,7 @@ def test_no_gross_error(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
     _require_probes(result)
     if not result.comparable:
-        pytest.xfail(f"{_machine(result)}: the real 'after' measures the machine as much as the change")
+        pytest.xfail(f"{_speeds(result)}: the real 'after' measures the machine as much as the change")
     gross = result.gross_errors()
     assert not gross, f"off by more than {GROSS}x for {gross}: {_describe(case, result)}"
 
@@ -101,6 +101,6 @@ def test_acceptance(case: Case, scores: dict[str, Score]) -> None:
     wrong = result.wrong_way()
     off = [k for k, ok in result.magnitude_ok.items() if not ok]
     if wrong or off:
-        where = _machine(result) + ("" if result.comparable else ", not comparable")
+        where = _speeds(result) + ("" if result.comparable else ", not comparable")
         pytest.xfail(f"issue 16's acceptance misses on this run: direction {wrong}, +/-35 % {off} ({where}): "
                      f"{_describe(case, result)}")
