@@ -229,18 +229,16 @@ class Run:
     outcome: Outcome
     itl_coefficients: tuple[float, float] | None
     prefill_coefficients: tuple[float, float] | None
-    ttft: HistogramDelta | None = None
-    itl: HistogramDelta | None = None
-    queue: HistogramDelta | None = None
+    ttft: HistogramDelta
+    itl: HistogramDelta
+    queue: HistogramDelta
 
 
-def _sum(deltas: Sequence[HistogramDelta | None]) -> HistogramDelta | None:
-    known = [d for d in deltas if d is not None]
-    if not known or any(d.bounds != known[0].bounds for d in known):
-        return None
-    cumulative = tuple(math.fsum(c) for c in zip(*(d.cumulative for d in known)))
-    return HistogramDelta(known[0].bounds, cumulative, math.fsum(d.sum for d in known),
-                          math.fsum(d.count for d in known))
+def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
+    """Histograms of one layout (the simulator's), added bucket by bucket."""
+    cumulative = tuple(math.fsum(c) for c in zip(*(d.cumulative for d in deltas)))
+    return HistogramDelta(deltas[0].bounds, cumulative, math.fsum(d.sum for d in deltas),
+                          math.fsum(d.count for d in deltas))
 
 
 def pooled(runs: Sequence[Run]) -> Outcome:
@@ -251,14 +249,11 @@ def pooled(runs: Sequence[Run]) -> Outcome:
     interpolated value by half. The pooled histogram is the model's expectation, not one draw of it.
     """
     ttft, itl, queue = _sum([r.ttft for r in runs]), _sum([r.itl for r in runs]), _sum([r.queue for r in runs])
-    outcomes = [r.outcome for r in runs]
     return Outcome(
-        ttft_p95_seconds=ttft.quantile(0.95) if ttft is not None else _mean([o.ttft_p95_seconds for o in outcomes]),
-        itl_p95_seconds=itl.quantile(0.95) if itl is not None else _mean([o.itl_p95_seconds for o in outcomes]),
-        preemption_rate=_mean([o.preemption_rate for o in outcomes]),
-        generation_tokens_per_second=_mean([o.generation_tokens_per_second for o in outcomes]),
-        ttft_mean_seconds=ttft.mean() if ttft is not None else _mean([o.ttft_mean_seconds for o in outcomes]),
-        queue_mean_seconds=queue.mean() if queue is not None else _mean([o.queue_mean_seconds for o in outcomes]),
+        ttft_p95_seconds=ttft.quantile(0.95), itl_p95_seconds=itl.quantile(0.95),
+        preemption_rate=_mean([r.outcome.preemption_rate for r in runs]),
+        generation_tokens_per_second=_mean([r.outcome.generation_tokens_per_second for r in runs]),
+        ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
     )
 
 
@@ -484,10 +479,9 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
     traffic = traffic or cal.arrivals.primary()
     config, workload = cal.engine_config(), cal.workload()
     seeded = [simulate(cal, config, workload, traffic, cal.cost, seed) for seed in SEEDS]
-    runs = tuple(r.outcome for r in seeded)
-    mean = pooled(seeded)
+    simulated = pooled(seeded)
     floor = thresholds.advice_preemption_floor
-    errors = {key: relative_error(mean.get(key), observed.get(key), floor if key == "preemption_rate" else 0.0)
+    errors = {key: relative_error(simulated.get(key), observed.get(key), floor if key == "preemption_rate" else 0.0)
               for key in METRIC_KEYS}
     limit = thresholds.advice_max_calibration_error
     bad = [f"{key} off by {err:+.0%}" for key, err in errors.items()
@@ -498,7 +492,7 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
         bad.append(f"preemption_rate off by {pre_err:+.0%}")
     reason = ("the calibrated model does not reproduce the window (" + ", ".join(bad) +
               f"; limit {limit:.0%}, advice_max_calibration_error)") if bad else ""
-    return Check(mean, errors, runs, not bad, reason)
+    return Check(simulated, errors, tuple(r.outcome for r in seeded), not bad, reason)
 
 
 def _mean(values: list[float | None]) -> float | None:
