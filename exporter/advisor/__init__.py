@@ -86,6 +86,7 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
                       "noise_sigma": _round(cal.cost.noise_sigma, 3),
                       "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         "frontend_seconds": _round(cal.frontend_s, 5),
+        "frontend_observed_seconds": _round(cal.frontend_observed_s, 5),
         "num_gpu_blocks": cal.num_gpu_blocks,
         "shared_prefix_tokens": cal.shared_prefix_tokens,
         "prompt_tokens_mean": round(cal.prompt.mean, 1),

@@ -186,7 +186,7 @@ class Calibration:
     shared_prefix_tokens: int
     arrivals: ArrivalModel
     cost: StepCost
-    frontend_s: float
+    frontend_s: float  # the frontend work the model applies per request (tokenise, IPC, output)
     block_size: int
     num_gpu_blocks: int
     max_num_batched_tokens: int
@@ -194,6 +194,9 @@ class Calibration:
     max_model_len: int
     enable_prefix_caching: bool
     kv_bytes_per_block: float | None  # when kv_cache_memory_bytes is known: what one block costs
+    # What the window shows outside queue and inference: the frontend work plus the wait for the step
+    # under way when a request reaches the engine (vLLM stamps QUEUED between steps).
+    frontend_observed_s: float = 0.0
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -232,6 +235,7 @@ class Run:
     ttft: HistogramDelta
     itl: HistogramDelta
     queue: HistogramDelta
+    step_wait_s: float = 0.0  # mean wait of a ready request for the step under way
 
 
 def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
@@ -287,7 +291,9 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
         generation_tokens_per_second=(st.generation_tokens - gen0) / span,
         ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
     )
-    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue)
+    wait = engine.trace.step_wait.coefficients()
+    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue,
+               wait[0] if wait else 0.0)
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
@@ -367,6 +373,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
         warmup_s=min(60.0, max(10.0, 3.0 * (e2e_mean or 1.0))),
         prompt=prompt, output=output, shared_prefix_tokens=shared if facts.enable_prefix_caching is not False else 0,
         arrivals=arrivals, cost=StepCost(itl_hist.mean() or 0.01, 0.0), frontend_s=frontend,
+        frontend_observed_s=frontend,
         block_size=block_size, num_gpu_blocks=blocks, max_num_batched_tokens=budget, max_num_seqs=max_seqs,
         max_model_len=facts.max_model_len or (blocks - 1) * block_size,
         enable_prefix_caching=facts.enable_prefix_caching is not False,
@@ -374,7 +381,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     )
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
                                     decode_weight=thresholds.advice_decode_token_weight))
-    return replace(cal, cost=_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist.quantile(0.95)))
+    return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
 
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2, "fp8": 1, "int8": 1}
@@ -409,42 +416,74 @@ def _frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e
 
 
 def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,
-               rounds: int) -> tuple[StepCost, Run]:
-    """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the observed."""
-    config, workload = cal.engine_config(), cal.workload()
-    traffic = cal.arrivals.primary()
-    run = simulate(cal, config, workload, traffic, cost, SEEDS[0])
+               rounds: int) -> tuple[Calibration, Run]:
+    """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
+    observed; and the frontend work that, with the model's own wait for a step under way, makes the
+    observed frontend time."""
+    workload, traffic = cal.workload(), cal.arrivals.primary()
+    run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
         new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
                       decode_weight=cost.decode_weight)
+        frontend = max(0.0, cal.frontend_observed_s - run.step_wait_s)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
-                     and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9))
-        cost = new
-        run = simulate(cal, config, workload, traffic, cost, SEEDS[0])
+                     and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9)
+                     and abs(frontend - cal.frontend_s) <= 0.01 * max(cal.frontend_s, 1e-4))
+        cost, cal = new, replace(cal, frontend_s=frontend)
+        run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
         if converged:
             break
-    return cost, run
+    return replace(cal, cost=cost), run
 
 
-def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_p95: float | None) -> StepCost:
+def tail_bound(hist: HistogramDelta) -> tuple[float, float] | None:
+    """(bound, observed share of gaps above it): the bucket bound that resolves the ITL p95.
+
+    That is the lower bound of the p95's bucket, where ``histogram_quantile`` interpolates from, so a
+    share matched there is the p95 matched; but in the first bucket the p95 is interpolated from 0
+    and barely moves while the share above the bucket's upper bound doubles, so there it is that
+    upper bound. A share above a bound is an exact count, not an interpolation.
+    """
+    p95 = hist.quantile(0.95)
+    if p95 is None:
+        return None
+    finite = [b for b in hist.bounds if not math.isinf(b)]
+    below = [b for b in finite if b < p95]
+    bound = below[-1] if below else next((b for b in finite if b >= p95), None)
+    if bound is None:
+        return None
+    share = hist.share_above(bound)
+    return (bound, share) if share else None
+
+
+def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_hist: HistogramDelta) -> Calibration:
     """Means first; then, when the simulated ITL tail is short of the observed one, the step-time
-    noise that makes it (bisection on sigma, the means re-fitted at each)."""
-    cost, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS)
-    sim_p95 = run.outcome.itl_p95_seconds
-    if itl_p95 is None or sim_p95 is None or sim_p95 >= 0.9 * itl_p95:
-        return cost
+    noise that makes it (bisection on sigma, the means re-fitted at each): the share of gaps above
+    ``tail_bound``."""
+    fitted, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS)
+    tail = tail_bound(itl_hist)
+    if tail is None:
+        return fitted
+    bound, target = tail
+
+    def measure(r: Run) -> float:
+        return r.itl.share_above(bound) or 0.0
+
+    value = measure(run)
+    if value >= 0.9 * target:
+        return fitted
     lo, hi = 0.0, NOISE_SIGMA_MAX
-    best, best_err = cost, abs(sim_p95 - itl_p95)
+    best, best_err = fitted, abs(value - target)
     for _ in range(NOISE_ROUNDS):
         sigma = (lo + hi) / 2.0
-        trial, run = _fit_means(cal, replace(cost, noise_sigma=sigma), itl_mean, prefill_mean, 2)
-        p95 = run.outcome.itl_p95_seconds or 0.0
-        if abs(p95 - itl_p95) < best_err:
-            best, best_err = trial, abs(p95 - itl_p95)
-        if p95 < itl_p95:
+        trial, run = _fit_means(fitted, replace(fitted.cost, noise_sigma=sigma), itl_mean, prefill_mean, 2)
+        value = measure(run)
+        if abs(value - target) < best_err:
+            best, best_err = trial, abs(value - target)
+        if value < target:
             lo = sigma
         else:
             hi = sigma

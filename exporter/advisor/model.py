@@ -103,6 +103,7 @@ class Trace:
     itl: Linear = field(default_factory=Linear)
     prefill: Linear = field(default_factory=Linear)
     admitted_at_step: dict[int, int] = field(default_factory=dict)
+    step_wait: Linear = field(default_factory=Linear)  # ready for the engine -> queued (the step under way)
 
 
 class _TracedHistogram(Histogram):
@@ -239,6 +240,7 @@ class CalibratedEngine(Engine):
         first = trace.admitted_at_step.pop(r.rid, None)
         if first is None or r.t_sched < trace.measure_from:
             return
+        trace.step_wait.add(r.t_queued - r.t_engine, 0.0)
         last = bisect_left(trace.step_end, r.t_first)
         if last >= len(trace.step_end) or last < first:
             return

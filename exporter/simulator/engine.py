@@ -300,7 +300,7 @@ class _Req:
 
     __slots__ = (
         "spec", "rid", "prompt_len", "out_len", "seg_ends", "seg_keys",
-        "t_engine", "t_sched", "t_first", "t_last_out",
+        "t_engine", "t_queued", "t_sched", "t_first", "t_last_out",
         "num_tokens", "generated", "target", "computed", "blocks", "n_hashed",
         "hits_first", "admitted_once", "preemptions", "order", "epoch", "phase",
         "s0", "t0", "g0",
@@ -314,6 +314,7 @@ class _Req:
         self.seg_ends = spec.seg_ends
         self.seg_keys = spec.seg_keys
         self.t_engine = t_engine
+        self.t_queued = t_engine
         self.t_sched = -1.0
         self.t_first = -1.0
         self.t_last_out = -1.0
@@ -408,7 +409,11 @@ class Engine:
             self._pull_arrivals(self.now)
             pending = self._pending
             while pending and pending[0].t_engine <= self.now:
-                self.waiting.append(pending.popleft())
+                # vLLM's engine core takes new requests between steps and stamps them QUEUED then:
+                # the wait for the step under way is TTFT but not queue time.
+                r = pending.popleft()
+                r.t_queued = self.now
+                self.waiting.append(r)
             self._drop_timed_out()
             if self.running or self.waiting:
                 self._step()
@@ -756,7 +761,7 @@ class Engine:
         e2e = seen - spec.arrival
         st.request_success[spec.finished_reason] += 1
         st.e2e_request_latency.observe(e2e)
-        st.request_queue_time.observe(r.t_sched - r.t_engine)
+        st.request_queue_time.observe(r.t_sched - r.t_queued)
         st.request_prefill_time.observe(r.t_first - r.t_sched)
         st.request_decode_time.observe(r.t_last_out - r.t_first)
         st.request_inference_time.observe(r.t_last_out - r.t_sched)

@@ -10,7 +10,8 @@ deployments that differ in one knob, and checks the direction and rough size of 
 * TP>1 over a slow interconnect means a longer step, most of it communication.
 
 Plus the vLLM bookkeeping rules the metrics depend on (hits in whole blocks, capped at
-num_tokens - 1; prefix-cache queries counted at first admission only).
+num_tokens - 1; prefix-cache queries counted at first admission only; a request is QUEUED
+between steps, so the wait for the step under way is TTFT but not queue time).
 """
 
 from __future__ import annotations
@@ -163,6 +164,19 @@ def test_queries_count_first_admissions_only_under_preemption() -> None:
     assert st.generation_tokens == st.request_generation_tokens.sum
     assert st.time_to_first_token.count == st.e2e_request_latency.count == sum(st.request_success.values())
     assert st.request_num_preemptions.sum == st.num_preemptions
+
+
+def test_the_step_under_way_is_ttft_but_not_queue_time() -> None:
+    # Long prompts at a big budget, lightly loaded: each step is one long prefill or a few decodes,
+    # and nothing waits for a free slot or KV. vLLM's engine core takes new requests between steps
+    # and stamps them QUEUED then, so a request that arrives mid-step waits for that step in TTFT
+    # (what the sidecar reads as time outside the engine), with no queue time at all.
+    sc = _with_class(SCENARIOS["itl-stutter"], arrivals=Arrivals("steady", rate=0.5))
+    st = _run(sc, 300.0).stats
+    steps = _mean(st.inter_token_latency)
+    tokenize = sc.engine.costs.tokenize_base_s
+    assert _mean(st.request_queue_time) < 0.05 * steps
+    assert _frontend_mean(st) > tokenize + 0.25 * steps
 
 
 def test_same_seed_same_run() -> None:

@@ -9,7 +9,14 @@ import random
 import pytest
 
 from exporter.advisor.arrival import infer_arrivals
-from exporter.advisor.calibrate import CannotCalibrate, Outcome, fit_step_cost, lengths_from_histogram, relative_error
+from exporter.advisor.calibrate import (
+    CannotCalibrate,
+    Outcome,
+    fit_step_cost,
+    lengths_from_histogram,
+    relative_error,
+    tail_bound,
+)
 from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
@@ -190,6 +197,26 @@ def test_a_decoding_sequence_weighs_more_than_a_prefill_token() -> None:
     assert (cost.fixed_s, cost.per_token_s) == (pytest.approx(fixed), pytest.approx(per_unit))
     assert StepCost(fixed, per_unit).decode_weight == 1.0  # the default keeps the plain token count
     assert TH.advice_decode_token_weight > 1
+
+
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3)
+
+
+def test_a_p95_in_the_first_bucket_is_fitted_by_the_share_above_its_bound() -> None:
+    # 96 % of gaps under 10 ms: the p95 is interpolated from 0 (9.9 ms) and hardly moves while the
+    # share above 10 ms doubles; that share is the exact count the step-time jitter is fitted to.
+    gaps = [0.006] * 96 + [0.015] * 3 + [0.06]
+    bound, share = tail_bound(_hist(gaps, ITL_BUCKETS)) or (0.0, 0.0)
+    assert (bound, share) == (0.01, pytest.approx(0.04))
+
+
+def test_a_resolved_p95_is_fitted_at_its_bucket_lower_bound() -> None:
+    # 12 % above 10 ms puts the p95 inside 10-25 ms, interpolated from 10 ms: the share above 10 ms
+    # fixes it (the share above 25 ms, 0 here, would not).
+    gaps = [0.006] * 88 + [0.02] * 12
+    bound, share = tail_bound(_hist(gaps, ITL_BUCKETS)) or (0.0, 0.0)
+    assert (bound, share) == (0.01, pytest.approx(0.12))
+    assert tail_bound(_hist([], ITL_BUCKETS)) is None
 
 
 def test_worse_and_score_in_numbers() -> None:
