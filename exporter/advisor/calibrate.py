@@ -291,9 +291,8 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
         generation_tokens_per_second=(st.generation_tokens - gen0) / span,
         ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
     )
-    wait = engine.trace.step_wait.coefficients()
     return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue,
-               wait[0] if wait else 0.0)
+               engine.trace.step_wait_mean())
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,

@@ -103,7 +103,12 @@ class Trace:
     itl: Linear = field(default_factory=Linear)
     prefill: Linear = field(default_factory=Linear)
     admitted_at_step: dict[int, int] = field(default_factory=dict)
-    step_wait: Linear = field(default_factory=Linear)  # ready for the engine -> queued (the step under way)
+    # Ready for the engine -> QUEUED: the wait for the step under way (what the observed frontend time holds)
+    step_wait_s: float = 0.0
+    step_wait_n: int = 0
+
+    def step_wait_mean(self) -> float:
+        return self.step_wait_s / self.step_wait_n if self.step_wait_n else 0.0
 
 
 class _TracedHistogram(Histogram):
@@ -240,7 +245,8 @@ class CalibratedEngine(Engine):
         first = trace.admitted_at_step.pop(r.rid, None)
         if first is None or r.t_sched < trace.measure_from:
             return
-        trace.step_wait.add(r.t_queued - r.t_engine, 0.0)
+        trace.step_wait_s += r.t_queued - r.t_engine
+        trace.step_wait_n += 1
         last = bisect_left(trace.step_end, r.t_first)
         if last >= len(trace.step_end) or last < first:
             return
