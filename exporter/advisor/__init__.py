@@ -22,7 +22,14 @@ from exporter.advisor.calibrate import (
     check,
     observe,
 )
-from exporter.advisor.candidates import BadQuestion, Candidate, derived, from_questions, parse_question
+from exporter.advisor.candidates import (
+    BadQuestion,
+    Candidate,
+    derived,
+    from_questions,
+    parse_question,
+    step_extrapolation,
+)
 from exporter.advisor.predict import predict, score
 from exporter.advisor.result import AdviceResult, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
@@ -120,7 +127,8 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
         recommendations.append(Recommendation(
             knob=candidate.knob, current=_value(candidate, "current"), proposed=_value(candidate, "proposed"),
             prediction=main, why=candidate.why, score=score(observed, main.predicted, floor),
-            alternatives={k: p for k, p in predictions.items() if k != primary_kind}))
+            alternatives={k: p for k, p in predictions.items() if k != primary_kind},
+            caveat=step_extrapolation(cal, candidate)))
     recommendations.sort(key=lambda r: -r.score)
     calibration["cpu_seconds"] = round(time.thread_time() - started, 2)
     if left_out:

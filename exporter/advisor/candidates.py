@@ -36,6 +36,9 @@ NOT_MODELLED: dict[str, str] = {
     "pipeline_parallel_size": "the model does not cover multi-GPU parallelism",
 }
 ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
+# A what-if whose prefill pieces are this many times larger (or smaller) than the window's is priced
+# by a step cost the window never tested: the prediction says so.
+EXTRAPOLATION_FACTOR = 2.0
 
 
 class BadQuestion(ValueError):
@@ -209,3 +212,31 @@ def apply(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Client
         traffic = (replace(traffic, rate=traffic.rate / replicas) if isinstance(traffic, OpenArrivals)
                    else replace(traffic, count=max(1, math.ceil(traffic.count / replicas))))
     return Applied(config, cal.workload(output_cap=cap, shared_prefix_tokens=shared), traffic, float(replicas))
+
+
+def _prefill_pieces(budget: int, cal: Calibration) -> tuple[float, float]:
+    """The smallest and largest prefill piece a step carries: a whole prompt, or a budget-sized chunk."""
+    return min(budget, cal.prompt.quantile(0.05)), min(budget, cal.prompt.quantile(0.95))
+
+
+def step_extrapolation(cal: Calibration, candidate: Candidate) -> str:
+    """Why the step cost of this what-if is an extrapolation, or "" when the window covered it.
+
+    The step cost is a straight line fitted on the window's steps. A token budget that makes prefill
+    pieces much larger or smaller than any the window held prices them off that line, and on real
+    hardware the cost per token changes with the piece's size (large steps use the device better; a
+    small chunk beside decodes pays for its attention over the context it continues).
+    """
+    budget = next((int(c.proposed) for c in candidate.changes if c.knob == "max_num_batched_tokens"), None)
+    if budget is None:
+        return ""
+    low, high = _prefill_pieces(cal.max_num_batched_tokens, cal)
+    new_low, new_high = _prefill_pieces(budget, cal)
+    if new_high > EXTRAPOLATION_FACTOR * high:
+        return (f"extrapolated: prefill steps of up to {new_high:.0f} tokens where the window's held at most "
+                f"{high:.0f}; their cost is read off a line fitted on the smaller ones (larger steps usually "
+                "cost less per token)")
+    if new_low * EXTRAPOLATION_FACTOR < low:
+        return (f"extrapolated: prefill chunks of {new_low:.0f} tokens where the window's pieces held at least "
+                f"{low:.0f}; a small chunk's cost beside decodes is read off a line fitted on larger steps")
+    return ""

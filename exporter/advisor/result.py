@@ -1,11 +1,13 @@
 """The advisor's answer, in the JSON shape ``targets[].advice`` / ``observed`` / ``reason`` carry.
 
-``advice`` is a list, best first, of ``{knob, current, proposed, predicted, interval, worse, why}``
+``advice`` is a list, best first, of ``{knob, current, proposed, predicted, interval, worse, why,
+caveat}``
 with ``predicted`` and ``observed`` holding ``ttft_p95_seconds``, ``itl_p95_seconds``,
 ``preemption_rate`` and ``generation_tokens_per_second``, and ``interval`` the same keys as
 ``[low, high]``. A combined what-if has ``knob`` "a+b" and ``current``/``proposed`` as mappings.
 When the arrival model is unclear, each item also carries ``if_closed`` (or ``if_open``): the same
-prediction for the other kind of traffic.
+prediction for the other kind of traffic. ``caveat`` is null, or says why the prediction is an
+extrapolation (a step size the window never held).
 """
 
 from __future__ import annotations
@@ -39,11 +41,13 @@ class Recommendation:
     why: str
     score: float  # summed log-improvement over the observed window (higher is better)
     alternatives: dict[str, Prediction] = field(default_factory=dict)  # other arrival model -> prediction
+    caveat: str = ""  # why the prediction is an extrapolation ("" when the window covered the change)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"knob": self.knob, "current": self.current, "proposed": self.proposed}
         out.update(self.prediction.to_dict())
         out["why"] = self.why
+        out["caveat"] = self.caveat or None
         out["score"] = round(self.score, 3)
         for kind, prediction in self.alternatives.items():
             out[f"if_{kind}"] = prediction.to_dict()

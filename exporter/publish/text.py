@@ -125,6 +125,8 @@ def advice_lines(target: dict[str, Any]) -> list[str]:
     for item in target["advice"]:
         current = "unset" if item["current"] is None else fact_value(item["current"])
         lines.append(f"  {item['knob']} {current} -> {fact_value(item['proposed'])}: {item['why']}")
+        if item.get("caveat"):
+            lines.append(f"    {item['caveat']}")
         parts = []
         for key, label, unit in ADVICE_METRICS:
             interval = item["interval"].get(key)

@@ -53,6 +53,17 @@ def test_prediction_follows_the_simulated_change(small_budget: tuple[Path, Path]
     assert low <= predicted["ttft_p95_seconds"] <= high
     errors = target["calibration"]["errors"]
     assert abs(errors["itl_p95_seconds"]) <= 0.35 and abs(errors["ttft_p95_seconds"]) <= 0.35
+    # 2048-token steps where the window's held 256: the prediction says its step cost is extrapolated.
+    assert item["caveat"].startswith("extrapolated: prefill steps of up to 2048 tokens"), item["caveat"]
+
+
+def test_a_much_smaller_chunk_is_flagged_and_other_knobs_are_not(small_budget: tuple[Path, Path],
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    target = _advise(capsys, str(small_budget[0]), "--what-if", "max_num_batched_tokens=64",
+                     "--what-if", "max_num_seqs=8")
+    by_knob = {item["knob"]: item for item in target["advice"]}
+    assert by_knob["max_num_batched_tokens"]["caveat"].startswith("extrapolated: prefill chunks of 64 tokens")
+    assert by_knob["max_num_seqs"]["caveat"] is None
 
 
 def test_derived_candidates_without_questions(small_budget: tuple[Path, Path],

@@ -232,7 +232,8 @@ def _result() -> AdviceResult:
                                                        "preemption_rate": (0.0, 0.0),
                                                        "generation_tokens_per_second": (100.0, 120.0)},
                       ("ITL p95 20 ms -> 50 ms (+150%)",))
-    rec = Recommendation("max_num_batched_tokens", 256, 2048, pred, "A4 active", 1.2)
+    rec = Recommendation("max_num_batched_tokens", 256, 2048, pred, "A4 active", 1.2,
+                         caveat="extrapolated: prefill steps of up to 2048 tokens")
     return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec,), "", {"arrivals": "open: 2 req/s"})
 
 
@@ -240,7 +241,7 @@ def test_json_shape() -> None:
     doc = _result().to_dict()
     assert set(doc) >= {"advice", "observed"}
     item = doc["advice"][0]
-    assert set(item) >= {"knob", "current", "proposed", "predicted", "interval", "worse", "why"}
+    assert set(item) >= {"knob", "current", "proposed", "predicted", "interval", "worse", "why", "caveat"}
     assert set(item["predicted"]) == {"ttft_p95_seconds", "itl_p95_seconds", "preemption_rate",
                                       "generation_tokens_per_second"}
     assert item["interval"]["ttft_p95_seconds"] == [0.09, 0.12]
@@ -264,8 +265,10 @@ def test_published_everywhere() -> None:
     assert doc["targets"][0]["advice"][0]["knob"] == "max_num_batched_tokens"
     page = html.render(doc)
     assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
+    assert "extrapolated: prefill steps of up to 2048 tokens" in page
     report = text.render(doc)
     assert "max_num_batched_tokens 256 -> 2048" in report
+    assert "    extrapolated: prefill steps of up to 2048 tokens" in report
     registry = CollectorRegistry()
     registry.register(DiagnosisCollector(lambda: {"t": state}))
     exposition = generate_latest(registry).decode()
