@@ -7,11 +7,15 @@ What is read, and from where (all window deltas, never lifetime counters):
 * lengths: the prompt and output token histograms, placed inside their buckets so the exact
   window means (``_sum``/``_count``) come out;
 * step cost: ``fixed + per_token x (prefill tokens + advice_decode_token_weight x decodes)``, solved
-  so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``);
+  so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
+  step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
+  (``tail_bound``);
 * KV: ``num_gpu_blocks`` and ``block_size`` from ``cache_config_info``; budget and sequence cap
   from the engine facts;
 * prefix reuse: the token hit ratio, as one shared system prompt of that share of the mean prompt;
-* frontend: mean TTFT minus queue and prefill time (tokenisation, template, IPC).
+* frontend: mean e2e minus queue and inference time (tokenisation, template, IPC, and the wait for
+  the step under way, since vLLM stamps QUEUED between steps); the model applies that minus its own
+  mean wait for a step, so the wait is not counted twice.
 
 ``check`` then runs the calibrated model with several seeds and compares TTFT p95, ITL p95,
 preemptions/s and generation throughput with the window; the error is part of the result.
@@ -196,7 +200,7 @@ class Calibration:
     kv_bytes_per_block: float | None  # when kv_cache_memory_bytes is known: what one block costs
     # What the window shows outside queue and inference: the frontend work plus the wait for the step
     # under way when a request reaches the engine (vLLM stamps QUEUED between steps).
-    frontend_observed_s: float = 0.0
+    frontend_observed_s: float
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -235,7 +239,7 @@ class Run:
     ttft: HistogramDelta
     itl: HistogramDelta
     queue: HistogramDelta
-    step_wait_s: float = 0.0  # mean wait of a ready request for the step under way
+    step_wait_s: float  # mean wait of a ready request for the step under way
 
 
 def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
