@@ -139,6 +139,8 @@ class Latency:
     inference_mean: float | None = None
     ttft_frontend_mean: float | None = None
     e2e_frontend_mean: float | None = None
+    # Estimated part of the frontend means that is the wait for the engine step under way (step_wait).
+    step_wait_mean: float | None = None
     ttft_queue_share: float | None = None
     ttft_prefill_share: float | None = None
     ttft_frontend_share: float | None = None
@@ -204,8 +206,8 @@ FLAT_KEYS: tuple[str, ...] = (
     "running", "running_mean", "running_max", "waiting", "waiting_mean", "waiting_max", "waiting_fraction",
     "queued_fraction", "waiting_capacity", "waiting_deferred",
     "ttft_mean", "itl_mean", "e2e_mean", "tpot_mean", "queue_mean", "prefill_mean", "decode_mean",
-    "inference_mean", "ttft_frontend_mean", "e2e_frontend_mean", "ttft_queue_share", "ttft_prefill_share",
-    "ttft_frontend_share", "e2e_frontend_share", "latency_observations", "unresolved_quantiles",
+    "inference_mean", "ttft_frontend_mean", "e2e_frontend_mean", "step_wait_mean", "ttft_queue_share",
+    "ttft_prefill_share", "ttft_frontend_share", "e2e_frontend_share", "latency_observations", "unresolved_quantiles",
     "itl_tail_ratio", "itl_tail_note",
     "api_server_cpu_cores", "cpu_inputs", "cpu_starvation_score", "gpu_utilization",
     "cache", "missing", "notes",
@@ -378,6 +380,38 @@ def itl_tail(itl: HistogramDelta | None) -> tuple[float | None, str]:
     if p50 <= 0:
         return None, ""
     return p99 / p50, ""
+
+
+def step_wait(itl: HistogramDelta | None, steps_per_second: float | None,
+              prefill_mean: float | None) -> float | None:
+    """Mean wait of a new request for the engine step under way (seconds), estimated.
+
+    vLLM's engine core takes new requests between steps and stamps them QUEUED then, so the time
+    from arrival to QUEUED, read as frontend time, also holds the rest of the step under way: half
+    a 300 ms prefill step is no tokenizer problem. An arrival lands in a step with probability
+    ``busy`` (steps/s x mean step) and then waits its residual, E[S^2] / 2E[S]. The ITL gaps stand
+    in for the step durations (uniform inside each bucket; scaled so the first moment matches the
+    exact mean). A gap longer than twice the mean prefill time is no single step (a preempted
+    request's gap holds its time back in the queue), so gaps count at most that long.
+    """
+    mean = itl.mean() if itl is not None else None
+    if itl is None or mean is None or not steps_per_second or not itl.cumulative or itl.cumulative[-1] <= 0:
+        return None
+    cap = 2.0 * prefill_mean if prefill_mean else math.inf
+    raw, first, second, below, lower = 0.0, 0.0, 0.0, 0.0, 0.0
+    for bound, cum in zip(itl.bounds, itl.cumulative):
+        upper = lower if math.isinf(bound) else bound  # the +Inf bucket: at the last finite bound
+        n = cum - below
+        raw += n * (lower + upper) / 2
+        lo, hi = min(lower, cap), min(upper, cap)
+        first += n * (lo + hi) / 2
+        second += n * (lo * lo + lo * hi + hi * hi) / 3
+        below, lower = cum, upper
+    if raw <= 0 or first <= 0:
+        return None
+    scale = mean * itl.cumulative[-1] / raw  # exact mean over the buckets' uniform-spread mean
+    busy = min(1.0, steps_per_second * first / itl.cumulative[-1] * scale)
+    return busy * scale * second / first / 2.0
 
 
 def cpu_starvation(
@@ -620,6 +654,9 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     host = host or HostInputs()
     flow = traffic(window)
     times = latency(window)
+    steps = scheduler(window, times.itl_mean)
+    itl = _histogram(window, "vllm:inter_token_latency_seconds")
+    times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, times.e2e_frontend_share)
     return Signals(
         window_seconds=window.duration,
@@ -627,7 +664,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         restarts=window.restarts,
         traffic=flow,
         kv=kv(window, thresholds, flow),
-        scheduler=scheduler(window, times.itl_mean),
+        scheduler=steps,
         latency=times,
         cpu=cpu_use,
         gpu=gpu(window, host),

@@ -263,20 +263,25 @@ def rule_a3(ctx: Context) -> Finding:
     score = s.cpu.starvation_score
     # TTFT and queue/prefill are observed on different populations (first token vs finish);
     # the e2e-based estimate is same-population. Both must agree before blaming the frontend.
+    # Both also hold the wait for the step under way (vLLM stamps QUEUED between steps): long
+    # prefill steps are the budget's doing, not the tokenizer's, so that estimated wait comes off.
     share = None
+    wait = s.latency.step_wait_mean or 0.0
     if s.latency.ttft_frontend_mean is not None and s.latency.e2e_frontend_mean is not None and s.latency.ttft_mean:
-        share = min(s.latency.ttft_frontend_mean, s.latency.e2e_frontend_mean) / s.latency.ttft_mean
+        outside = min(s.latency.ttft_frontend_mean, s.latency.e2e_frontend_mean)
+        share = max(0.0, outside - wait) / s.latency.ttft_mean
     frontend = share is not None and share >= t.frontend_share
     if score is None and not frontend:
         return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
     starving = cpu_starving(ctx)
+    net = f", net of {_s(wait)} waiting for the step under way" if wait else ""
     if not (starving or frontend):
         return clear(f"CPU-starvation score {score:.2f}" if score is not None else "",
-                     f"time outside the engine {_pct(share or 0)} of TTFT")
+                     f"time outside the engine {_pct(share or 0)} of TTFT{net}")
     evidence = [breach.evidence]
     if frontend:
         evidence.append(f"{_pct(share or 0)} of mean TTFT ({_s((share or 0) * (s.latency.ttft_mean or 0))}) "
-                        "is spent outside the engine (tokenization, templates, IPC)")
+                        f"is spent outside the engine (tokenization, templates, IPC){net}")
     if starving:
         evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu.inputs))}")
     return fired(0.5 + 0.5 * max(_excess(score or 0, t.cpu_starvation_score, 1.0),

@@ -270,6 +270,21 @@ def test_cpu_rules_without_a_cpu_source_abstain_and_name_it():
         assert finding.status == "abstain" and any("CPU source" in m for m in finding.missing)
 
 
+def test_the_wait_for_a_long_step_under_way_is_not_frontend_time():
+    """vLLM stamps QUEUED between steps: half of a long prefill step shows up as time outside the engine.
+
+    The same 1 s "outside the engine" of a 2.5 s TTFT blames the frontend when the steps are short,
+    and does not when the window's steps make an arrival wait 0.9 s of it for the step under way.
+    """
+    outside = {**SLOW_TTFT, "cpu_starvation_score": None, "cpu_inputs": {}, "ttft_frontend_mean": 1.0,
+               "e2e_frontend_mean": 1.0}
+    short_steps = RULE_BY_ID["A3"](_ctx({**outside, "step_wait_mean": 0.01}, {}))
+    assert short_steps.status == "fired"
+    assert any("net of 10 ms waiting for the step under way" in e for e in short_steps.evidence)
+    long_steps = RULE_BY_ID["A3"](_ctx({**outside, "step_wait_mean": 0.9}, {}))
+    assert long_steps.status != "fired"
+
+
 def test_gpu_compute_is_reachable():
     ctx = _ctx({**SLOW_KERNELS}, H100)
     result = diagnose(ctx, VerdictTracker(), 0.0)

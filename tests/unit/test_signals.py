@@ -70,7 +70,7 @@ def test_absent_metric_is_missing_never_zero(fixtures_dir):
 
 
 # -- issue 11: honest inputs ------------------------------------------------------------------
-from exporter.signals import cpu_starvation, itl_tail  # noqa: E402
+from exporter.signals import cpu_starvation, itl_tail, step_wait  # noqa: E402
 from exporter.window import HistogramDelta  # noqa: E402
 
 ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, float("inf"))
@@ -102,6 +102,40 @@ def test_itl_tail_from_resolved_quantiles_is_plain():
     hist = _itl([0, 500, 300, 100, 50, 30, 20, 0, 0, 0, 0, 0, 0])
     ratio, note = itl_tail(hist)
     assert ratio == pytest.approx(hist.quantile(0.99) / hist.quantile(0.5)) and note == ""
+
+
+def _itl_with_sum(counts: list[float], mean: float) -> HistogramDelta:
+    hist = _itl(counts)
+    return HistogramDelta(hist.bounds, hist.cumulative, sum=mean * hist.count, count=hist.count)
+
+
+def test_step_wait_is_half_a_step_on_an_engine_that_always_steps():
+    """Every step 20 ms, 50 steps/s: an arrival waits half a step, 10 ms (give or take the bucket's spread)."""
+    wait = step_wait(_itl_with_sum([0, 1000] + [0] * 11, 0.02), steps_per_second=50, prefill_mean=0.05)
+    assert wait == pytest.approx(0.01, rel=0.1)
+
+
+def test_step_wait_is_dominated_by_the_long_prefill_steps():
+    """One gap in ten a 250 ms prefill step: most of the time goes to those, so an arrival waits
+    E[S^2] / 2E[S] = 80 ms, twice the mean step, where half the mean would say 20 ms."""
+    hist = _itl_with_sum([0, 900, 0, 0, 0, 0, 0, 100, 0, 0, 0, 0, 0], 0.9 * 0.0175 + 0.1 * 0.25)
+    steps_per_second = 1 / hist.mean()  # fully busy
+    wait = step_wait(hist, steps_per_second, prefill_mean=0.25)
+    assert wait == pytest.approx(0.080, rel=0.05)
+
+
+def test_step_wait_counts_a_preempted_gap_as_no_longer_than_a_prefill():
+    """Gaps of seconds (a preempted request back in the queue) are not steps an arrival waits for."""
+    hist = _itl_with_sum([0, 980, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10, 10], 0.98 * 0.0175 + 0.02 * 1.5)
+    wait = step_wait(hist, steps_per_second=40, prefill_mean=0.02)
+    uncapped = step_wait(hist, steps_per_second=40, prefill_mean=None)
+    assert wait < 0.02 < uncapped
+
+
+def test_step_wait_is_none_without_steps_or_gaps():
+    assert step_wait(None, 10, 0.1) is None
+    assert step_wait(_itl_with_sum([0] * 13, 0.0), 10, 0.1) is None
+    assert step_wait(_itl_with_sum([0, 10] + [0] * 11, 0.02), None, 0.1) is None
 
 
 def test_cpu_score_needs_a_direct_source():
