@@ -577,9 +577,9 @@ def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
     )
 
 
-def latency(window: Window) -> Latency:
+def latency(window: Window, itl: HistogramDelta | None) -> Latency:
+    """``itl`` is the window's ITL histogram (read once by ``compute``: the step-wait estimate needs it too)."""
     ttft = _histogram(window, "vllm:time_to_first_token_seconds")
-    itl = _histogram(window, "vllm:inter_token_latency_seconds")
     e2e = _histogram(window, "vllm:e2e_request_latency_seconds")
     queue_mean = _hist_mean(_histogram(window, "vllm:request_queue_time_seconds"))
     prefill_mean = _hist_mean(_histogram(window, "vllm:request_prefill_time_seconds"))
@@ -653,9 +653,9 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     """Derive every signal from the window (and optional host readings)."""
     host = host or HostInputs()
     flow = traffic(window)
-    times = latency(window)
-    steps = scheduler(window, times.itl_mean)
     itl = _histogram(window, "vllm:inter_token_latency_seconds")
+    times = latency(window, itl)
+    steps = scheduler(window, times.itl_mean)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, times.e2e_frontend_share)
     return Signals(

@@ -238,6 +238,11 @@ class Thresholds:
     def as_dict(self) -> dict[str, float]:
         return dict(self._values)
 
+    def __reduce__(self) -> tuple[type[Thresholds], tuple[dict[str, float]]]:
+        # Pickled as its values (to the advisor's worker process): unpickling without __init__
+        # would send the first attribute lookup through __getattr__ before _values exists.
+        return Thresholds, (dict(self._values),)
+
 
 def check_consistency(values: Mapping[str, float]) -> list[str]:
     """Cross-field rules: a hysteresis band that is a band, informational below the verdict bar."""

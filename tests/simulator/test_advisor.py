@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -97,10 +98,15 @@ def test_worker_publishes_off_the_poll_loop(small_budget: tuple[Path, Path]) -> 
     pipeline = _diagnosed(build_parser().parse_args(["advise", str(small_budget[0])]))
     worker = AdvisorWorker()
     try:
+        spent = time.process_time()
         asyncio.run(worker.run([pipeline]))
+        spent = time.process_time() - spent
     finally:
         worker.close()
     assert pipeline.advice is not None and pipeline.advice.recommendations
+    # The calibration's CPU time was spent by the worker process, not by the sidecar's (and its lock).
+    advised = pipeline.advice.calibration["cpu_seconds"]
+    assert advised > 0.5 and spent < advised / 2, (spent, advised)
     state = pipeline.evaluate(pipeline.state.evaluated_at)  # the next evaluation carries it
     doc = state.to_dict()
     assert doc["advice"] and doc["observed"]["ttft_p95_seconds"] > 0
