@@ -3,10 +3,8 @@
 Each case changes one thing (an engine flag or the gateway's max_tokens). Its "before" run is
 recorded as sidecar-style captures; the advisor sees only those (``vllm-diag advise DIR
 --what-if KNOB=VALUE``) and predicts the "after"; the "after" run on the real engine says what
-actually happened. The three engine configurations start together and wait idle (an idle vLLM
-parks; it takes no CPU) while the runs go one at a time, a case's "before" and "after" back to
-back: this VM changes speed by up to 2x from one minute to the next, and the further apart a case's
-two runs, the more its "after" measures the machine instead of the change.
+actually happened. Engine configurations are shared between cases so the whole suite needs
+three engine starts:
 
 =========  ===========================  ===========================================
 engine     flags                        runs
@@ -33,7 +31,6 @@ import random
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from bisect import bisect_left
 from dataclasses import asdict, dataclass, field
@@ -54,10 +51,8 @@ REPO = Path(__file__).resolve().parents[2]
 SCRAPE_INTERVAL_S = 2.0
 WARMUP_S = 6.0  # traffic before the first capture: the window starts in steady state
 # Captured seconds per run. The open long-prompt runs are longer: their TTFT p95 rests on the slowest
-# twentieth of about 140 requests, where a closed run finishes several hundred; and their ITL p95 sits
-# near the 10 ms bucket bound, where it follows the share of decode steps the machine stretches past
-# it, which a longer run averages over more of the machine's changes of speed.
-OPEN_RUN_S = 90.0
+# twentieth of about 100 requests, where a closed run finishes several hundred.
+OPEN_RUN_S = 60.0
 CLOSED_RUN_S = 36.0
 MOVED = 0.15  # a metric "moved" when before -> after changed by more than this share
 MAGNITUDE = 0.35  # predicted after within +/- this share of the real after
@@ -120,17 +115,15 @@ class RunSpec:
     name: str
     engine: str
     traffic: Traffic
-    seed: int  # a case's two runs share it: the same arrivals and prompts (the capped run caps the same draws)
 
 
-# In this order: each case's two runs back to back.
 RUNS: tuple[RunSpec, ...] = (
-    RunSpec("long-small", "small", LONG_PROMPTS, seed=1),
-    RunSpec("long-big", "big", LONG_PROMPTS, seed=1),
-    RunSpec("pressure-big", "big", PRESSURE, seed=2),
-    RunSpec("pressure-bigkv", "bigkv", PRESSURE, seed=2),
-    RunSpec("outputs-big", "big", LONG_OUTPUTS, seed=3),
-    RunSpec("outputs-big-capped", "big", LONG_OUTPUTS.capped(64), seed=3),
+    RunSpec("long-small", "small", LONG_PROMPTS),
+    RunSpec("long-big", "big", LONG_PROMPTS),
+    RunSpec("pressure-big", "big", PRESSURE),
+    RunSpec("outputs-big", "big", LONG_OUTPUTS),
+    RunSpec("outputs-big-capped", "big", LONG_OUTPUTS.capped(64)),
+    RunSpec("pressure-bigkv", "bigkv", PRESSURE),
 )
 
 
@@ -228,14 +221,14 @@ async def probe_step_seconds(base_url: str) -> float:
     return statistics.median(gaps)
 
 
-async def record_run(server: RealVLLM, spec: RunSpec, out: Path) -> dict[str, Any]:
+async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0) -> dict[str, Any]:
     """Run the traffic, capturing /metrics every SCRAPE_INTERVAL_S after the warm-up; probe the
     machine's speed on the idle engine just before and just after."""
     out.mkdir(parents=True, exist_ok=True)
     probe_before = await probe_step_seconds(server.base_url)
     t0 = time.monotonic()
     stop_at = t0 + WARMUP_S + (CLOSED_RUN_S if spec.traffic.clients else OPEN_RUN_S)
-    load = asyncio.create_task(_drive(server.base_url, spec.traffic, stop_at, spec.seed))
+    load = asyncio.create_task(_drive(server.base_url, spec.traffic, stop_at, seed))
     await asyncio.sleep(WARMUP_S)
     index = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
@@ -260,47 +253,19 @@ async def record_run(server: RealVLLM, spec: RunSpec, out: Path) -> dict[str, An
     return meta
 
 
-def start_engines(log_dir: Path | None = None) -> dict[str, RealVLLM]:
-    """Every configuration of ENGINES started side by side (in parallel: each start is mostly
-    waiting on imports and compilation) and warmed up. Stops what started if one fails."""
-    servers = {name: RealVLLM(**flags, log_dir=log_dir) for name, flags in ENGINES.items()}
-    errors: list[BaseException] = []
-
-    def start(server: RealVLLM) -> None:
-        try:
-            server.start()
-        except BaseException as exc:  # noqa: BLE001 - re-raised below, once every start has ended
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(server,)) for server in servers.values()]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if errors:
-        for server in servers.values():
-            server.stop()
-        raise errors[0]
-    for server in servers.values():  # one at a time: a warm-up measures nothing, it only has to happen
-        asyncio.run(_warm_up(server.base_url))
-    return servers
-
-
 def collect(out: Path, log_dir: Path | None = None) -> dict[str, float]:
-    """Every run of RUNS in order, each on its engine (all started once, up front); returns seconds
-    per phase."""
+    """Every run of RUNS on its engine (one start per engine); returns seconds per phase."""
     timings: dict[str, float] = {}
-    t0 = time.monotonic()
-    servers = start_engines(log_dir)
-    try:
-        timings["start " + " + ".join(servers)] = time.monotonic() - t0
-        for spec in RUNS:
-            t1 = time.monotonic()
-            asyncio.run(record_run(servers[spec.engine], spec, out / spec.name))
-            timings[f"run {spec.name}"] = time.monotonic() - t1
-    finally:
-        for server in servers.values():
-            server.stop()
+    for engine in ENGINES:
+        runs = [r for r in RUNS if r.engine == engine]
+        t0 = time.monotonic()
+        with RealVLLM(**ENGINES[engine], log_dir=log_dir) as server:
+            asyncio.run(_warm_up(server.base_url))
+            timings[f"start {engine}"] = time.monotonic() - t0
+            for i, spec in enumerate(runs):
+                t1 = time.monotonic()
+                asyncio.run(record_run(server, spec, out / spec.name, seed=i))
+                timings[f"run {spec.name}"] = time.monotonic() - t1
     timings["engines and runs"] = sum(timings.values())
     (out / "timings.json").write_text(json.dumps(timings, indent=1) + "\n", encoding="utf-8")
     return timings

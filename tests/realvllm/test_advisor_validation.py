@@ -1,9 +1,8 @@
 """Acceptance of the what-if advisor (issue 16) on a real vLLM: four before/after changes.
 
 A4 (raise max_num_batched_tokens), B (lower it under long-prompt stutter), D (more KV under
-preemption) and a max_tokens cap. Three engines started together, six runs of 36-90 s one at a time,
-each case's two back to back: about 7.5 minutes on 2 cores (advisor_validation.py says how it is
-built; docs/advisor.md has the measured table, made by
+preemption) and a max_tokens cap. Three engine starts, six runs of 36-60 s: about 7.5 minutes on 2
+cores (advisor_validation.py says how it is built; docs/advisor.md has the measured table, made by
 ``python tests/realvllm/advisor_validation.py --write docs/advisor.md``).
 
 Required of every case, whatever the machine did:
