@@ -49,6 +49,8 @@ def _calibration_doc(cal_desc: dict[str, object], checks: dict[str, Check]) -> d
         prefix = "" if kind == "primary" else f"{kind}_"
         out[f"{prefix}errors"] = {k: _round(v, 3) for k, v in result.errors.items()}
         out[f"{prefix}simulated"] = {k: _round(result.simulated.get(k), 5) for k in METRIC_KEYS}
+        out[f"{prefix}sampling_band"] = {k: None if band is None else [_round(band[0], 5), _round(band[1], 5)]
+                                         for k, band in result.bands.items()}
     return out
 
 

@@ -99,7 +99,9 @@ def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clie
     for key in METRIC_KEYS:
         values = [v for v in (*(seed[key] for seed in per_seed), central[key]) if v is not None]
         interval[key] = (min(values), max(values)) if values else None
-    predicted = Outcome(*(central[k] for k in METRIC_KEYS))
+    predicted = Outcome(ttft_p95_seconds=central["ttft_p95_seconds"], itl_p95_seconds=central["itl_p95_seconds"],
+                        preemption_rate=central["preemption_rate"],
+                        generation_tokens_per_second=central["generation_tokens_per_second"])
     return Prediction(predicted, interval, worse(observed, predicted, thresholds))
 
 

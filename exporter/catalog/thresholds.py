@@ -177,6 +177,11 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "Largest relative error on TTFT p95, ITL p95 and throughput with which the calibrated model may "
               "still reproduce the window; above it the advisor says so and predicts nothing. Predictions are "
               "scaled by observed / simulated, so a residual error below it is corrected, not carried over.", 0),
+    Threshold("advice_calibration_confidence", 0.95, "ratio",
+              "Confidence of the band within which the calibrated model's TTFT and ITL p95 count as reproducing the "
+              "window's whatever their relative error: a p95 read from n observations could have been read at "
+              "ranks 0.95 -/+ z sqrt(0.05 x 0.95 / n) by chance (binomial), and on coarse buckets that moves it by "
+              "half. 0 turns the band off (the relative error alone decides).", 0, 0.999),
     Threshold("advice_preemption_floor", 0.05, "1/s",
               "Preemption rate below which observed and predicted rates count as the same (none to speak of): "
               "relative errors between two near-zero rates mean nothing.", 0),

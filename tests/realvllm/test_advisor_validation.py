@@ -7,10 +7,9 @@ cores (advisor_validation.py says how it is built; docs/advisor.md has the measu
 
 Required of every case, whatever the machine did:
 
-* a prediction (the calibrated model reproduces the "before" window), or else a refusal on
-  calibration errors all within ``NEAR_LIMIT`` of their limits, reported as an expected failure
-  (the advisor declining a window it nearly reproduces is its guard at work; a broken model misses
-  by far more);
+* a prediction: the calibrated model reproduces the "before" window (each p95 within the
+  calibration limit, or within what the window's own p95 could read by chance:
+  ``calibrate.sampling_band``);
 * the predicted direction for every metric that moved by more than half (``LARGE``) and by more
   than the machine's own change of speed between the runs could make of it (``Score.large_moves``).
 
@@ -31,9 +30,6 @@ from __future__ import annotations
 import time
 
 import pytest
-
-from exporter.advisor.calibrate import PREEMPTION_SLACK
-from exporter.catalog.thresholds import Thresholds
 
 from .advisor_validation import CASES, GROSS, LARGE, SPEED_TOLERANCE, Case, Score, collect, score, table
 from .conftest import _require_real_vllm
@@ -65,29 +61,6 @@ def _speeds(result: Score) -> str:
             f"({min(result.probes) * 1000:.1f}-{max(result.probes) * 1000:.1f} ms; tolerance {SPEED_TOLERANCE:.0%})")
 
 
-# A refusal whose every calibration error is within this factor of its limit is the guard doing its
-# job on a window the model nearly reproduces (TTFT p95 off by 50-56 % against a 50 % limit: the
-# long-tailed output window in runs 21-23, the KV-pressure one in runs 24-25); a broken model misses
-# by far more, and its refusal still fails every test that needs a prediction.
-NEAR_LIMIT = 1.5
-
-
-def _declined_near_limit(result: Score) -> str | None:
-    """Why the advisor declined, when it declined on calibration errors all near their limits."""
-    limit = Thresholds().advice_max_calibration_error
-    errors = {key: err for key, err in result.calibration.items() if err is not None}
-    if not result.reason or "advice_max_calibration_error" not in result.reason or not errors:
-        return None
-    # Preemption counts get PREEMPTION_SLACK x the limit in the advisor's own check; a model that
-    # makes none where the window had some (-100 %) is never near.
-    if errors.get("preemption_rate", 0.0) <= -1.0:
-        return None
-    slack = {"preemption_rate": PREEMPTION_SLACK}
-    if all(abs(err) <= NEAR_LIMIT * limit * slack.get(key, 1.0) for key, err in errors.items()):
-        return f"the advisor declined on a calibration error near its limit ({result.reason}; errors {errors})"
-    return None
-
-
 def _require_probes(result: Score) -> None:
     if not result.probes:
         pytest.fail("the runs carry no machine-speed probe (probe_step_seconds in run.json)")
@@ -96,16 +69,12 @@ def _require_probes(result: Score) -> None:
 @pytest.mark.parametrize("case", PARAMS)
 def test_predicts(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
-    if (near := _declined_near_limit(result)) is not None:
-        pytest.xfail(near)
     assert not result.reason, f"{case.name}: no prediction: {result.reason}"
 
 
 @pytest.mark.parametrize("case", PARAMS)
 def test_large_moves_go_the_predicted_way(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
-    if (near := _declined_near_limit(result)) is not None:
-        pytest.xfail(near)
     assert result.large_moves(beyond_machine=False), (
         f"{case.name}: nothing moved by more than {LARGE:.0%}: the change did not change this load: "
         f"{_describe(case, result)}")
@@ -121,8 +90,6 @@ def test_large_moves_go_the_predicted_way(case: Case, scores: dict[str, Score]) 
 def test_no_gross_error(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
     _require_probes(result)
-    if (near := _declined_near_limit(result)) is not None:
-        pytest.xfail(near)
     if not result.comparable:
         pytest.xfail(f"{_speeds(result)}: the real 'after' measures the machine as much as the change")
     gross = result.gross_errors()
@@ -133,6 +100,8 @@ def test_no_gross_error(case: Case, scores: dict[str, Score]) -> None:
 def test_acceptance(case: Case, scores: dict[str, Score]) -> None:
     result = scores[case.name]
     _require_probes(result)
+    if result.reason:
+        pytest.xfail(f"issue 16's acceptance misses on this run: no prediction ({result.reason})")
     wrong = result.wrong_way()
     off = [k for k, ok in result.magnitude_ok.items() if not ok]
     if wrong or off:

@@ -15,6 +15,7 @@ from exporter.advisor.calibrate import (
     fit_step_cost,
     lengths_from_histogram,
     relative_error,
+    sampling_band,
     tail_bound,
 )
 from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
@@ -217,6 +218,35 @@ def test_a_resolved_p95_is_fitted_at_its_bucket_lower_bound() -> None:
     bound, share = tail_bound(_hist(gaps, ITL_BUCKETS)) or (0.0, 0.0)
     assert (bound, share) == (0.01, pytest.approx(0.12))
     assert tail_bound(_hist([], ITL_BUCKETS)) is None
+
+
+TTFT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+def test_a_p95_of_a_hundred_requests_on_coarse_buckets_has_a_wide_band() -> None:
+    # 100 requests, the 6 slowest between 1 s and 2.5 s: the p95 sits in a 1.5 s wide bucket
+    window = _hist([0.05] * 92 + [0.4] * 2 + [1.1, 1.2, 1.5, 1.8, 2.1, 2.4], TTFT_BOUNDS)
+    model = _hist([0.05] * 270 + [0.4] * 15 + [2.0] * 15, TTFT_BOUNDS)
+    p95 = window.quantile(0.95)
+    assert p95 is not None
+    band = sampling_band(window, model, 0.95)
+    assert band is not None
+    low, high = band
+    # ranks 0.95 -/+ 1.96 x sqrt(0.0475 x (1/100 + 1/300)) = 0.95 -/+ 0.049
+    assert low == pytest.approx(window.quantile(0.95 - 0.0494), rel=0.02)
+    assert low < 0.5 * p95 and high > 1.5 * p95   # half off either way is within what chance gives
+
+
+def test_many_observations_make_a_narrow_band_and_no_confidence_none() -> None:
+    rng = random.Random(5)
+    values = [rng.uniform(0.0, 0.05) for _ in range(20000)]
+    gaps = _hist(values, (0.01, 0.025, 0.05, 0.075, 0.1))
+    band = sampling_band(gaps, gaps, 0.95)
+    p95 = gaps.quantile(0.95)
+    assert band is not None and p95 is not None
+    assert band[0] > 0.97 * p95 and band[1] < 1.03 * p95
+    assert sampling_band(gaps, gaps, 0.0) == (p95, p95)
+    assert sampling_band(None, gaps, 0.95) is None
 
 
 def test_worse_and_score_in_numbers() -> None:
