@@ -622,6 +622,14 @@ def latency(window: Window, itl: HistogramDelta | None) -> Latency:
     )
 
 
+def _net_share(outside: float | None, step_wait_s: float | None, total: float | None) -> float | None:
+    """Time outside the engine net of the wait for the step under way, as a share of ``total``: vLLM
+    stamps QUEUED between steps, so long steps (the budget's doing) read as frontend time otherwise."""
+    if outside is None:
+        return None
+    return _ratio(max(0.0, outside - (step_wait_s or 0.0)), total)
+
+
 def cpu(window: Window, thresholds: Thresholds, host: HostInputs, e2e_frontend_share: float | None) -> Cpu:
     api_cores = _rate(window, "process_cpu_seconds_total")
     inputs: dict[str, float] = {}
@@ -657,7 +665,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     times = latency(window, itl)
     steps = scheduler(window, times.itl_mean)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
-    cpu_use = cpu(window, thresholds, host, times.e2e_frontend_share)
+    cpu_use = cpu(window, thresholds, host, _net_share(times.e2e_frontend_mean, times.step_wait_mean, times.e2e_mean))
     return Signals(
         window_seconds=window.duration,
         scrapes=len(window),

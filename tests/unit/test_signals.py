@@ -54,6 +54,17 @@ def test_signals_from_real_captures(fixtures_dir):
     assert s.latency.ttft_frontend_mean is not None and s.latency.ttft_frontend_mean >= 0
 
 
+def test_cpu_frontend_input_is_net_of_the_step_wait(fixtures_dir):
+    texts, times = _phase_texts(fixtures_dir)
+    s = _signals(texts, times)
+    lat = s.latency
+    assert lat.e2e_frontend_mean is not None and lat.e2e_mean and lat.step_wait_mean
+    # vLLM stamps QUEUED between steps: the wait for the step under way is not the frontend's
+    expected = max(0.0, lat.e2e_frontend_mean - lat.step_wait_mean) / lat.e2e_mean
+    assert s.cpu.inputs["frontend_share"] == pytest.approx(expected)
+    assert s.cpu.inputs["frontend_share"] < lat.e2e_frontend_share
+
+
 def test_old_names_give_the_same_canonical_signals(fixtures_dir):
     texts, times = _phase_texts(fixtures_dir)
     old_texts = [_to_old(t) for t in texts]
