@@ -406,10 +406,19 @@ def _bounds(run_dir: Path) -> dict[str, tuple[float, ...]]:
     return out
 
 
+def observed(run_dir: Path) -> dict[str, float | None]:
+    """What a run's window shows, read exactly as ``vllm-diag advise`` reads its ``observed`` (the same
+    window from the same captures), without calibrating a model to it: the "after" needs only this."""
+    from exporter import cli
+    from exporter.advisor.calibrate import observe
+
+    args = cli.build_parser().parse_args(["advise", str(run_dir)])
+    return observe(cli._diagnosed(args).window).to_dict()
+
+
 def score(case: Case, runs: Path) -> Score:
     target = advise(runs / case.before, case.what_if)
-    actual_doc = advise(runs / case.after)
-    before, actual = target["observed"], actual_doc["observed"]
+    before, actual = target["observed"], observed(runs / case.after)
     item = target["advice"][0] if target["advice"] else None
     predicted = item["predicted"] if item else {k: None for k in METRICS}
     interval = item["interval"] if item else {k: None for k in METRICS}
