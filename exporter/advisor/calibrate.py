@@ -35,6 +35,7 @@ from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, Step
 from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
+from exporter.publish import numbers
 from exporter.simulator.engine import CostModel, EngineConfig, Histogram
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
 from exporter.window import HistogramDelta, Window
@@ -555,10 +556,6 @@ class Check:
 PREEMPTION_SLACK = 1.4
 
 
-def _fmt_seconds(value: float) -> str:
-    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
-
-
 def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
           traffic: OpenArrivals | Clients | None = None) -> Check:
     """Run the calibrated model with every seed and compare it with the window.
@@ -586,7 +583,7 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
         band, value = bands.get(key), simulated.get(key)
         if band is not None and value is not None and band[0] <= value <= band[1]:
             continue
-        where = (f" (outside {_fmt_seconds(band[0])}-{_fmt_seconds(band[1])}, what the window's p95 could read "
+        where = (f" (outside {numbers.seconds(band[0])}-{numbers.seconds(band[1])}, what the window's p95 could read "
                  "by chance)") if band is not None else ""
         bad.append(f"{key} off by {err:+.0%}{where}")
     pre_err = errors["preemption_rate"]
