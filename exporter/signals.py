@@ -630,7 +630,8 @@ def _net_share(outside: float | None, step_wait_s: float | None, total: float | 
     return _ratio(max(0.0, outside - (step_wait_s or 0.0)), total)
 
 
-def cpu(window: Window, thresholds: Thresholds, host: HostInputs, e2e_frontend_share: float | None) -> Cpu:
+def cpu(window: Window, thresholds: Thresholds, host: HostInputs, frontend_share: float | None) -> Cpu:
+    """``frontend_share``: time outside the engine, net of the step wait, as a share of e2e (``_net_share``)."""
     api_cores = _rate(window, "process_cpu_seconds_total")
     inputs: dict[str, float] = {}
     for key, value in (
@@ -640,7 +641,7 @@ def cpu(window: Window, thresholds: Thresholds, host: HostInputs, e2e_frontend_s
         ("psi_some_share", host.cpu_psi_share),
         # Share of e2e, not of TTFT: with a small fast model tokenization is a large share of a
         # tiny TTFT without anything being wrong; A3 reads the TTFT share once TTFT breaches.
-        ("frontend_share", e2e_frontend_share),
+        ("frontend_share", frontend_share),
         ("api_server_cpu_cores", api_cores),
     ):
         if value is not None:
