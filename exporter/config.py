@@ -94,9 +94,79 @@ def _check_url(value: str) -> str:
     return value
 
 
+# SLOs are judged over a rolling period of this many days (the SRE workbook's 30): the error budget
+# is (1 - target) of the period's events, and the burn-rate alerts' factors (14.4, 6, 1) are read
+# against it.
+SLO_PERIOD_DAYS = 30
+
+
+class Objective(_Strict):
+    """A latency objective: the share ``target`` of events complete within ``threshold_seconds``.
+
+    Events are vLLM's histogram observations (first tokens for TTFT, token gaps for ITL), counted
+    from the bucket whose upper edge is the threshold, so the threshold should be a bucket edge of
+    the engine's histogram (the sidecar says so at runtime when it is not).
+    """
+
+    threshold_seconds: float = Field(gt=0)
+    target: float = Field(gt=0, lt=1)
+
+    @property
+    def error_budget(self) -> float:
+        """The share of events allowed over the threshold."""
+        return 1.0 - self.target
+
+
+class Availability(_Strict):
+    """Finished requests that did not fail (finished_reason error or abort) or get rejected at admission."""
+
+    target: float = Field(default=0.999, gt=0, lt=1)
+
+    @property
+    def error_budget(self) -> float:
+        return 1.0 - self.target
+
+
+# Defaults: TTFT and ITL thresholds sit on vLLM's default bucket edges (2.5 s, 0.1 s), so the share
+# of good events is counted exactly, never interpolated inside a bucket.
+DEFAULT_OBJECTIVES: Mapping[str, Objective] = {
+    "ttft": Objective(threshold_seconds=2.5, target=0.99),
+    "itl": Objective(threshold_seconds=0.1, target=0.99),
+}
+# The form before objectives had targets: a p95 objective, i.e. target 0.95 at that threshold.
+LEGACY_SLO_KEYS: Mapping[str, str] = {"ttft_p95_seconds": "ttft", "itl_p95_seconds": "itl"}
+LEGACY_TARGET = 0.95
+
+
 class Slo(_Strict):
-    ttft_p95_seconds: float = Field(default=2.0, gt=0)
-    itl_p95_seconds: float = Field(default=0.1, gt=0)
+    """The deployment's objectives: TTFT and ITL latency, and availability, over SLO_PERIOD_DAYS."""
+
+    ttft: Objective = DEFAULT_OBJECTIVES["ttft"]
+    itl: Objective = DEFAULT_OBJECTIVES["itl"]
+    availability: Availability = Availability()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_and_partial(cls, data: Any) -> Any:
+        """``ttft_p95_seconds: X`` is ``ttft: {threshold_seconds: X, target: 0.95}``; an objective
+        given in part takes the rest from its default."""
+        if not isinstance(data, Mapping):
+            return data
+        out = dict(data)
+        for legacy, name in LEGACY_SLO_KEYS.items():
+            if legacy in out:
+                if name in out:
+                    raise ValueError(f"give either {legacy} or {name}, not both")
+                out[name] = {"threshold_seconds": out.pop(legacy), "target": LEGACY_TARGET}
+        for name, default in DEFAULT_OBJECTIVES.items():
+            given = out.get(name)
+            if isinstance(given, Mapping):
+                out[name] = {**default.model_dump(), **given}
+        return out
+
+    def objectives(self) -> dict[str, Objective]:
+        """The latency objectives by name (``ttft``, ``itl``)."""
+        return {"ttft": self.ttft, "itl": self.itl}
 
 
 # Set from the downward API (metadata.name) in deploy/kubernetes: each replica's sidecar names its
@@ -236,7 +306,7 @@ class Settings(BaseSettings):
         """The objectives the rules compare ``target`` with: its own fields over the global ones."""
         if target.slo is None:
             return self.slo
-        return self.slo.model_copy(update=target.slo.model_dump(exclude_unset=True))
+        return Slo.model_validate({**self.slo.model_dump(), **target.slo.model_dump(exclude_unset=True)})
 
     def resolved_thresholds(self) -> threshold_catalog.Thresholds:
         return threshold_catalog.Thresholds(self.thresholds)

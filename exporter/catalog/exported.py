@@ -120,8 +120,8 @@ def _objectives(states: Sequence[TargetState], settings: Settings | None) -> Ite
         return
     for target in settings.targets:
         slo = settings.slo_for(target)
-        yield [target.name, "ttft", "0.95"], slo.ttft_p95_seconds
-        yield [target.name, "itl", "0.95"], slo.itl_p95_seconds
+        for name, objective in slo.objectives().items():
+            yield [target.name, name, f"{objective.target:g}"], objective.threshold_seconds
 
 
 def _intervals(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:

@@ -100,7 +100,7 @@ def gate(breach: Breach) -> Finding | None:
 
 
 def ttft_breach(ctx: Context) -> Breach:
-    s, slo = ctx.signals, ctx.slo.ttft_p95_seconds
+    s, slo = ctx.signals, ctx.slo.ttft.threshold_seconds
     p95 = s.latency.quantile("ttft", 0.95)
     if p95 is None or s.traffic.first_tokens is None:
         return Breach(False, False, missing=("vllm:time_to_first_token_seconds",))
@@ -110,7 +110,7 @@ def ttft_breach(ctx: Context) -> Breach:
 
 
 def itl_breach(ctx: Context) -> Breach:
-    s, slo = ctx.signals, ctx.slo.itl_p95_seconds
+    s, slo = ctx.signals, ctx.slo.itl.threshold_seconds
     p95 = s.latency.quantile("itl", 0.95)
     if p95 is None:
         return Breach(False, False, missing=("vllm:inter_token_latency_seconds",))

@@ -77,8 +77,9 @@ def catalog(key: str, high_is_bad: bool = True) -> Judgement:
     return Judgement(DEFAULTS[key], high_is_bad, f"catalog threshold `{key}` ({BY_KEY[key].controls})")
 
 
-def slo(field: str) -> Judgement:
-    return Judgement(getattr(SLO, field), True, f"SLO `{field}` (exporter.config.Slo)")
+def slo(objective: str) -> Judgement:
+    return Judgement(SLO.objectives()[objective].threshold_seconds, True,
+                     f"SLO `{objective}.threshold_seconds` (exporter.config.Slo)")
 
 
 def _steps(j: Judgement | None) -> list[g.Threshold]:
@@ -236,7 +237,7 @@ def _ttft() -> g.Panel:
         [(diag("vllm_diag_ttft_seconds"), "{{target}} p{{quantile}}"),
          (recorded("model:vllm_ttft_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
         metrics=["vllm_diag_ttft_seconds", "model:vllm_ttft_seconds:p95_rate5m"], unit="s",
-        judgement=slo("ttft_p95_seconds"))
+        judgement=slo("ttft"))
 
 
 def _itl() -> g.Panel:
@@ -245,7 +246,7 @@ def _itl() -> g.Panel:
         [(diag("vllm_diag_itl_seconds"), "{{target}} p{{quantile}}"),
          (recorded("model:vllm_itl_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
         metrics=["vllm_diag_itl_seconds", "model:vllm_itl_seconds:p95_rate5m"], unit="s",
-        judgement=slo("itl_p95_seconds"))
+        judgement=slo("itl"))
 
 
 def _cpu_score() -> g.Panel:
@@ -400,10 +401,10 @@ def fleet() -> g.Dashboard:
     lay.add_row([
         timeseries("TTFT p95 by target", "Against the TTFT SLO.",
                    [(diag("vllm_diag_ttft_seconds", 'quantile="0.95"'), "{{target}}")],
-                   metrics=["vllm_diag_ttft_seconds"], unit="s", judgement=slo("ttft_p95_seconds")),
+                   metrics=["vllm_diag_ttft_seconds"], unit="s", judgement=slo("ttft")),
         timeseries("ITL p95 by target", "Against the ITL SLO.",
                    [(diag("vllm_diag_itl_seconds", 'quantile="0.95"'), "{{target}}")],
-                   metrics=["vllm_diag_itl_seconds"], unit="s", judgement=slo("itl_p95_seconds")),
+                   metrics=["vllm_diag_itl_seconds"], unit="s", judgement=slo("itl")),
         timeseries("Generation throughput by model", "Tokens per second per model: sidecar sum and raw.",
                    [(f"sum by (model_name) ({GENERATION_THROUGHPUT})", "{{model_name}}"),
                     (f"sum by (model_name) ({RAW.rate('vllm:generation_tokens_total', RATE)})",

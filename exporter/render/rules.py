@@ -635,8 +635,8 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             'unless on (namespace, pod)\nlabel_replace(vllm_diag_up, "pod", "$1", "target", "(.+)")')
     out = []
     for name, record, objective, slo in (
-            ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft_p95_seconds),
-            ("VLLMRawITLAboveSLO", f"model:vllm_itl_seconds:p95_rate{w}", "ITL", o.slo.itl_p95_seconds)):
+            ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft.threshold_seconds),
+            ("VLLMRawITLAboveSLO", f"model:vllm_itl_seconds:p95_rate{w}", "ITL", o.slo.itl.threshold_seconds)):
         out.append(Alert(
             name=name, expr=f"{record} > {fmt(slo)}\n{gate}",
             severity="warning", symptom="none", layer="unknown", for_=FOR_SLO,

@@ -123,7 +123,7 @@ def test_image_reads_a_mounted_config_file_and_env_overrides_it(
         code = ("import json; from exporter.config import load_settings; "
                 "print(json.dumps(load_settings('/etc/vllm-diag/config.yaml').model_dump(mode='json')))")
         seen = json.loads(docker.exec_python(name, code))  # the container's own environment applies
-        assert seen["slo"]["ttft_p95_seconds"] == 1.25 and seen["window_seconds"] == 30
+        assert seen["slo"]["ttft"]["threshold_seconds"] == 1.25 and seen["window_seconds"] == 30
     except BaseException:
         print(docker.logs(name))
         raise

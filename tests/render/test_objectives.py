@@ -40,7 +40,7 @@ def test_a_bad_target_objective_fails_with_its_field() -> None:
     with pytest.raises(ConfigError) as exc:
         load_settings(overrides={"targets": [{"name": "a", "url": "http://a:1/metrics",
                                               "slo": {"ttft_p95_seconds": -1}}]})
-    assert any(line.startswith("targets.0.slo.ttft_p95_seconds:") for line in exc.value.lines), exc.value.lines
+    assert any(line.startswith("targets.0.slo.ttft.threshold_seconds:") for line in exc.value.lines), exc.value.lines
 
 
 def test_target_name_defaults_to_the_pod_name(monkeypatch: pytest.MonkeyPatch) -> None:

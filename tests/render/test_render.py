@@ -145,7 +145,8 @@ def test_runbooks_carry_catalog_actions_and_costs() -> None:
 
 # Allowed comparison literals: catalog thresholds, SLO and config defaults. Two structural
 # exceptions: `== 0/1` on 0/1 state series, and the `> 0` guard on a ratio's denominator.
-CATALOG_NUMBERS = {*DEFAULTS.values(), *Slo().model_dump().values(), Settings.model_fields["window_seconds"].default}
+SLO_NUMBERS = {v for o in Slo().model_dump().values() for v in o.values()}
+CATALOG_NUMBERS = {*DEFAULTS.values(), *SLO_NUMBERS, Settings.model_fields["window_seconds"].default}
 STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up"}
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 _LHS = re.compile(r"([A-Za-z_:][\w:]*)(?:\{[^{}]*\})?\s*$")
@@ -188,8 +189,8 @@ def test_thresholds_follow_the_catalog() -> None:
     assert f"for: {rules.duration(DEFAULTS['target_startup_grace_seconds'])}" in (
         REPO / rules.ALERTS_FILE).read_text()
     raw = {r["alert"]: r["expr"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
-    assert f"> {Slo().ttft_p95_seconds:g}" in raw["VLLMRawTTFTAboveSLO"]
-    assert f"> {Slo().itl_p95_seconds:g}" in raw["VLLMRawITLAboveSLO"]
+    assert f"> {Slo().ttft.threshold_seconds:g}" in raw["VLLMRawTTFTAboveSLO"]
+    assert f"> {Slo().itl.threshold_seconds:g}" in raw["VLLMRawITLAboveSLO"]
 
 
 def test_render_rules_config_renders_the_deployments_objectives(tmp_path: Path) -> None:
@@ -357,7 +358,7 @@ def test_overview_rows_follow_the_layer_order() -> None:
 
 
 def test_dashboard_threshold_steps_come_from_the_catalog() -> None:
-    allowed = {*DEFAULTS.values(), *Slo().model_dump().values(), 0.0}
+    allowed = {*DEFAULTS.values(), *SLO_NUMBERS, 0.0}
     steps = 0
     for data in _dashboards().values():
         for p in dashboards.iter_panels(data["panels"]):
