@@ -29,7 +29,8 @@ def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
     path = tmp_path / "c.yaml"
     path.write_text(GOOD)
     settings = load_settings(path)
-    assert settings.slo.ttft.threshold_seconds == 1.5 and settings.slo.ttft.target == 0.95 and settings.targets[0].engine.max_num_seqs == 256
+    assert settings.slo.ttft.threshold_seconds == 1.5 and settings.slo.ttft.target == 0.95
+    assert settings.targets[0].engine.max_num_seqs == 256
     assert settings.resolved_thresholds().kv_usage_high == 0.95
     monkeypatch.setenv("VLLM_DIAG_WINDOW_SECONDS", "120")
     assert load_settings(path).window_seconds == 120
