@@ -22,8 +22,8 @@ import jinja2
 from exporter.catalog.metrics import BY_NAME
 from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, SYMPTOMS, Cause, Symptom
 from exporter.catalog.thresholds import DEFAULTS
-from exporter.config import Settings, Slo
-from exporter.render import PromQL, fmt
+from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
+from exporter.render import PromQL, fmt, slo
 
 # ---------------------------------------------------------------------------------------------
 # Settings (declared once; each says what it controls)
@@ -137,6 +137,7 @@ class Recording:
     record: str
     expr: str
     help: str  # rendered as a comment above the rule and used in the runbooks/dashboards
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 def frontend_overhead(q: PromQL, window: str) -> str:
@@ -165,6 +166,38 @@ def generations(build: Callable[[Callable[[str], str]], str], *families: str) ->
             return names[min(rank, len(names) - 1)]
         variants.append(build(wire))
     return "\nor\n".join(f"(\n{v}\n)" if len(variants) > 1 else v for v in dict.fromkeys(variants))
+
+
+def sli_recording_rules(o: Options = DEFAULT_OPTIONS) -> list[Recording]:
+    """The objectives as constants, then per window: per-replica events and bad events per objective,
+    their per-model sums, and the burn rates of both (exporter.render.slo explains the method)."""
+    out = [Recording(slo.ERROR_BUDGET_RECORD, f"vector({fmt(slo.error_budget(obj, o.slo))})",
+                     f"Error budget of the {slo.OBJECTIVE_TITLE[obj]} objective (1 - target "
+                     f"{fmt(slo.target(obj, o.slo))}) over {SLO_PERIOD_DAYS} days, rendered from the configuration.",
+                     {"objective": obj})
+           for obj in slo.OBJECTIVES]
+    out += [Recording(slo.THRESHOLD_RECORD, f"vector({fmt(objective.threshold_seconds)})",
+                      f"Threshold of the {slo.OBJECTIVE_TITLE[name]} objective (a bucket edge of vLLM's histogram).",
+                      {"objective": name}) for name, objective in o.slo.objectives().items()]
+    for w in slo.SLI_WINDOWS:
+        for obj in slo.OBJECTIVES:
+            out.append(Recording(slo.pod_events(w), slo.events(obj, w),
+                                 f"{slo.OBJECTIVE_TITLE[obj]} SLI: events per second over {w}, per replica.",
+                                 {"objective": obj}))
+            out.append(Recording(slo.pod_bad_events(w), slo.bad_events(obj, o.slo, w),
+                                 f"{slo.OBJECTIVE_TITLE[obj]} SLI: bad events per second over {w}, per replica.",
+                                 {"objective": obj}))
+        out += [
+            Recording(slo.model_events(w), slo.model_sum(slo.pod_events(w)),
+                      f"SLI events per second over {w}, per model (all replicas)."),
+            Recording(slo.model_bad_events(w), slo.model_sum(slo.pod_bad_events(w)),
+                      f"SLI bad events per second over {w}, per model (all replicas)."),
+            Recording(slo.pod_burn(w), slo.burn(slo.pod_bad_events(w), slo.pod_events(w)),
+                      f"Error-budget burn rate over {w}, per replica (1 = the budget lasts the period)."),
+            Recording(slo.model_burn(w), slo.burn(slo.model_bad_events(w), slo.model_events(w)),
+                      f"Error-budget burn rate over {w}, per model (1 = the budget lasts the period)."),
+        ]
+    return out
 
 
 def recording_rules() -> list[Recording]:
@@ -634,18 +667,18 @@ def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     gate = (f"and ignoring (le)\n{rps} * {SMOOTHING_SECONDS} >= {fmt(o.thresholds['slo_min_requests'])}\n"
             'unless on (namespace, pod)\nlabel_replace(vllm_diag_up, "pod", "$1", "target", "(.+)")')
     out = []
-    for name, record, objective, slo in (
+    for name, record, objective, threshold in (
             ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft.threshold_seconds),
             ("VLLMRawITLAboveSLO", f"model:vllm_itl_seconds:p95_rate{w}", "ITL", o.slo.itl.threshold_seconds)):
         out.append(Alert(
-            name=name, expr=f"{record} > {fmt(slo)}\n{gate}",
+            name=name, expr=f"{record} > {fmt(threshold)}\n{gate}",
             severity="warning", symptom="none", layer="unknown", for_=FOR_SLO,
             summary=f"vLLM {objective} p95 is above the objective (raw series, no sidecar).",
             description=(f"{objective} p95 of model {{{{ $labels.model_name }}}} (job {{{{ $labels.job }}}}) is "
-                         f"{{{{ $value | humanizeDuration }}}} over {w}, above the {fmt(slo)} s objective."),
+                         f"{{{{ $value | humanizeDuration }}}} over {w}, above the {fmt(threshold)} s objective."),
             meaning=(f"Computed by Prometheus from vLLM's own histograms ({record}), per model and deployment, "
-                     f"for fleets without the sidecar. The objective ({fmt(slo)} s) is rendered into the rule from "
-                     "the configuration given to `vllm-diag render rules --config FILE`; at least "
+                     f"for fleets without the sidecar. The objective ({fmt(threshold)} s) is rendered into the rule "
+                     "from the configuration given to `vllm-diag render rules --config FILE`; at least "
                      f"{fmt(o.thresholds['slo_min_requests'])} requests must have finished in {w}. Quiet for a "
                      "replica whose pod runs the sidecar (it alerts through VLLMLatencyAboveSLO instead)."),
             verify=(Verify(f"{objective} p95", record), Verify("finished requests per second", rps)),
@@ -746,10 +779,14 @@ def rule_groups(o: Options = DEFAULT_OPTIONS) -> dict[str, list[dict[str, Any]]]
         out.setdefault(path, []).append(
             {"name": name, "rules": [alert_rule(a, o) for a in add_runbook_links(build(o))]})
     out[RECORDING_FILE] = [
-        {"name": "vllm-diag.recording", "rules": [{"record": r.record, "expr": r.expr, "help": r.help}
-                                                  for r in recording_rules()]},
+        {"name": "vllm-diag.recording", "rules": [_record(r) for r in recording_rules()]},
+        {"name": "vllm-diag.slo-recording", "rules": [_record(r) for r in sli_recording_rules(o)]},
     ]
     return out
+
+
+def _record(r: Recording) -> dict[str, Any]:
+    return {"record": r.record, "expr": r.expr, "help": r.help, **({"labels": dict(r.labels)} if r.labels else {})}
 
 
 def render_files(o: Options = DEFAULT_OPTIONS) -> dict[str, str]:
@@ -772,4 +809,4 @@ def all_expressions(o: Options = DEFAULT_OPTIONS) -> list[str]:
 
 
 def recording_names() -> frozenset[str]:
-    return frozenset(r.record for r in recording_rules())
+    return frozenset(r.record for r in (*recording_rules(), *sli_recording_rules()))

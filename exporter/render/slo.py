@@ -1,0 +1,176 @@
+"""Service-level indicators and error-budget burn rates, as PromQL (the SRE workbook's method).
+
+An objective (``exporter.config.Slo``) is a threshold and a target over ``SLO_PERIOD_DAYS``: the
+share ``target`` of events must be good. Events come from vLLM's own series, so the same rules
+work with or without the sidecar:
+
+- ``ttft``: first tokens (``vllm:time_to_first_token_seconds``), good when at or below the threshold,
+  read at the histogram bucket whose upper edge is the threshold (a bucket edge, never interpolated);
+- ``itl``: token gaps (``vllm:inter_token_latency_seconds``, older name before 0.10.2), likewise;
+- ``availability``: finished requests (``vllm:request_success_total``), bad when
+  ``finished_reason`` is ``error`` or ``abort``. Blind spot: vLLM does not count requests a client
+  cancels before its first token, nor HTTP errors raised before the engine sees a request.
+
+The burn rate is the bad share over the error budget (1 - target): 1 spends the budget exactly
+over the period. Pages and tickets use the workbook's multiwindow, multi-burn-rate pairs
+(``BURN_ALERTS``): a long window that measures enough of the budget, a short one (1/12 of it) that
+says the burn is still going on, so the alert resets minutes after the problem ends.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from exporter.catalog.metrics import BY_NAME
+from exporter.config import SLO_PERIOD_DAYS, Slo
+from exporter.render import fmt
+
+# Recording windows: every window a burn-rate alert reads.
+SLI_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h", "3d")
+
+# Labels a per-replica SLI keeps (vLLM's data-parallel `engine` and the bucket's `le` are summed
+# away) and the labels the per-model SLI keeps: a model is (cluster, namespace, model_name), where
+# `cluster` is the external or target label multi-cluster setups add (absent labels group as empty).
+MODEL_LABELS: tuple[str, ...] = ("cluster", "namespace", "model_name")
+
+OBJECTIVES: tuple[str, ...] = ("ttft", "itl", "availability")
+OBJECTIVE_TITLE: Mapping[str, str] = {"ttft": "TTFT", "itl": "ITL", "availability": "Availability"}
+# The latency histograms by objective (canonical names; older names come from the catalog's aliases).
+HISTOGRAM: Mapping[str, str] = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds"}
+FINISHED = "vllm:request_success_total"
+FAILED_REASONS = ("error", "abort")
+
+
+@dataclass(frozen=True, slots=True)
+class BurnAlert:
+    """One multiwindow burn-rate condition: both windows above ``factor`` x the sustainable rate."""
+
+    severity: str  # critical pages, warning tickets
+    long_window: str
+    short_window: str
+    factor: float
+    budget_share: str  # what this burn spends, for the alert text
+
+# The SRE workbook's recommended pairs for a 30-day SLO: 2 % of the budget in 1 h (14.4x), 5 % in
+# 6 h (6x) page; 10 % in 3 days (1x) is a ticket.
+BURN_ALERTS: tuple[BurnAlert, ...] = (
+    BurnAlert("critical", "1h", "5m", 14.4, "2 % of the 30-day error budget in 1 hour"),
+    BurnAlert("critical", "6h", "30m", 6.0, "5 % of the 30-day error budget in 6 hours"),
+    BurnAlert("warning", "3d", "6h", 1.0, "10 % of the 30-day error budget in 3 days"),
+)
+assert SLO_PERIOD_DAYS == 30, "the burn factors above are the workbook's for a 30-day period"
+
+
+def wire_names(name: str) -> tuple[str, ...]:
+    """The family's wire names, newest first (the catalog's aliases for older vLLM versions)."""
+    return (name, *BY_NAME[name].aliases) if name in BY_NAME else (name,)
+
+
+def le_matcher(edge: float) -> str:
+    """A matcher for the bucket ``le`` label of ``edge``, as any Prometheus writes it: vLLM prints
+    floats (``2.5``, ``1.0``), Prometheus 3 normalises them on ingestion (``1``)."""
+    forms = dict.fromkeys((repr(float(edge)), f"{edge:g}"))
+    escaped = "|".join(f.replace(".", "\\\\.") for f in forms)
+    return f'le=~"{escaped}"'
+
+
+# -- per-replica SLIs: events and bad events per second ----------------------------------------
+
+
+def _sum(expr: str, drop: tuple[str, ...] = ()) -> str:
+    return f"sum without ({', '.join(('engine', *drop))}) ({expr})"
+
+
+def latency_events(objective: str, window: str) -> str:
+    """Events per second of a latency objective, per replica (every wire-name generation, `or`)."""
+    return "\nor\n".join(_sum(f"rate({n}_count[{window}])") for n in wire_names(HISTOGRAM[objective]))
+
+
+def latency_bad_events(objective: str, threshold: float, window: str) -> str:
+    """Events over the threshold per second: all events minus those in the bucket at the threshold."""
+    parts = [f"{_sum(f'rate({n}_count[{window}])')}\n-\n"
+             f"{_sum(f'rate({n}_bucket{{{le_matcher(threshold)}}}[{window}])', ('le',))}"
+             for n in wire_names(HISTOGRAM[objective])]
+    return "\nor\n".join(f"(\n{p}\n)" for p in parts)
+
+
+def availability_events(window: str) -> str:
+    return _sum(f"rate({FINISHED}[{window}])", ("finished_reason",))
+
+
+def availability_bad_events(window: str) -> str:
+    reasons = "|".join(FAILED_REASONS)
+    return _sum(f'rate({FINISHED}{{finished_reason=~"{reasons}"}}[{window}])', ("finished_reason",))
+
+
+def events(objective: str, window: str) -> str:
+    return availability_events(window) if objective == "availability" else latency_events(objective, window)
+
+
+def bad_events(objective: str, slo: Slo, window: str) -> str:
+    if objective == "availability":
+        return availability_bad_events(window)
+    return latency_bad_events(objective, slo.objectives()[objective].threshold_seconds, window)
+
+
+def error_budget(objective: str, slo: Slo) -> float:
+    return slo.availability.error_budget if objective == "availability" else slo.objectives()[objective].error_budget
+
+
+def target(objective: str, slo: Slo) -> float:
+    return slo.availability.target if objective == "availability" else slo.objectives()[objective].target
+
+
+# -- recording rule names (level:metric:operations) ----------------------------------------------
+
+
+def pod_events(window: str) -> str:
+    return f"pod:vllm_sli_events:rate{window}"
+
+
+def pod_bad_events(window: str) -> str:
+    return f"pod:vllm_sli_bad_events:rate{window}"
+
+
+def model_events(window: str) -> str:
+    return f"namespace_model:vllm_sli_events:rate{window}"
+
+
+def model_bad_events(window: str) -> str:
+    return f"namespace_model:vllm_sli_bad_events:rate{window}"
+
+
+def pod_burn(window: str) -> str:
+    return f"pod:vllm_slo_burn:ratio_rate{window}"
+
+
+def model_burn(window: str) -> str:
+    return f"namespace_model:vllm_slo_burn:ratio_rate{window}"
+
+
+ERROR_BUDGET_RECORD = "vllm_slo:error_budget:ratio"
+THRESHOLD_RECORD = "vllm_slo:threshold:seconds"
+
+
+def burn(bad: str, total: str) -> str:
+    """Bad share over the objective's error budget, matched on ``objective``."""
+    return (f"(\n  {bad}\n  /\n  ({total} > 0)\n)\n"
+            f"/ on (objective) group_left ()\n{ERROR_BUDGET_RECORD}")
+
+
+def model_sum(record: str) -> str:
+    return f"sum by ({', '.join((*MODEL_LABELS, 'objective'))}) ({record})"
+
+
+def burn_condition(alert: BurnAlert, *, level: str = "model") -> str:
+    """Both windows of one pair above its factor; the value is the long window's burn rate."""
+    rec = model_burn if level == "model" else pod_burn
+    return (f"{rec(alert.long_window)} > {fmt(alert.factor)}\n"
+            f"and\n{rec(alert.short_window)} > {fmt(alert.factor)}")
+
+
+def page_condition(*, level: str = "model") -> str:
+    """Any paging pair holds (the value is the burn rate of the pair that holds)."""
+    pages = [a for a in BURN_ALERTS if a.severity == "critical"]
+    return "\nor\n".join(f"(\n{burn_condition(a, level=level)}\n)" for a in pages)
