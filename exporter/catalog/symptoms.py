@@ -52,7 +52,7 @@ SYMPTOMS: tuple[Symptom, ...] = (
     Symptom("A", "High TTFT, decode normal", "warning", "VLLMSlowFirstToken"),
     Symptom("B", "Poor inter-token latency (stuttering stream)", "warning", "VLLMStutteringStream"),
     Symptom("C", "Low throughput while the GPU idles", "warning", "VLLMIdleEngine"),
-    Symptom("D", "Frequent preemption / recompute", "critical", "VLLMFrequentPreemption"),
+    Symptom("D", "Frequent preemption / recompute", "warning", "VLLMFrequentPreemption"),
     Symptom("E", "KV memory headroom at risk", "warning", "VLLMKVHeadroomRisk"),
     Symptom("F", "Prefix cache ineffective", "info", "VLLMPrefixCacheIneffective"),
     Symptom("G", "Multi-GPU overhead outweighs the memory gained", "warning", "VLLMParallelismOverhead"),

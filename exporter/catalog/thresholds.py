@@ -150,19 +150,19 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "a share, not an unbroken streak, keeps `for:` meaningful.", 0, 1),
     Threshold("alert_smoothing_seconds", 600, "seconds",
               "Range over which alert conditions average the sidecar's 0/1 symptom and root-cause gauges.", 60),
-    Threshold("target_startup_grace_seconds", 900, "seconds",
-              "A target never up since the sidecar (pod) started pages only after this long: model loads take "
-              "up to the 15 min the deployment's startupProbe allows.", 0),
-    Threshold("kv_page_preemption_rate", 0.1, "1/s",
-              "Preemptions per second (smoothed) at which KV pressure pages without an SLO breach: below it the "
-              "shortage costs recompute but users do not notice.", 0),
+    Threshold("target_startup_grace_seconds", 1200, "seconds",
+              "A target never up since the sidecar (pod) started alerts only after this long: model loads "
+              "(download, weights, compile, CUDA graphs) take up to the 20 min the deployment's startupProbe "
+              "allows.", 0),
+    Threshold("kv_pressure_preemption_rate", 0.1, "1/s",
+              "Preemptions per second (smoothed) the KV-pressure alert needs besides frequent preemption per "
+              "request: a handful of preemptions per hour is vLLM's safety net, not a shortage.", 0),
     Threshold("slo_min_requests", 100, "requests",
-              "Finished requests the smoothing range must hold before an SLO comparison pages: a p95 of a "
-              "handful of requests is noise.", 1),
-    Threshold("cpu_evidence_throttled_share", 0.1, "ratio",
-              "CFS-throttled share of periods that counts as CPU evidence for the CPU-starvation page.", 0, 1),
-    Threshold("cpu_evidence_psi_share", 0.1, "ratio",
-              "CPU PSI 'some' share that counts as CPU evidence for the CPU-starvation page.", 0, 1),
+              "Events (first tokens, finished requests) the last hour must hold before a burn rate pages: a "
+              "burn of a handful of requests is noise.", 1),
+    Threshold("targets_down_share", 0.1, "ratio",
+              "Share of a model's replicas down (for 10 minutes) at which VLLMTargetsDown warns "
+              "(kube-prometheus' TargetDown).", 0, 1),
     Threshold("stale_after_intervals", 4, "scrape intervals",
               "A diagnosis older than this many of the target's scrape intervals counts as stale.", 2),
     Threshold("traffic_min_requests_per_second", 0.01, "1/s",

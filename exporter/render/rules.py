@@ -50,7 +50,11 @@ RATE_WINDOW = "5m"
 # (A label absent on both sides compares equal in Alertmanager and in `on (...)`.)
 IDENTITY: tuple[str, ...] = ("namespace", "pod", "instance", "job", "target")
 INHIBIT_EQUAL: tuple[str, ...] = ("namespace", "pod", "instance", "target")
-GROUP_BY: tuple[str, ...] = ("alertname", "namespace", "pod", "instance", "target", "model_name")
+# A model is (cluster, namespace, model_name): pages group on it, so a fleet-wide problem on N replicas
+# is one notification; tickets and context also split by alert name.
+MODEL_EQUAL: tuple[str, ...] = slo.MODEL_LABELS
+PAGE_GROUP_BY: tuple[str, ...] = slo.MODEL_LABELS
+GROUP_BY: tuple[str, ...] = ("alertname", *slo.MODEL_LABELS)
 
 # Severities (kube-prometheus-stack / most routing trees): critical pages, warning tickets, info is
 # context. `render rules --severity-labels critical=P1,...` renames them at render time.
@@ -62,30 +66,34 @@ SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 # show the symptom is >= 8 minutes, and on the healthy-like scenarios it never holds at all. So `for:`
 # only has to outlast evaluation jitter and short bursts, not the flapping of the raw 0/1 gauge.
 FOR_SYMPTOM: Mapping[str, str] = {"critical": "5m", "warning": "5m", "info": "10m"}
-# Root-cause alerts must reach Alertmanager before the symptom alerts they inhibit, or the symptoms
-# are delivered first. Their conditions already average 5m, and on case 3 the CPU score's 5m average
-# crosses 0.5 at 4.3 min while the symptoms' 10m share crosses 30 % at 1.5 min (both measured in
-# the alert matrix): with `for: 1m` the root cause fires at 5.3 min, the symptoms (5m) at 6.5 min.
-# They keep firing through a short dip so the symptoms they explain stay inhibited.
-FOR_ROOT_CAUSE = "1m"
-KEEP_FIRING_ROOT_CAUSE = "5m"
+# Root-cause alerts are warnings that name the layer (the page is the model's burn, which carries
+# the cause itself), so they need not race the symptoms: 5m, like the symptoms, outlasts a burst.
+FOR_ROOT_CAUSE = "5m"
+# Burn-rate pages: the windows already demand a sustained burn (a 3-minute burst at 50 % bad spends
+# 2.5 % of an hour: 2.5x, far below 14.4x); `for` only rides out one evaluation's jitter.
+FOR_BURN = "2m"
+FOR_BURN_SLOW = "30m"
+# A stalled engine: running requests and no token in STALL_WINDOW, for one more minute.
+STALL_WINDOW = "5m"
+FOR_STALLED = "1m"
+# kube-prometheus' TargetDown: a share of the targets down for 10 minutes is a warning.
+FOR_TARGETS_DOWN = "10m"
+FOR_MODEL_DOWN = "5m"
+# An input a cause alert needs, missing this long, is a warning (a rename after an upgrade).
+FOR_INPUT_MISSING = "30m"
+ERRORS_WINDOW = "15m"
 # Root-cause conditions read the sidecar's gauges smoothed over this range: preemptions come in
 # bursts and the per-window ratio dips between them, which would reset `for` again and again.
 SMOOTHING_RANGE = "5m"
 SMOOTHING_SECONDS = 300
-# A vLLM that was up and stops answering breaks serving: page sooner than a diagnosis does.
+# One replica down: context that inhibits its stale alerts (not a page).
 FOR_TARGET_DOWN = "3m"
-# An outcome alert (SLO breach): sustained, not a burst.
-FOR_SLO = "10m"
 FOR_OPERATIONS = "10m"
 
 # The Prometheus job that scrapes the sidecar itself (`render rules --sidecar-job NAME`). Exact: a
 # Prometheus that loads these rules but scrapes no sidecar must not alert about one.
 SIDECAR_JOB = "vllm-diag"
 
-# vllm_diag_ttft_seconds / _itl_seconds expose 0.5, 0.95, 0.99 (exporter.signals.QUANTILES); the SLO
-# is a p95 objective (vllm_diag_slo_seconds{quantile="0.95"}), so the rules compare the p95.
-SLO_QUANTILE = "0.95"
 
 
 def duration(seconds: float) -> str:
@@ -312,8 +320,10 @@ class Alert:
     action: str = ""  # when empty, derived from the causes' catalog actions
     tradeoff: str = ""
     for_: str = ""
-    keep_firing_for: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)  # extra/overrides, e.g. runbook_url
+    # Which labels identify what the alert is about (runbook queries are scoped to them): one sidecar
+    # target, one replica of raw series, a whole model, or a namespace.
+    scope: str = "target"
     # Runbook: what on-call can do right now, without a restart (before the knobs that need one).
     mitigations: tuple[tuple[str, Mitigation], ...] = ()  # (when: a cause, or "any cause"; mitigation)
     extra_labels: Mapping[str, str] = field(default_factory=dict)
@@ -426,34 +436,19 @@ def symptom_alert(s: Symptom, o: Options = DEFAULT_OPTIONS) -> Alert:
     )
 
 
-def slo_ratio(o: Options = DEFAULT_OPTIONS) -> str:
-    """Smoothed p95 over the target's own objective (vllm_diag_slo_seconds), per objective: > 1 breaches."""
-    q, rng = SLO_QUANTILE, SMOOTHING_RANGE
-    return (f'(\n  label_replace(avg_over_time(vllm_diag_ttft_seconds{{quantile="{q}"}}[{rng}]), '
-            f'"objective", "ttft", "", "")\n  or\n'
-            f'  label_replace(avg_over_time(vllm_diag_itl_seconds{{quantile="{q}"}}[{rng}]), '
-            f'"objective", "itl", "", "")\n)\n'
-            f"/ ignoring (model_name) group_left\nvllm_diag_slo_seconds")
-
-
 def enough_requests(o: Options = DEFAULT_OPTIONS) -> str:
-    """Enough finished requests in the smoothing range for a p95 to mean something."""
+    """Enough finished requests in the smoothing range for the sidecar's window judgement to mean something."""
     return (f"avg_over_time(vllm_diag_requests_per_second[{SMOOTHING_RANGE}]) * {SMOOTHING_SECONDS}\n"
             f">= {fmt(o.thresholds['slo_min_requests'])}")
 
 
-def slo_breach(o: Options = DEFAULT_OPTIONS) -> str:
-    """One series per target and model while any objective is breached with enough requests."""
-    return (f"max by ({', '.join((*IDENTITY, 'model_name'))}) (\n{_indent(slo_ratio(o))}\n  > 1\n)\n"
-            f"and {_on('model_name')}\n{enough_requests(o)}")
-
-
 def cpu_evidence(o: Options = DEFAULT_OPTIONS) -> str:
-    """Host-side CPU evidence (run-queue wait, CFS throttling, PSI), each above the level that means contention."""
+    """Host-side CPU evidence (run-queue wait, CFS throttling, PSI), each above the floor of the score's
+    input: the level measured on a calm host, where the score starts to rise."""
     t = o.thresholds
     parts = [(sig, t[key]) for sig, key in (("run_queue_wait_share", "cpu_wait_share_floor"),
-                                             ("cfs_throttled_share", "cpu_evidence_throttled_share"),
-                                             ("psi_some_share", "cpu_evidence_psi_share"))]
+                                             ("cfs_throttled_share", "cpu_throttled_floor"),
+                                             ("psi_some_share", "cpu_psi_floor"))]
     inner = "\n  or\n".join(f'  avg_over_time(vllm_diag_cpu_signal{{signal="{sig}"}}[{SMOOTHING_RANGE}]) > {fmt(v)}'
                             for sig, v in parts)
     return f"max by ({', '.join((*IDENTITY, 'model_name'))}) (\n{inner}\n)"
@@ -463,14 +458,183 @@ def _indent(text: str, prefix: str = "  ") -> str:
     return "\n".join(prefix + line for line in text.splitlines())
 
 
+# ---------------------------------------------------------------------------------------------
+# Service-level objectives: error-budget burn per model, the page (exporter.render.slo)
+# ---------------------------------------------------------------------------------------------
+
+# The symptom classes whose causes can explain a burn of each objective; the page names the cause
+# active on most of the model's replicas (smoothed like the symptom alerts), or `unknown`.
+EXPLAINS: Mapping[str, str] = {"ttft": "A|C|D", "itl": "B|D|G", "availability": "D"}
+MODEL = slo.MODEL_LABELS
+_MODEL_ON = f"on ({', '.join(MODEL)})"
+_MODEL_OBJ_ON = f"on ({', '.join((*MODEL, 'objective'))})"
+
+
+def smoothed_causes(o: Options = DEFAULT_OPTIONS, matchers: str = "") -> str:
+    """Causes active for the symptom alerts' share of the smoothing range (the raw 0/1 gauge flaps)."""
+    rng = duration(o.thresholds["alert_smoothing_seconds"])
+    return (f"avg_over_time(vllm_diag_cause_active{{{matchers}}}[{rng}]) "
+            f">= {fmt(o.thresholds['alert_symptom_active_share'])}")
+
+
+def cause_of_burn(o: Options = DEFAULT_OPTIONS) -> str:
+    """Per model and objective, value 1, labels cause/layer/symptom: the cause active on most replicas
+    among those that explain the objective, else `unknown` (no sidecar, or no cause explains it)."""
+    by = ", ".join((*MODEL, "cause", "layer", "symptom"))
+    known = "\nor\n".join(
+        f'label_replace(\n  topk by ({", ".join(MODEL)}) (1, count by ({by}) (\n'
+        f'    {smoothed_causes(o, f"symptom=~{chr(34)}{sym}{chr(34)}")}\n'
+        f'  )),\n  "objective", "{obj}", "", "")'
+        for obj, sym in EXPLAINS.items())
+    unknown = ('label_replace(label_replace(label_replace(\n'
+               f'  count by ({", ".join((*MODEL, "objective"))}) ({slo.model_burn("5m")}),\n'
+               '  "cause", "unknown", "", ""), "layer", "unknown", "", ""), "symptom", "none", "", "")')
+    return f"0 * (\n{_indent(known)}\n)\nor {_MODEL_OBJ_ON}\n0 * {unknown}"
+
+
+def _cause_titles() -> str:
+    """A Go-template chain naming each catalog cause (Alertmanager receivers see the text)."""
+    chain = "".join(f'{{{{ {"if" if i == 0 else "else if"} eq $labels.cause "{c.id}" }}}}{c.title}'
+                    for i, c in enumerate(CAUSES))
+    return chain + "{{ else }}no cause the sidecar can name (see the runbook){{ end }}"
+
+
+# Evidence for the page text, queried at notification time for the model (Go templates).
+_SEL = 'namespace=%q, model_name=%q'
+_EVIDENCE = (
+    '{{ if eq $labels.layer "kv_cache" }}'
+    '{{ with query (printf "sum(rate(vllm:num_preemptions_total{' + _SEL + '}[5m]))" $labels.namespace '
+    '$labels.model_name) }}, {{ . | first | value | printf "%.2g" }} preemptions/s{{ end }}'
+    '{{ with query (printf "max(vllm_diag_kv_cache_usage_ratio{' + _SEL + ', stat=\\"max\\"})" $labels.namespace '
+    '$labels.model_name) }}, KV {{ . | first | value | humanizePercentage }}{{ end }}'
+    '{{ else if eq $labels.layer "cpu" }}'
+    '{{ with query (printf "max(vllm_diag_cpu_starvation_score{' + _SEL + '})" $labels.namespace '
+    '$labels.model_name) }}, CPU-starvation score {{ . | first | value | printf "%.2f" }}{{ end }}'
+    '{{ end }}'
+)
+
+
+def burn_alert_expr(condition: str, o: Options, *, level: str) -> str:
+    t = o.thresholds
+    events = slo.model_events("1h") if level == "model" else slo.pod_events("1h")
+    gated = (f"(\n{_indent(condition)}\n)\nand\n{events} * 3600 >= {fmt(t['slo_min_requests'])}")
+    if level == "pod":
+        # Only while the model as a whole does not page: then the page says it all.
+        replicas = f"count by ({', '.join((*MODEL, 'objective'))}) ({slo.pod_burn('1h')}) > 1"
+        return (f"(\n{_indent(gated)}\n)\nand {_MODEL_OBJ_ON}\n{replicas}\n"
+                f"unless {_MODEL_OBJ_ON}\n(\n{_indent(slo.page_condition())}\n)")
+    return (f"(\n{_indent(gated)}\n)\n+ {_MODEL_OBJ_ON} group_left (cause, layer, symptom)\n"
+            f"(\n{_indent(cause_of_burn(o))}\n)")
+
+
+def slo_verify(level: str = "model") -> tuple[Verify, ...]:
+    burn_rec = slo.model_burn if level == "model" else slo.pod_burn
+    pod = ', pod="$pod"' if level == "pod" else ""
+    scope = '{objective="$objective", namespace="$namespace", model_name="$model_name"' + pod + '}'
+    return (
+        Verify("burn rates of the paging windows (14.4 over 1h and 5m, or 6 over 6h and 30m, page)",
+               f"{burn_rec('1h')}{scope} or {burn_rec('5m')}{scope}"),
+        Verify("bad events per second, per replica (which replicas burn)", f"{slo.pod_bad_events('5m')}{scope}"),
+        Verify("the cause the sidecar names, per replica",
+               'vllm_diag_cause_active{namespace="$namespace", model_name="$model_name"} == 1'),
+        Verify("KV usage and preemptions per replica",
+               'vllm_diag_kv_cache_usage_ratio{namespace="$namespace", model_name="$model_name", stat="max"}'),
+    )
+
+
+def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
+    """Error-budget burn per model (the page, with its cause), per replica (a warning) and slow (a ticket).
+
+    They read vLLM's own series through the SLI recording rules, so a fleet without the sidecar gets
+    the same pages (cause `unknown`)."""
+    page_pairs = " or ".join(f"{fmt(a.factor)}x over {a.long_window} and {a.short_window}"
+                             for a in slo.BURN_ALERTS if a.severity == "critical")
+    ticket = next(a for a in slo.BURN_ALERTS if a.severity == "warning")
+    title = '{{ $labels.objective | toUpper }}'
+    return [
+        Alert(
+            name="VLLMErrorBudgetBurn", scope="model", severity="critical", symptom="", layer="", for_=FOR_BURN,
+            expr=burn_alert_expr(slo.page_condition(), o, level="model"),
+            summary="A model's error budget burns fast enough to exhaust it within days; users are hurt now.",
+            description=(f"{title} budget burning {{{{ $value | printf \"%.1f\" }}}}x on model "
+                         "{{ $labels.model_name }}{{ if $labels.namespace }} (namespace {{ $labels.namespace }})"
+                         "{{ end }}; cause: " + _cause_titles() + " ({{ $labels.cause }}, layer {{ $labels.layer }}"
+                         + _EVIDENCE + ")."),
+            meaning=("The share of bad events of one objective across all replicas of the model (TTFT or ITL over "
+                     "its threshold, or failed requests) spends the 30-day error budget at least "
+                     f"{page_pairs} (the SRE workbook's multiwindow, multi-burn-rate page). The long window "
+                     "proves the burn is significant, the short one that it is still going on. The `cause` label "
+                     "is the cause the vllm-diag sidecars name on most replicas (symptom classes that explain "
+                     "this objective), `unknown` when no sidecar runs or none names one. One notification per "
+                     "model: Alertmanager groups pages by cluster, namespace and model_name."),
+            verify=slo_verify("model"),
+            action="follow the cause's runbook (the `cause` and `layer` labels); with cause `unknown`, read the "
+                   "overview dashboard's layers or run `vllm-diag diagnose --url` against a replica",
+            tradeoff="depends on the cause; the immediate mitigations below buy time",
+            mitigations=always(_SCALE_OUT, _SHED, _CAP_TOKENS),
+        ),
+        Alert(
+            name="VLLMReplicaErrorBudgetBurn", scope="replica", severity="warning", symptom="", layer="unknown",
+            for_=FOR_BURN,
+            expr=burn_alert_expr(slo.page_condition(level="pod"), o, level="pod"),
+            summary="One replica burns its error budget fast while the model as a whole does not.",
+            description=(f"{title} budget of replica {{{{ $labels.pod }}}} (model {{{{ $labels.model_name }}}}) is "
+                         "burning {{ $value | printf \"%.1f\" }}x; the model's other replicas keep its budget."),
+            meaning=("The replica alone meets a paging burn rate, but the model (all replicas) does not: one bad "
+                     "replica (a noisy node, a skewed router, KV pressure on one pod). A warning, since users "
+                     "routed elsewhere are fine; the model's page fires if it spreads. Only for models with more "
+                     "than one replica (with one, the model's page is the replica's)."),
+            verify=slo_verify("pod"),
+            action="compare this replica's diagnosis with its neighbours' (vllm_diag_layer_verdict) and drain it "
+                   "if it is the node",
+            tradeoff="draining moves its load onto the others",
+            mitigations=always(Mitigation("remove the replica from the load balancer until it recovers",
+                                          "less capacity meanwhile")),
+        ),
+        Alert(
+            name="VLLMErrorBudgetBurnSlow", scope="model", severity="warning", symptom="", layer="", for_=FOR_BURN_SLOW,
+            expr=burn_alert_expr(f"(\n{_indent(slo.burn_condition(ticket))}\n)\nunless\n(\n"
+                                 f"{_indent(slo.page_condition())}\n)", o, level="model"),
+            summary="A model spends its error budget faster than the period allows (a ticket, not a page).",
+            description=(f"{title} budget of model {{{{ $labels.model_name }}}} has burned "
+                         f"{{{{ $value | printf \"%.2f\" }}}}x over {ticket.long_window}: at this rate it runs out "
+                         "before the 30 days end; cause: " + _cause_titles() + "."),
+            meaning=(f"{ticket.budget_share}: the burn is {fmt(ticket.factor)}x or more over {ticket.long_window} "
+                     f"and still over {ticket.short_window}. Slow enough for working hours."),
+            verify=slo_verify("model"),
+            action="plan capacity or the knob change the cause's runbook names",
+            tradeoff="depends on the cause",
+        ),
+        Alert(
+            name="VLLMEngineStalled", scope="replica", severity="critical", symptom="", layer="unknown",
+            for_=FOR_STALLED,
+            expr=(f"{RAW.agg('sum', 'vllm:num_requests_running')} > 0\n"
+                  f"and\n{RAW.sum_rate('vllm:generation_tokens_total', STALL_WINDOW)} == 0"),
+            summary="A vLLM engine holds running requests but generates no token: it is hung.",
+            description=("Replica {{ $labels.pod }}{{ if $labels.instance }} ({{ $labels.instance }}){{ end }} of "
+                         "model {{ $labels.model_name }} has {{ $value }} running requests and generated no token "
+                         f"in {STALL_WINDOW}."),
+            meaning=("Requests are scheduled but no step completes: a hung collective (NCCL in TP/PP), a dead "
+                     "worker process, a GPU fault. The latency SLIs are blind to it (stuck requests record no "
+                     "latency), so it pages on its own, from vLLM's raw series."),
+            verify=(Verify("running requests", f'{RAW.agg("sum", "vllm:num_requests_running")}'),
+                    Verify("tokens generated per second",
+                           RAW.sum_rate("vllm:generation_tokens_total", STALL_WINDOW))),
+            action="restart the replica (delete the pod); collect `kubectl logs --previous`, `py-spy dump` of the "
+                   "engine process and the GPU's Xid errors (`dmesg | grep -i xid`) first if you can",
+            tradeoff="in-flight requests on the replica are lost either way",
+            mitigations=always(Mitigation("remove the replica from the load balancer", "less capacity meanwhile")),
+        ),
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Root causes (the sidecar's): warnings that name the layer; the page is the model's burn
+# ---------------------------------------------------------------------------------------------
+
+
 def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
     cpu = o.thresholds["cpu_starvation_score"]
-    base = (f"avg_over_time(vllm_diag_cpu_starvation_score[{SMOOTHING_RANGE}]) >= {fmt(cpu)}\n"
-            f"and {_on('model_name')}\n"
-            f"avg_over_time(vllm_diag_requests_per_second[{SMOOTHING_RANGE}]) >= "
-            f"{fmt(o.thresholds['traffic_min_requests_per_second'])}")
-    gate = "and" if with_evidence else "unless"
-    expr = f"(\n{_indent(base)}\n)\n{gate} {_on('model_name')}\n{cpu_evidence(o)}"
     cpu_causes = tuple(c for c in CAUSES if c.layer == "cpu")
     verify = (Verify("the score", "vllm_diag_cpu_starvation_score"),
               Verify("each input of the score (host evidence: run_queue_wait_share, cfs_throttled_share, "
@@ -479,64 +643,68 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
               Verify("raw frontend overhead per request (e2e - queue - inference)",
                      frontend_overhead(RAW, RATE_WINDOW)))
     if with_evidence:
+        expr = (f"avg_over_time(vllm_diag_cpu_starvation_score[{SMOOTHING_RANGE}]) >= {fmt(cpu)}\n"
+                f"and {_on('model_name')}\n"
+                f"avg_over_time(vllm_diag_requests_per_second[{SMOOTHING_RANGE}]) >= "
+                f"{fmt(o.thresholds['traffic_min_requests_per_second'])}\n"
+                f"and {_on('model_name')}\n{cpu_evidence(o)}")
         return Alert(
-            name="VLLMCPUStarvation", expr=expr, severity="critical", symptom="C", layer="cpu",
-            for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
+            name="VLLMCPUStarvation", expr=expr, severity="warning", symptom="C", layer="cpu", for_=FOR_ROOT_CAUSE,
             summary="vLLM's processes are short of CPU: the engine loop or the frontend stalls.",
             description=(f"CPU-starvation score of {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) "
                          f"is {{{{ $value | printf \"%.2f\" }}}} (threshold {fmt(cpu)}) with host evidence (run-queue "
-                         "wait, CFS throttling or CPU PSI) while it serves traffic."),
+                         "wait, CFS throttling or CPU PSI above their calm floors) while it serves traffic."),
             meaning=("Root cause, not a symptom: the CPU layer holds vLLM back. The score combines run-queue wait "
-                     "of the vLLM threads, cgroup throttling, CPU PSI and the frontend's share of request time, "
-                     f"whichever are available (vllm_diag_cpu_signal). It pages only when the score is at "
-                     f"{fmt(cpu)} or more, the target serves traffic, and at least one host input (run-queue wait "
-                     f"> {fmt(o.thresholds['cpu_wait_share_floor'])}, throttled share > "
-                     f"{fmt(o.thresholds['cpu_evidence_throttled_share'])}, PSI > "
-                     f"{fmt(o.thresholds['cpu_evidence_psi_share'])}) confirms it; without host evidence "
-                     "VLLMCPUStarvationSuspected (warning) fires instead."),
+                     "of the vLLM threads, cgroup throttling and CPU PSI, each above the floor measured on a calm "
+                     "host (vllm_diag_cpu_signal). A warning: when it hurts users, the model's error budget burns "
+                     "and VLLMErrorBudgetBurn pages with cause A3/C1 (layer cpu). It inhibits the symptom alerts it "
+                     "explains on the same replica."),
             causes=cpu_causes, verify=verify, mitigations=cause_mitigations(cpu_causes))
+    # No CPU source on the target: the score cannot exist, but request timings can still point at the CPU.
+    rng = duration(o.thresholds["alert_smoothing_seconds"])
+    expr = (f'avg_over_time(vllm_diag_cause_active{{layer="cpu"}}[{rng}]) >= '
+            f"{fmt(o.thresholds['alert_symptom_active_share'])}\n"
+            f'unless {_on()}\nvllm_diag_input_available{{input="cpu_source"}} == 1')
     return Alert(
         name="VLLMCPUStarvationSuspected", expr=expr, severity="warning", symptom="C", layer="cpu",
-        for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
-        summary="vLLM looks short of CPU, from request timings only (no host CPU evidence).",
-        description=(f"CPU-starvation score of {{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) is "
-                     f"{{{{ $value | printf \"%.2f\" }}}} (threshold {fmt(cpu)}) from proxies only (frontend share of "
-                     "request time, API-server CPU): no run-queue, throttling or PSI input confirms it."),
-        meaning=("The CPU-starvation score is high while the target serves traffic, but the only inputs are "
-                 "proxies from vLLM's own metrics (time outside the engine, API-server CPU): a slow tokenizer or "
-                 "chat template reads the same. A warning, not a page; configure a CPU source on the target "
-                 "(`cpu: {match: \"vllm serve\"}`, same PID namespace) so the sidecar can confirm it."),
+        for_=FOR_ROOT_CAUSE,
+        summary="Request timings point at the CPU, and the sidecar has no CPU source to confirm it.",
+        description=("On {{ $labels.target }} (model {{ $labels.model_name }}) the sidecar names cause "
+                     "{{ $labels.cause }} (layer cpu) from request timings alone ({{ $value | humanizePercentage }} "
+                     f"of {rng}): no host CPU source (run-queue, throttling, PSI) is configured or readable."),
+        meaning=("The time requests spend outside the engine (tokenization, chat templates, IPC) is a large share "
+                 "of their latency, which is how CPU starvation shows from vLLM's own metrics; a slow tokenizer "
+                 "reads the same. Without a CPU source the sidecar cannot confirm it. Configure one on the target "
+                 "(`cpu: {match: \"vllm serve\"}` with the sidecar in vLLM's PID namespace) so the CPU-starvation "
+                 "score and VLLMCPUStarvation can work."),
         causes=cpu_causes, verify=verify, mitigations=cause_mitigations(cpu_causes))
 
 
 def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     t = o.thresholds
-    ppr, kv_high, rate_min = t["preemptions_per_request"], t["kv_usage_high"], t["kv_page_preemption_rate"]
+    ppr, kv_high, rate_min = t["preemptions_per_request"], t["kv_usage_high"], t["kv_pressure_preemption_rate"]
     shortage = (f"avg_over_time(vllm_diag_preemptions_per_request[{SMOOTHING_RANGE}]) > {fmt(ppr)}\n"
                 f"and {_on('model_name')}\n"
-                f'max_over_time(vllm_diag_kv_cache_usage_ratio{{stat="max"}}[{SMOOTHING_RANGE}]) > {fmt(kv_high)}')
-    impact = (f"avg_over_time(vllm_diag_preemption_rate[{SMOOTHING_RANGE}]) >= {fmt(rate_min)}\n"
-              f"or {_on('model_name')}\n{slo_breach(o)}")
+                f'max_over_time(vllm_diag_kv_cache_usage_ratio{{stat="max"}}[{SMOOTHING_RANGE}]) > {fmt(kv_high)}\n'
+                f"and {_on('model_name')}\n"
+                f"avg_over_time(vllm_diag_preemption_rate[{SMOOTHING_RANGE}]) >= {fmt(rate_min)}")
     return [
         Alert(
-            name="VLLMKVCachePressure",
-            expr=f"(\n{_indent(shortage)}\n)\nand {_on('model_name')}\n(\n{_indent(impact)}\n)",
-            severity="critical", symptom="D", layer="kv_cache",
-            for_=FOR_ROOT_CAUSE, keep_firing_for=KEEP_FIRING_ROOT_CAUSE,
-            summary="vLLM is short of KV cache: requests are preempted and recomputed, and users notice.",
+            name="VLLMKVCachePressure", expr=shortage, severity="warning", symptom="D", layer="kv_cache",
+            for_=FOR_ROOT_CAUSE,
+            summary="vLLM is short of KV cache: requests are preempted and recomputed.",
             description=(f"{{{{ $labels.target }}}} (model {{{{ $labels.model_name }}}}) preempts "
                          f"{{{{ $value | printf \"%.2f\" }}}} times per finished request "
-                         f"(threshold {fmt(ppr)}) while KV usage peaked above {fmt(kv_high)}, "
-                         f"with at least {fmt(rate_min)} preemptions/s or a latency SLO breached: "
-                         "latency rises and GPU work is wasted."),
+                         f"(threshold {fmt(ppr)}) while KV usage peaked above {fmt(kv_high)}, at "
+                         f"{fmt(rate_min)} preemptions/s or more: latency rises and GPU work is wasted."),
             meaning=("Root cause, not a symptom: KV cache space is the bottleneck. Preemption is frequent "
-                     f"(over {fmt(ppr)} per finished request) and KV usage reached {fmt(kv_high)} in the same "
-                     f"{SMOOTHING_RANGE}. It pages only with user impact: at least {fmt(rate_min)} preemptions per "
-                     "second, or a TTFT/ITL p95 above the target's objective (vllm_diag_slo_seconds) with at "
-                     f"least {fmt(t['slo_min_requests'])} requests in the range. The same shortage also caps "
-                     f"concurrency (cause C3, {CAUSE_BY_ID['C3'].title.lower()})."),
+                     f"(over {fmt(ppr)} per finished request, at least {fmt(rate_min)} per second) and KV usage "
+                     f"reached {fmt(kv_high)} in the same {SMOOTHING_RANGE}. A warning: when it hurts users the "
+                     "model's error budget burns and VLLMErrorBudgetBurn pages with cause D (layer kv_cache), once "
+                     "for the model however many replicas are short. The same shortage also caps concurrency "
+                     f"(cause C3, {CAUSE_BY_ID['C3'].title.lower()})."),
             causes=(CAUSE_BY_ID["D"],),
-            verify=(*SYMPTOM_VERIFY["D"], Verify("SLO ratio per objective (> 1 breaches)", slo_ratio(o))),
+            verify=SYMPTOM_VERIFY["D"],
             mitigations=cause_mitigations((CAUSE_BY_ID["D"],)),
         ),
         _cpu_alert(o, with_evidence=True),
@@ -544,90 +712,117 @@ def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     ]
 
 
+# ---------------------------------------------------------------------------------------------
+# Operations: targets, the sidecar itself, its inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def model_targets() -> str:
+    """vllm_diag_up per target with the model it served in the last hour (targets that never came up
+    have none: VLLMTargetNeverUp covers them)."""
+    return (f"vllm_diag_up\n* {_on()} group_left (model_name)\n"
+            f"group by ({', '.join((*IDENTITY, 'model_name'))}) (last_over_time(vllm_diag_requests[1h]))")
+
+
 def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     t = o.thresholds
     sidecar_up = f'up{{job="{o.sidecar_job}"}}'
     grace = duration(t["target_startup_grace_seconds"])
     stale_n = t["stale_after_intervals"]
-    down_verify = (Verify("scrape state", "vllm_diag_up"),
-                   Verify("failed scrapes by reason", "rate(vllm_diag_scrape_errors_total[5m]) > 0"),
-                   Verify("seconds since the last good scrape", "time() - vllm_diag_last_success_timestamp_seconds"))
+    by_model = f"by ({', '.join(MODEL)})"
+    down_verify = (Verify("scrape state", 'vllm_diag_up{target="$target"}'),
+                   Verify("failed scrapes by reason", 'rate(vllm_diag_scrape_errors_total{target="$target"}[5m]) > 0'),
+                   Verify("seconds since the last good scrape",
+                          'time() - vllm_diag_last_success_timestamp_seconds{target="$target"}'))
+    k8s_down = Mitigation("look at the pod: `kubectl -n NAMESPACE describe pod POD` (events, OOMKilled, probe "
+                          "failures), `kubectl -n NAMESPACE logs POD -c vllm --previous` (the crashed container's "
+                          "last words), and on GPU nodes the Xid errors (`dmesg | grep -i xid` on the node, or the "
+                          "DCGM exporter's DCGM_FI_DEV_XID_ERRORS)", "none: read-only")
     return [
-        Alert(
-            name="VLLMLatencyAboveSLO",
-            expr=f"{slo_ratio(o)}\n> 1\nand {_on('model_name')}\n{enough_requests(o)}",
-            severity="warning", symptom="none", layer="unknown", for_=FOR_SLO,
-            summary="vLLM latency p95 is above the deployment's objective.",
-            description=(f"{{{{ $labels.objective | toUpper }}}} p95 of {{{{ $labels.target }}}} (model "
-                         f"{{{{ $labels.model_name }}}}) has been {{{{ $value | printf \"%.2f\" }}}} "
-                         "times its objective (vllm_diag_slo_seconds) on average over "
-                         f"{SMOOTHING_RANGE}, with enough requests to trust the quantile."),
-            meaning=("An outcome, not a layer: the TTFT or ITL p95 (label `objective`) averaged over "
-                     f"{SMOOTHING_RANGE} exceeds the objective configured for this target (`slo`, or `targets[].slo`, "
-                     "exported as vllm_diag_slo_seconds), while at least "
-                     f"{fmt(t['slo_min_requests'])} requests finished in that range. The symptom and root-cause "
-                     "alerts (or vllm_diag_layer_verdict) say where it comes from; a root-cause page inhibits it."),
-            verify=(Verify("SLO ratio per objective (> 1 breaches)", slo_ratio(o)),
-                    Verify("the objectives", "vllm_diag_slo_seconds"),
-                    Verify("raw TTFT p95", RAW.quantile(0.95, "vllm:time_to_first_token_seconds", RATE_WINDOW)),
-                    Verify("current verdict layer", "vllm_diag_layer_verdict == 1"),
-                    Verify("active symptoms", "vllm_diag_symptom_active == 1")),
-            action="follow the active symptom or root-cause alert's runbook (vllm_diag_layer_verdict names the layer)",
-            tradeoff="depends on the cause; every knob trades TTFT against ITL, throughput or memory",
-            mitigations=always(_SCALE_OUT, _SHED, _CAP_TOKENS),
-        ),
         Alert(
             name="VLLMTargetDown",
             expr=f"vllm_diag_up == 0\nand {_on()}\nvllm_diag_last_success_timestamp_seconds",
-            severity="critical", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
+            severity="info", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
             summary="A vLLM that was serving stopped answering its /metrics.",
-            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails; "
-                         "vllm_diag_up is {{ $value }}. The engine is down, hung or unreachable, and its "
-                         "diagnosis is suspended."),
-            meaning=("The target was up since the sidecar started (vllm_diag_last_success_timestamp_seconds "
-                     "exists) and its last scrapes failed (timeout, HTTP error, connection refused, unparsable or "
-                     "too large). Serving is probably broken, and the alerts it inhibits would only repeat stale "
-                     "evidence. A target that has never been up is VLLMTargetNeverUp, after the startup grace."),
+            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails; its diagnosis "
+                         "is suspended and the alerts it would repeat are inhibited."),
+            meaning=("Context, not a page: one replica is down (a crash, an in-place container restart, a node "
+                     "drain). It inhibits that replica's diagnosis alerts, which would only repeat stale evidence. "
+                     "Users are protected by the model's other replicas; VLLMTargetsDown warns when more than "
+                     f"{fmt(t['targets_down_share'] * 100)} % of a model's replicas are down, VLLMModelUnavailable "
+                     "pages when none is up, and the error-budget page fires if the loss hurts."),
             verify=down_verify,
-            action="check the vLLM process/pod (logs, OOM kills, restarts) and that the target URL is reachable "
-                   "from the sidecar",
+            action="check the vLLM process/pod (logs of the previous container, OOM kills, restarts, events)",
             tradeoff="none: restoring the engine has no downside; a restart drops in-flight requests",
-            mitigations=always(Mitigation("move traffic away from this replica (remove it from the load balancer) "
-                                          "until it answers", "less capacity meanwhile")),
+            mitigations=always(k8s_down),
+        ),
+        Alert(
+            name="VLLMTargetsDown", scope="model",
+            expr=(f"count {by_model} (\n{_indent(model_targets())} == 0\n)\n/\ncount {by_model} (\n"
+                  f"{_indent(model_targets())}\n)\n> {fmt(t['targets_down_share'])}"),
+            severity="warning", symptom="none", layer="unknown", for_=FOR_TARGETS_DOWN,
+            summary="More than a tenth of a model's vLLM replicas are down.",
+            description=("{{ $value | humanizePercentage }} of the replicas of model {{ $labels.model_name }}"
+                         "{{ if $labels.namespace }} (namespace {{ $labels.namespace }}){{ end }} do not answer."),
+            meaning=("kube-prometheus' TargetDown convention, per model: more than "
+                     f"{fmt(t['targets_down_share'] * 100)} % of the replicas a sidecar watches have failed their "
+                     f"scrapes for {FOR_TARGETS_DOWN}. Capacity is lost; the error-budget page fires if users feel "
+                     "it."),
+            verify=(Verify("replicas up per model", f"sum {by_model} ({model_targets()})"),),
+            action="find why the replicas are down (VLLMTargetDown per replica, `kubectl get pods`)",
+            tradeoff="none", mitigations=always(k8s_down),
+        ),
+        Alert(
+            name="VLLMModelUnavailable", scope="model",
+            expr=f"max {by_model} (\n{_indent(model_targets())}\n) == 0",
+            severity="critical", symptom="none", layer="unknown", for_=FOR_MODEL_DOWN,
+            summary="No replica of a model answers: the model is not served.",
+            description=("None of the replicas of model {{ $labels.model_name }}{{ if $labels.namespace }} "
+                         "(namespace {{ $labels.namespace }}){{ end }} has answered for "
+                         f"{FOR_MODEL_DOWN}."),
+            meaning=("Every replica that served the model in the last hour now fails its scrapes: requests to "
+                     "this model fail. A rolling restart never takes every replica down at once, so it does not "
+                     "fire; a model load that never finishes is VLLMTargetNeverUp."),
+            verify=(Verify("replicas up", f"{model_targets()}"),),
+            action="check the pods (events, previous logs, OOMKilled, GPU Xid) and roll back a failed rollout",
+            tradeoff="none",
+            mitigations=always(k8s_down, Mitigation("roll back the rollout (`kubectl rollout undo`) if it began with "
+                                                    "one", "back to the previous version")),
         ),
         Alert(
             name="VLLMTargetNeverUp",
             expr=f"vllm_diag_up == 0\nunless {_on()}\nvllm_diag_last_success_timestamp_seconds",
-            severity="critical", symptom="none", layer="unknown", for_=grace,
+            severity="warning", symptom="none", layer="unknown", for_=grace,
             summary="A vLLM target has not come up within the startup grace.",
             description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
-                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): "
-                         "the model load hangs, crashes or the URL is wrong."),
+                         f"the {grace} startup grace: the model load hangs, crashes or the URL is wrong."),
             meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
                      f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
-                     "startupProbe budget) before paging: a rollout never pages while replicas load."),
+                     "startupProbe budget): a rollout never alerts while replicas load. A warning: during a "
+                     "rolling update the old replicas still serve; when none does, VLLMModelUnavailable pages."),
             verify=down_verify,
             action="check the vLLM container's logs (download, OOM at load, CUDA errors) and the target URL",
             tradeoff="none",
-            mitigations=always(Mitigation("roll back the rollout (`kubectl rollout undo`) if the new version does "
-                                          "not load", "back to the previous version")),
+            mitigations=always(k8s_down, Mitigation("roll back the rollout (`kubectl rollout undo`) if the new "
+                                                    "version does not load", "back to the previous version")),
         ),
         Alert(
-            name="VLLMDiagSidecarDown",
-            expr=(f"{sidecar_up} == 0\nor\n(\n  absent({sidecar_up})\n  and on ()\n"
-                  f"  count(max_over_time(vllm_diag_up[1h])) > 0\n)"),
+            name="VLLMDiagSidecarDown", scope="namespace",
+            expr=(f"{sidecar_up} == 0\nor\n(\n  count by (namespace) (vllm:num_requests_running)\n"
+                  f"  unless on (namespace)\n  count by (namespace) ({sidecar_up} == 1)\n)"),
             severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
-            summary="Prometheus cannot scrape the vllm-diag sidecar.",
+            summary="A vllm-diag sidecar cannot be scraped, or a namespace serves vLLM with none up.",
             description=("{{ if $labels.instance }}The vllm-diag sidecar {{ $labels.instance }} "
                          "(job {{ $labels.job }}) is down"
-                         "{{ else }}The vllm-diag job has vanished from Prometheus' targets{{ end }} "
-                         "(value {{ $value }}): no diagnosis alert can fire while it is gone."),
-            meaning=(f"Prometheus' job `{o.sidecar_job}` (set with `vllm-diag render rules --sidecar-job NAME`) "
-                     "either has an instance that is down (`up == 0`, one alert per instance), or has vanished "
-                     "although sidecar metrics were stored within the last hour (discovery lost it, the "
-                     "ServiceMonitor was deleted). A Prometheus that never scraped a sidecar does not fire it. "
-                     "Serving may be fine; the diagnosis alerts are blind."),
-            verify=(Verify("sidecar scrape state", sidecar_up),),
+                         "{{ else }}Namespace {{ $labels.namespace }} serves vLLM but no vllm-diag sidecar is "
+                         "up there{{ end }}: the diagnosis (and the causes on pages) is blind."),
+            meaning=(f"Either an instance of Prometheus' job `{o.sidecar_job}` (set with `vllm-diag render rules "
+                     "--sidecar-job NAME`) is down, or a namespace where Prometheus scrapes vLLM itself has no "
+                     "sidecar up. Compared with vLLM's own series, not with `absent()`: a namespace scaled to zero "
+                     "has no vLLM either and stays quiet, and one namespace's sidecars never hide another's. "
+                     "Serving may be fine; the error-budget pages still fire, with cause `unknown`."),
+            verify=(Verify("sidecar scrape state", sidecar_up),
+                    Verify("namespaces serving vLLM", "count by (namespace) (vllm:num_requests_running)")),
             action="check the sidecar container (logs, restarts) and the Prometheus scrape config / ServiceMonitor",
             tradeoff="none",
         ),
@@ -652,41 +847,46 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             action="restart the sidecar and report the hang with its logs",
             tradeoff="none: a restart empties the window, so the diagnosis reads insufficient_evidence for one window",
         ),
+        Alert(
+            name="VLLMDiagInputMissing",
+            expr=f"vllm_diag_input_available == 0\nand {_on()}\nvllm_diag_up == 1",
+            severity="warning", symptom="none", layer="unknown", for_=FOR_INPUT_MISSING,
+            summary="An input a vllm-diag alert needs is missing: that alert cannot fire.",
+            description=("{{ $labels.target }} answers, but input `{{ $labels.input }}` has been missing for "
+                         f"{FOR_INPUT_MISSING}: the alerts that read it are blind."),
+            meaning=("vllm_diag_input_available lists every input a cause alert needs (KV usage, preemptions, the "
+                     "TTFT and ITL histograms, finished requests, the host CPU source). It goes to 0 after a vLLM "
+                     "upgrade renamed a metric, with `--disable-log-stats`, or when the CPU source became "
+                     "unreadable (a PID namespace or cgroup change)."),
+            verify=(Verify("inputs per target", 'vllm_diag_input_available{target="$target"}'),),
+            action="restore the input: check vLLM's flags (`--disable-log-stats`), its version against the "
+                   "sidecar's, and the target's `cpu:` source",
+            tradeoff="none",
+        ),
+        Alert(
+            name="VLLMDiagSourceErrors",
+            expr=f"sum without (reason) (increase(vllm_diag_source_errors_total[{ERRORS_WINDOW}])) > 0",
+            severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
+            summary="A vllm-diag side input keeps failing.",
+            description=("Source `{{ $labels.source }}` of {{ $labels.target }} failed {{ $value | printf \"%.0f\" }} "
+                         f"times in {ERRORS_WINDOW}."),
+            meaning=("A side input of the diagnosis (host CPU, DCGM, engine facts, recording) fails again and "
+                     "again; the evidence it feeds is missing from the diagnosis meanwhile."),
+            verify=(Verify("failures by source and reason", 'increase(vllm_diag_source_errors_total[15m]) > 0'),),
+            action="read the sidecar's log lines for that source", tradeoff="none",
+        ),
+        Alert(
+            name="VLLMDiagRuleErrors",
+            expr=f"sum without (cause) (increase(vllm_diag_rule_errors_total[{ERRORS_WINDOW}])) > 0",
+            severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
+            summary="A vllm-diag diagnosis rule keeps raising: its cause can never be named.",
+            description=("Diagnosis rules of {{ $labels.target }} failed {{ $value | printf \"%.0f\" }} times in "
+                         f"{ERRORS_WINDOW}."),
+            meaning="A bug or an unexpected input in a rule: the rule abstains while it raises.",
+            verify=(Verify("failures by rule", 'increase(vllm_diag_rule_errors_total[15m]) > 0'),),
+            action="report it with the sidecar's logs and a capture (`record_dir`)", tradeoff="none",
+        ),
     ]
-
-
-def raw_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
-    """Alerts on the recording rules alone, for fleets without the sidecar. The objectives are rendered
-    in (`vllm-diag render rules --config FILE` takes the deployment's `slo`): raw series carry none."""
-    w = RATE_WINDOW
-    rps = f"model:vllm_requests_finished:rate{w}"
-    # `unless`: replicas a sidecar watches alert through VLLMLatencyAboveSLO with their own
-    # objectives; these rules cover the rest, never both. A sidecar's target is its pod's name (the
-    # downward API default), so the sidecar's `target` label names the vLLM pod it watches, whether
-    # the sidecar runs in that pod or watches it from elsewhere.
-    gate = (f"and ignoring (le)\n{rps} * {SMOOTHING_SECONDS} >= {fmt(o.thresholds['slo_min_requests'])}\n"
-            'unless on (namespace, pod)\nlabel_replace(vllm_diag_up, "pod", "$1", "target", "(.+)")')
-    out = []
-    for name, record, objective, threshold in (
-            ("VLLMRawTTFTAboveSLO", f"model:vllm_ttft_seconds:p95_rate{w}", "TTFT", o.slo.ttft.threshold_seconds),
-            ("VLLMRawITLAboveSLO", f"model:vllm_itl_seconds:p95_rate{w}", "ITL", o.slo.itl.threshold_seconds)):
-        out.append(Alert(
-            name=name, expr=f"{record} > {fmt(threshold)}\n{gate}",
-            severity="warning", symptom="none", layer="unknown", for_=FOR_SLO,
-            summary=f"vLLM {objective} p95 is above the objective (raw series, no sidecar).",
-            description=(f"{objective} p95 of model {{{{ $labels.model_name }}}} (job {{{{ $labels.job }}}}) is "
-                         f"{{{{ $value | humanizeDuration }}}} over {w}, above the {fmt(threshold)} s objective."),
-            meaning=(f"Computed by Prometheus from vLLM's own histograms ({record}), per model and deployment, "
-                     f"for fleets without the sidecar. The objective ({fmt(threshold)} s) is rendered into the rule "
-                     "from the configuration given to `vllm-diag render rules --config FILE`; at least "
-                     f"{fmt(o.thresholds['slo_min_requests'])} requests must have finished in {w}. Quiet for a "
-                     "replica whose pod runs the sidecar (it alerts through VLLMLatencyAboveSLO instead)."),
-            verify=(Verify(f"{objective} p95", record), Verify("finished requests per second", rps)),
-            action="deploy the sidecar for a diagnosis, or follow the symptom runbooks (A for TTFT, B for ITL)",
-            tradeoff="depends on the cause",
-            mitigations=always(_SCALE_OUT, _SHED),
-        ))
-    return out
 
 
 def alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
@@ -695,15 +895,16 @@ def alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
 
 
 # Alertmanager inhibition: a root cause silences the symptom alerts it explains on the same replica
-# (INHIBIT_EQUAL), and the outcome alert it causes.
+# (INHIBIT_EQUAL); a model's page silences its own replica-level and slow burns (MODEL_EQUAL).
 _ALERT_OF = {s.id: s.alert for s in SYMPTOMS}
-_CPU_EXPLAINS = (*(_ALERT_OF[s] for s in "ABC"), "VLLMLatencyAboveSLO")
-INHIBITIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("VLLMKVCachePressure", (*(_ALERT_OF[s] for s in "ACDEF"), "VLLMLatencyAboveSLO")),
-    ("VLLMCPUStarvation", (*_CPU_EXPLAINS, "VLLMCPUStarvationSuspected")),
-    ("VLLMCPUStarvationSuspected", _CPU_EXPLAINS),
+INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
+    ("VLLMKVCachePressure", tuple(_ALERT_OF[s] for s in "ACDEF"), INHIBIT_EQUAL),
+    ("VLLMCPUStarvation", (*(_ALERT_OF[s] for s in "ABC"), "VLLMCPUStarvationSuspected"), INHIBIT_EQUAL),
     ("VLLMTargetDown", (*(_ALERT_OF[s.id] for s in SYMPTOMS), "VLLMKVCachePressure", "VLLMCPUStarvation",
-                        "VLLMCPUStarvationSuspected", "VLLMLatencyAboveSLO", "VLLMDiagnosisStale")),
+                        "VLLMCPUStarvationSuspected", "VLLMDiagnosisStale", "VLLMDiagInputMissing"), INHIBIT_EQUAL),
+    ("VLLMErrorBudgetBurn", ("VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"), MODEL_EQUAL),
+    ("VLLMModelUnavailable", ("VLLMTargetsDown", "VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn",
+                              "VLLMEngineStalled"), MODEL_EQUAL),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -756,8 +957,10 @@ def alert_rule(a: Alert, o: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
     action, tradeoff = a.actions_text()
     return {
         "alert": a.name, "expr": a.expr, "for": a.duration,
-        **({"keep_firing_for": a.keep_firing_for} if a.keep_firing_for else {}),
-        "labels": {"severity": o.severity(a.severity), "symptom": a.symptom, "layer": a.layer, **a.extra_labels},
+        # Empty symptom/layer: the series carries them (a burn page's cause), a static label would hide it.
+        "labels": {"severity": o.severity(a.severity), **{k: v for k, v in (("symptom", a.symptom),
+                                                                             ("layer", a.layer)) if v},
+                   **a.extra_labels},
         "annotations": {"summary": a.summary, "description": a.description, "action": action,
                         "tradeoff": tradeoff, **a.annotations},
     }
@@ -768,7 +971,7 @@ ALERT_GROUPS: tuple[tuple[str, str, Callable[[Options], list[Alert]]], ...] = (
     (ALERTS_FILE, "vllm-diag.symptoms", lambda o: [symptom_alert(s, o) for s in SYMPTOMS]),
     (ALERTS_FILE, "vllm-diag.root-causes", root_cause_alerts),
     (ALERTS_FILE, "vllm-diag.operations", ops_alerts),
-    (RAW_ALERTS_FILE, "vllm-diag.raw", raw_alerts),
+    (RAW_ALERTS_FILE, "vllm-diag.slo", slo_alerts),
 )
 
 
@@ -797,8 +1000,9 @@ def render_files(o: Options = DEFAULT_OPTIONS) -> dict[str, str]:
 def render_alertmanager(o: Options = DEFAULT_OPTIONS) -> dict[str, str]:
     template = environment().get_template("alertmanager.yml.j2")
     return {ALERTMANAGER_FILE: template.render(
-        inhibitions=[{"source": src, "targets": "|".join(targets)} for src, targets in INHIBITIONS],
-        group_by=list(GROUP_BY), equal=list(INHIBIT_EQUAL),
+        inhibitions=[{"source": src, "targets": "|".join(targets), "equal": list(equal)}
+                     for src, targets, equal in INHIBITIONS],
+        group_by=list(GROUP_BY), page_group_by=list(PAGE_GROUP_BY),
         severities={s: o.severity(s) for s in SEVERITIES},
     )}
 

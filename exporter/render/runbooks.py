@@ -8,17 +8,51 @@ the text cannot drift from the thresholds and actions the sidecar uses.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
 from exporter.render import rules
+
+# A selector of a sidecar (vllm_diag_*) or raw vLLM (vllm:*) series, with its optional matchers.
+_SELECTOR = re.compile(r"\b(vllm_diag_[a-z_]+|vllm:[a-z_:]+)(\{([^}]*)\})?")
+# Which alert labels scope a runbook query: the replica the alert names, or the whole model.
+_SCOPES: Mapping[str, Mapping[str, Mapping[str, str]]] = {
+    "target": {"diag": {"namespace": "$namespace", "target": "$target"},
+               "raw": {"namespace": "$namespace", "pod": "$target"}},
+    "model": {"diag": {"namespace": "$namespace", "model_name": "$model_name"},
+              "raw": {"namespace": "$namespace", "model_name": "$model_name"}},
+    "replica": {"diag": {"namespace": "$namespace", "target": "$pod"},
+                "raw": {"namespace": "$namespace", "pod": "$pod"}},
+    "namespace": {"diag": {"namespace": "$namespace"}, "raw": {"namespace": "$namespace"}},
+}
+
+
+def scoped(expr: str, scope: str) -> str:
+    """``expr`` with every vllm_diag_* and vllm:* selector restricted to the alert's labels
+    (`$target` etc., to be replaced by the values in the notification). Matchers already there win."""
+    labels = _SCOPES[scope]
+
+    def add(m: re.Match[str]) -> str:
+        name, inner = m.group(1), m.group(3) or ""
+        wanted = labels["diag" if name.startswith("vllm_diag_") else "raw"]
+        have = {part.split("=")[0].strip().rstrip("=~!") for part in inner.split(",") if part.strip()}
+        extra = [f'{k}="{v}"' for k, v in wanted.items() if k not in have]
+        return f"{name}{{{', '.join(p for p in (inner.strip(), *extra) if p)}}}"
+
+    return _SELECTOR.sub(add, expr)
 
 
 def _page(alert: rules.Alert, inhibits: tuple[str, ...], inhibited_by: tuple[str, ...],
           o: rules.Options) -> dict[str, Any]:
     action, tradeoff = alert.actions_text()
+    verify = [(v.what, scoped(v.expr, alert.scope)) for v in alert.verify]
+    equal = next((eq for src, _, eq in rules.INHIBITIONS if src == alert.name), ())
     return {
         "alert": alert, "rule": rules.alert_rule(alert, o), "inhibits": inhibits, "inhibited_by": inhibited_by,
-        "action": action, "tradeoff": tradeoff,
+        "action": action, "tradeoff": tradeoff, "verify": verify, "scope": alert.scope,
+        "inhibit_equal": ", ".join(equal),
+        "scope_vars": sorted({v for kind in _SCOPES[alert.scope].values() for v in kind.values()}),
     }
 
 
@@ -26,8 +60,8 @@ def render_files(o: rules.Options = rules.DEFAULT_OPTIONS) -> dict[str, str]:
     template = rules.environment().get_template("runbook.md.j2")
     out: dict[str, str] = {}
     for alert in rules.alerts(o):
-        inhibits = next((targets for src, targets in rules.INHIBITIONS if src == alert.name), ())
-        inhibited_by = tuple(src for src, targets in rules.INHIBITIONS if alert.name in targets)
+        inhibits = next((targets for src, targets, _ in rules.INHIBITIONS if src == alert.name), ())
+        inhibited_by = tuple(src for src, targets, _ in rules.INHIBITIONS if alert.name in targets)
         out[rules.runbook_file(alert.name)] = template.render(**_page(alert, inhibits, inhibited_by, o))
     out[f"{rules.RUNBOOK_DIR}/README.md"] = rules.environment().get_template("runbooks-index.md.j2").render(
         alerts=[rules.alert_rule(a, o) for a in rules.alerts(o)],
@@ -38,4 +72,4 @@ def render_files(o: rules.Options = rules.DEFAULT_OPTIONS) -> dict[str, str]:
 
 def verify_expressions() -> list[str]:
     """Every PromQL query the runbooks print (the catalog lint checks them too)."""
-    return [v.expr for a in rules.alerts() for v in a.verify]
+    return [scoped(v.expr, a.scope) for a in rules.alerts() for v in a.verify]

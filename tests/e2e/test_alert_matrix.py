@@ -73,7 +73,7 @@ SLO_ALERT = "VLLMLatencyAboveSLO"
 
 
 def _inhibited_by(sources: set[str]) -> set[str]:
-    return {t for src, targets in rules.INHIBITIONS if src in sources for t in targets}
+    return {t for src, targets, _ in rules.INHIBITIONS if src in sources for t in targets}
 
 
 @dataclass(frozen=True)
