@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,9 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                         help="Prometheus job name that scrapes the sidecar (default vllm-diag)")
     parser.add_argument("--severity-labels", default=None, metavar="critical=X,warning=Y,info=Z",
                         help="rename the severity label values for your routing tree")
+    parser.add_argument("--histogram-buckets", default=None, metavar="JSON",
+                        help="the JSON given to vLLM's --custom-histogram-buckets (0.32+), when it replaces the "
+                             "time_to_first_token or inter_token_latency edges: objectives must sit on an edge")
     parser.set_defaults(func=run)
 
 
@@ -45,9 +49,15 @@ def options_from(args: argparse.Namespace):
 
     config, job, labels = getattr(args, "config", None), getattr(args, "sidecar_job", None), \
         getattr(args, "severity_labels", None)
-    if config is None and job is None and labels is None:
+    custom = getattr(args, "histogram_buckets", None)
+    if config is None and job is None and labels is None and custom is None:
         return None
-    o = Options.from_settings(load_settings(config)) if config is not None else DEFAULT_OPTIONS
+    extra: dict[str, Any] = {}
+    if custom is not None:
+        extra["histogram_edges"] = _histogram_edges(custom)
+    settings = load_settings(config) if config is not None else None
+    o = (Options.from_settings(settings, **extra) if settings is not None
+         else replace(DEFAULT_OPTIONS, **extra) if extra else DEFAULT_OPTIONS)
     extra = {}
     if job is not None:
         extra["sidecar_job"] = job
@@ -59,9 +69,25 @@ def options_from(args: argparse.Namespace):
                 raise ValueError(f"--severity-labels: {item!r} is not one of {'/'.join(SEVERITIES)}=NAME")
             mapping[key.strip()] = value.strip()
         extra["severity_labels"] = mapping
-    from dataclasses import replace
-
     return replace(o, **extra)
+
+
+def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
+    """vLLM's --custom-histogram-buckets JSON: {"family": [edges...]}, families replaced whole."""
+    import json
+
+    from exporter.catalog import buckets
+
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--histogram-buckets: not JSON ({exc})") from None
+    if not isinstance(data, dict) or not all(
+            isinstance(v, list) and v and all(isinstance(x, (int, float)) for x in v) for v in data.values()):
+        raise ValueError('--histogram-buckets: give {"family": [edge, ...]} as for vLLM\'s --custom-histogram-buckets')
+    edges = dict(buckets.DEFAULT_EDGES)
+    edges.update({k: tuple(float(x) for x in v) for k, v in data.items()})
+    return edges
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,6 +19,7 @@ from typing import Any
 
 import jinja2
 
+from exporter.catalog import buckets
 from exporter.catalog.metrics import BY_NAME
 from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, SYMPTOMS, Cause, Symptom
 from exporter.catalog.thresholds import DEFAULTS
@@ -33,6 +34,7 @@ ALERTS_FILE = "alert_rules/vllm-diag-alerts.yml"
 RECORDING_FILE = "alert_rules/vllm-diag-recording.yml"
 RAW_ALERTS_FILE = "alert_rules/vllm-diag-raw-alerts.yml"
 ALERTMANAGER_FILE = "deploy/alertmanager/alertmanager.yml"
+ALERTMANAGER_CONFIG_FILE = "deploy/kubernetes/alertmanagerconfig.yaml"
 
 # Where runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
 # elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same.
@@ -113,6 +115,15 @@ class Options:
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULTS))
     sidecar_job: str = SIDECAR_JOB
     severity_labels: Mapping[str, str] = field(default_factory=lambda: {s: s for s in SEVERITIES})
+
+    # The engines' histogram edges per --custom-histogram-buckets family (vLLM's defaults unless the
+    # deployment replaced a family): every objective's threshold must be one of them.
+    histogram_edges: Mapping[str, tuple[float, ...]] = field(default_factory=lambda: dict(buckets.DEFAULT_EDGES))
+
+    def __post_init__(self) -> None:
+        problems = slo.off_edge_thresholds(self.slo, self.histogram_edges)
+        if problems:
+            raise ValueError("; ".join(problems))
 
     @classmethod
     def from_settings(cls, settings: Settings, **extra: Any) -> Options:
@@ -998,13 +1009,17 @@ def render_files(o: Options = DEFAULT_OPTIONS) -> dict[str, str]:
 
 
 def render_alertmanager(o: Options = DEFAULT_OPTIONS) -> dict[str, str]:
-    template = environment().get_template("alertmanager.yml.j2")
-    return {ALERTMANAGER_FILE: template.render(
+    """The plain Alertmanager example and the Prometheus Operator's AlertmanagerConfig, from one set of
+    routes and inhibitions."""
+    values = dict(
         inhibitions=[{"source": src, "targets": "|".join(targets), "equal": list(equal)}
                      for src, targets, equal in INHIBITIONS],
         group_by=list(GROUP_BY), page_group_by=list(PAGE_GROUP_BY),
         severities={s: o.severity(s) for s in SEVERITIES},
-    )}
+    )
+    env = environment()
+    return {ALERTMANAGER_FILE: env.get_template("alertmanager.yml.j2").render(**values),
+            ALERTMANAGER_CONFIG_FILE: env.get_template("alertmanagerconfig.yaml.j2").render(**values)}
 
 
 def all_expressions(o: Options = DEFAULT_OPTIONS) -> list[str]:

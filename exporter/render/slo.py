@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from exporter.catalog import buckets
 from exporter.catalog.metrics import BY_NAME
 from exporter.config import SLO_PERIOD_DAYS, Slo
 from exporter.render import fmt
@@ -73,6 +74,24 @@ def le_matcher(edge: float) -> str:
     forms = dict.fromkeys((repr(float(edge)), f"{edge:g}"))
     escaped = "|".join(f.replace(".", "\\\\.") for f in forms)
     return f'le=~"{escaped}"'
+
+
+def off_edge_thresholds(slo: Slo, edges: Mapping[str, tuple[float, ...]]) -> list[str]:
+    """One line per latency objective whose threshold is not an edge of its histogram: the rules count
+    good events at the bucket whose upper edge is the threshold, so there must be one."""
+    problems = []
+    for name, objective in slo.objectives().items():
+        family = buckets.FAMILY_OF_OBJECTIVE[name]
+        family_edges = edges.get(family, buckets.DEFAULT_EDGES[family])
+        if any(abs(e - objective.threshold_seconds) <= 1e-9 * max(1.0, e) for e in family_edges):
+            continue
+        below, above = buckets.nearest_edges(objective.threshold_seconds, family_edges)
+        near = " or ".join(f"{e:g} s" for e in (below, above) if e is not None)
+        problems.append(f"slo.{name}.threshold_seconds {objective.threshold_seconds:g} is not an edge of vLLM's "
+                        f"{family} buckets: use {near}, or give vLLM (0.32+) the edge with "
+                        f"--custom-histogram-buckets and pass the same JSON to `vllm-diag render "
+                        f"--histogram-buckets`")
+    return problems
 
 
 # -- per-replica SLIs: events and bad events per second ----------------------------------------

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Final
 
 from prometheus_client.utils import floatToGoString
 
+from exporter.catalog import buckets
+
 if TYPE_CHECKING:  # engine imports this module for the bucket lists
     from exporter.simulator.dataparallel import DataParallelEngine
     from exporter.simulator.engine import Engine, Histogram
@@ -30,14 +32,8 @@ REQUEST_LATENCY_BUCKETS: Final = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
     120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
 )
-TIME_TO_FIRST_TOKEN_BUCKETS: Final = (
-    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5,
-    10.0, 20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
-)
-INTER_TOKEN_LATENCY_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
-    20.0, 40.0, 80.0,
-)
+TIME_TO_FIRST_TOKEN_BUCKETS: Final = buckets.TIME_TO_FIRST_TOKEN
+INTER_TOKEN_LATENCY_BUCKETS: Final = buckets.INTER_TOKEN_LATENCY
 ITERATION_TOKENS_BUCKETS: Final = (
     1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
 )

@@ -30,6 +30,7 @@ GENERATED_YAML = [
     *sorted((ROOT / "alert_rules").glob("*.yml")),
     ROOT / "deploy" / "alertmanager" / "alertmanager.yml",
     K8S / "prometheusrule.yaml",
+    K8S / "alertmanagerconfig.yaml",
     K8S / "grafana-dashboards.yaml",
 ]
 HAND_WRITTEN_YAML = [
@@ -38,7 +39,7 @@ HAND_WRITTEN_YAML = [
     *sorted((ROOT / "deploy" / "compose").rglob("*.yaml")),
     *sorted(p for p in K8S.glob("*.yaml") if p not in GENERATED_YAML),
 ]
-CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "Kustomization"}
+CRD_KINDS = {"PrometheusRule", "ServiceMonitor", "AlertmanagerConfig", "Kustomization"}
 
 YAMLLINT_STRICT = """
 extends: default

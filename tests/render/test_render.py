@@ -15,7 +15,7 @@ import yaml
 from exporter.catalog.symptoms import SYMPTOMS
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import Settings, Slo
-from exporter.render import check, dashboards, lint, render, rules, write
+from exporter.render import check, dashboards, lint, render, rules, slo, write
 from exporter.render.cli import register
 
 REPO = Path(__file__).resolve().parents[2]
@@ -109,21 +109,37 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
     names = [r["alert"] for r in _alert_rules()]
     assert len(names) == len(set(names))
     expected = {s.alert for s in SYMPTOMS} | {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMCPUStarvationSuspected",
-                                               "VLLMLatencyAboveSLO", "VLLMTargetDown", "VLLMTargetNeverUp",
-                                               "VLLMDiagSidecarDown", "VLLMDiagnosisStale"}
+                                               "VLLMTargetDown", "VLLMTargetsDown", "VLLMModelUnavailable",
+                                               "VLLMTargetNeverUp", "VLLMDiagSidecarDown", "VLLMDiagnosisStale",
+                                               "VLLMDiagInputMissing", "VLLMDiagSourceErrors", "VLLMDiagRuleErrors"}
     assert set(names) == expected
+    slo_alerts = {r["alert"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
+    assert slo_alerts == {"VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow",
+                          "VLLMEngineStalled"}
     for rule in _alert_rules(ALL_ALERT_FILES):
         assert rule["for"], rule["alert"]
         assert rule["labels"]["severity"] in SEVERITIES
-        assert {"severity", "symptom", "layer"} <= set(rule["labels"])
+        # A burn's symptom and layer come from the cause the sidecar names (series labels).
+        static = {"severity"} if rule["alert"] in {"VLLMErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"} else {
+            "severity", "layer"}
+        assert static <= set(rule["labels"]), rule["alert"]
         ann = rule["annotations"]
         assert {"summary", "description", "runbook_url", "action", "tradeoff"} <= set(ann), rule["alert"]
         assert "{{" not in ann["summary"], "summary is static"
         assert "$value" in ann["description"], rule["alert"]
         assert all(ann[k].strip() for k in ("action", "tradeoff")), rule["alert"]
-    pages = {r["alert"] for r in _alert_rules() if r["labels"]["severity"] == "critical"}
-    assert pages == {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMFrequentPreemption", "VLLMTargetDown",
-                     "VLLMTargetNeverUp"}
+    # What wakes someone: a model's budget burning, a model with no replica up, a hung engine.
+    pages = {r["alert"] for r in _alert_rules(ALL_ALERT_FILES) if r["labels"]["severity"] == "critical"}
+    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled"}
+    # No rule leans on keep_firing_for (older Prometheus Operator CRDs drop it silently).
+    assert all("keep_firing_for" not in r for r in _alert_rules(ALL_ALERT_FILES))
+    # Cause alerts outlast a burst.
+    assert all(_seconds(r["for"]) >= 300 for r in _alert_rules()
+               if r["alert"] in {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMCPUStarvationSuspected"})
+
+
+def _seconds(duration: str) -> float:
+    return float(duration[:-1]) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[duration[-1]]
 
 
 def test_runbook_urls_point_at_existing_runbooks_and_back() -> None:
@@ -147,7 +163,9 @@ def test_runbooks_carry_catalog_actions_and_costs() -> None:
 # exceptions: `== 0/1` on 0/1 state series, and the `> 0` guard on a ratio's denominator.
 SLO_NUMBERS = {v for o in Slo().model_dump().values() for v in o.values()}
 CATALOG_NUMBERS = {*DEFAULTS.values(), *SLO_NUMBERS, Settings.model_fields["window_seconds"].default}
-STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up"}
+STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up", "vllm_diag_input_available"}
+# The burn-rate factors are the SRE workbook's, declared once in exporter/render/slo.py.
+BURN_FACTORS = {a.factor for a in slo.BURN_ALERTS}
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
 _LHS = re.compile(r"([A-Za-z_:][\w:]*)(?:\{[^{}]*\})?\s*$")
 
@@ -163,7 +181,9 @@ def test_no_comparison_literal_outside_the_catalog() -> None:
     for rule in _all_rules():
         for lhs, op, value in _comparisons(rule["expr"]):
             seen += 1
-            if value in CATALOG_NUMBERS:
+            if value in CATALOG_NUMBERS or (value in BURN_FACTORS and "burn" in lhs):
+                continue
+            if op in ("==", ">") and value in (0, 1) and lhs == ")":  # count/max of 0/1 states, rate == 0
                 continue
             if op == "==" and value in (0, 1) and lhs in STATE_SERIES:
                 continue
@@ -185,37 +205,54 @@ def test_thresholds_follow_the_catalog() -> None:
     assert f"> {DEFAULTS['preemptions_per_request']:g}" in exprs["VLLMKVCachePressure"]
     assert f"> {DEFAULTS['kv_usage_high']:g}" in exprs["VLLMKVCachePressure"]
     assert f">= {DEFAULTS['cpu_starvation_score']:g}" in exprs["VLLMCPUStarvation"]
-    assert "vllm_diag_slo_seconds" in exprs["VLLMLatencyAboveSLO"], "the sidecar's objective, not a constant"
+    assert f"> {DEFAULTS['cpu_psi_floor']:g}" in exprs["VLLMCPUStarvation"], "evidence starts at the calm floor"
     assert f"for: {rules.duration(DEFAULTS['target_startup_grace_seconds'])}" in (
         REPO / rules.ALERTS_FILE).read_text()
-    raw = {r["alert"]: r["expr"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
-    assert f"> {Slo().ttft.threshold_seconds:g}" in raw["VLLMRawTTFTAboveSLO"]
-    assert f"> {Slo().itl.threshold_seconds:g}" in raw["VLLMRawITLAboveSLO"]
+    recording = (REPO / rules.RECORDING_FILE).read_text()
+    assert 'le=~"2\\\\.5"' in recording and 'le=~"0\\\\.1"' in recording, "thresholds at the bucket edges"
+    assert f"vector({1 - Slo().ttft.target:g})" in recording
 
 
 def test_render_rules_config_renders_the_deployments_objectives(tmp_path: Path) -> None:
     """`render rules --config FILE`: raw-series rules compare with the deployment's SLO and thresholds."""
     config = tmp_path / "vllm-diag.yaml"
-    config.write_text("slo: {ttft_p95_seconds: 0.75, itl_p95_seconds: 0.04}\n"
-                      "thresholds: {target_startup_grace_seconds: 1200}\n")
+    config.write_text("slo: {ttft: {threshold_seconds: 0.75, target: 0.995}, itl_p95_seconds: 0.05}\n"
+                      "thresholds: {target_startup_grace_seconds: 1800}\n")
     out = tmp_path / "out"
     assert _run_cli(["render", "rules", "--root", str(out), "--config", str(config), "--sidecar-job", "diag",
                      "--severity-labels", "critical=P1,warning=P3"]) == 0
-    raw = yaml.safe_load((out / rules.RAW_ALERTS_FILE).read_text())
-    exprs = {r["alert"]: r["expr"] for g in raw["groups"] for r in g["rules"]}
-    assert "> 0.75" in exprs["VLLMRawTTFTAboveSLO"] and "> 0.04" in exprs["VLLMRawITLAboveSLO"]
+    recording = (out / rules.RECORDING_FILE).read_text()
+    assert 'le=~"0\\\\.75"' in recording and 'le=~"0\\\\.05"' in recording
+    assert "vector(0.005)" in recording and "vector(0.05)" in recording  # 1 - 0.995; the p95 key is target 0.95
     alerts = (out / rules.ALERTS_FILE).read_text()
-    assert "for: 20m" in alerts and 'up{job="diag"}' in alerts and 'severity: "P1"' in alerts
+    assert "for: 30m" in alerts and 'up{job="diag"}' in alerts and 'severity: "P1"' in alerts
     assert 'severity: "critical"' not in alerts
     am = yaml.safe_load((out / rules.ALERTMANAGER_FILE).read_text())
-    assert {r["matchers"][0] for r in am["route"]["routes"]} == {'severity="P1"', 'severity="P3"', 'severity="info"'}
+    vllm_routes = am["route"]["routes"][0]["routes"]
+    assert {r["matchers"][0] for r in vllm_routes} == {'severity="P1"', 'severity="P3"', 'severity="info"'}
     # and the committed files are not what a custom config renders
-    assert (REPO / rules.RAW_ALERTS_FILE).read_text() != (out / rules.RAW_ALERTS_FILE).read_text()
+    assert (REPO / rules.RECORDING_FILE).read_text() != recording
+
+
+def test_render_refuses_a_threshold_between_bucket_edges(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The SLIs count good events at a bucket edge: a threshold between edges is refused with the nearest
+    edges, unless the deployment's own buckets (vLLM's --custom-histogram-buckets) have it."""
+    config = tmp_path / "vllm-diag.yaml"
+    config.write_text("slo: {ttft: {threshold_seconds: 2.0}}\n")
+    assert _run_cli(["render", "rules", "--root", str(tmp_path / "a"), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert "slo.ttft.threshold_seconds 2 is not an edge" in err and "1 s or 2.5 s" in err
+    custom = '{"time_to_first_token": [0.5, 1.0, 2.0, 4.0]}'
+    assert _run_cli(["render", "rules", "--root", str(tmp_path / "b"), "--config", str(config),
+                     "--histogram-buckets", custom]) in (0, 1)  # 1: only lint findings of other work in flight
+    assert 'le=~"2\\\\.0|2"' in (tmp_path / "b" / rules.RECORDING_FILE).read_text()
 
 
 def test_recording_rules_follow_level_metric_operations() -> None:
     records = [r["record"] for r in _all_rules() if "record" in r]
-    assert records and all(re.fullmatch(r"model:vllm_[a-z0-9_]+:[a-z0-9_]+", r) for r in records)
+    # level:metric:operations, the level naming what a series is aggregated to.
+    assert records and all(re.fullmatch(r"(model|pod|namespace_model):vllm_[a-z0-9_]+:[a-z0-9_]+|vllm_slo:[a-z_]+:[a-z_]+",
+                                        r) for r in records), records
     for rule in _all_rules():
         if "record" in rule and "/" in rule["expr"]:
             assert "> 0)" in rule["expr"], f"{rule['record']}: guard the denominator"
@@ -224,21 +261,27 @@ def test_recording_rules_follow_level_metric_operations() -> None:
 def test_alertmanager_inhibitions_name_real_alerts() -> None:
     config = yaml.safe_load((REPO / rules.ALERTMANAGER_FILE).read_text())
     names = {r["alert"] for r in _alert_rules()}
-    assert config["route"]["group_by"] == ["alertname", "namespace", "pod", "instance", "target", "model_name"]
-    assert {r["matchers"][0] for r in config["route"]["routes"]} == {f'severity="{s}"' for s in SEVERITIES}
+    names |= {r["alert"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
+    # Only vllm-diag's alerts enter the subtree: a cluster's other critical alerts keep their routes.
+    [vllm] = config["route"]["routes"]
+    assert vllm["matchers"] == ['alertname=~"VLLM.*"']
+    routes = {r["matchers"][0]: r for r in vllm["routes"]}
+    assert set(routes) == {f'severity="{s}"' for s in SEVERITIES}
+    # One notification per model for pages, never per replica.
+    assert routes['severity="critical"']["group_by"] == ["cluster", "namespace", "model_name"]
+    assert not {"pod", "instance", "target"} & set(vllm["group_by"])
     sources = {}
     for rule in config["inhibit_rules"]:
-        assert rule["equal"] == ["namespace", "pod", "instance", "target"]
         source = re.fullmatch(r'alertname="(\w+)"', rule["source_matchers"][0]).group(1)
         targets = re.fullmatch(r'alertname=~"([\w|]+)"', rule["target_matchers"][0]).group(1).split("|")
         assert source in names and set(targets) <= names
+        assert rule["equal"] in (["namespace", "pod", "instance", "target"], ["cluster", "namespace", "model_name"])
         sources[source] = set(targets)
     alert = {s.id: s.alert for s in SYMPTOMS}
-    assert sources["VLLMKVCachePressure"] == {alert[s] for s in "ACDEF"} | {"VLLMLatencyAboveSLO"}
-    assert sources["VLLMCPUStarvation"] == {alert[s] for s in "ABC"} | {"VLLMLatencyAboveSLO",
-                                                                      "VLLMCPUStarvationSuspected"}
-    assert sources["VLLMCPUStarvationSuspected"] == {alert[s] for s in "ABC"} | {"VLLMLatencyAboveSLO"}
+    assert sources["VLLMKVCachePressure"] == {alert[s] for s in "ACDEF"}
+    assert sources["VLLMCPUStarvation"] == {alert[s] for s in "ABC"} | {"VLLMCPUStarvationSuspected"}
     assert sources["VLLMTargetDown"] >= set(alert.values()) | {"VLLMKVCachePressure", "VLLMCPUStarvation"}
+    assert sources["VLLMErrorBudgetBurn"] == {"VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"}
 
 
 def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:
@@ -247,6 +290,7 @@ def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:
     the fallback tests."""
     text = (REPO / "tests/render/promtool/alerts_test.yml").read_text()
     named = set(re.findall(r'alertname(?:="|: )(\w+)', text))
+    named |= set(re.findall(r'"(VLLM\w+)"', (REPO / "tests/render/test_slo_alerts.py").read_text()))
     symptom_alerts = {s.alert for s in SYMPTOMS}
     assert {r["alert"] for r in _alert_rules()} - symptom_alerts <= named
     assert named & symptom_alerts
@@ -401,3 +445,25 @@ def test_panels_read_recording_rules_where_one_exists() -> None:
     for recomputed in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
                        "prefix_cache_hits_total", "kv_cache_usage_perc", "request_inference_time_seconds"):
         assert recomputed not in raw, f"a panel recomputes {recomputed}"
+
+
+def test_alertmanagerconfig_mirrors_the_plain_example() -> None:
+    """kube-prometheus-stack's AlertmanagerConfig routes and inhibits exactly as the plain example does."""
+    plain = yaml.safe_load((REPO / rules.ALERTMANAGER_FILE).read_text())
+    crd = yaml.safe_load((REPO / rules.ALERTMANAGER_CONFIG_FILE).read_text())
+    assert crd["kind"] == "AlertmanagerConfig" and crd["apiVersion"] == "monitoring.coreos.com/v1alpha1"
+    [vllm] = plain["route"]["routes"]
+    route = crd["spec"]["route"]
+    assert route["matchers"] == [{"name": "alertname", "matchType": "=~", "value": "VLLM.*"}]
+    assert route["groupBy"] == vllm["group_by"]
+    by_severity = {r["matchers"][0]["value"]: r for r in route["routes"]}
+    for sub in vllm["routes"]:
+        severity = re.fullmatch(r'severity="(\w+)"', sub["matchers"][0]).group(1)
+        assert by_severity[severity].get("groupBy", route["groupBy"]) == sub.get("group_by", vllm["group_by"])
+    assert [(r["sourceMatch"][0]["value"], r["targetMatch"][0]["value"], r["equal"]) for r in
+            crd["spec"]["inhibitRules"]] == [
+        (re.fullmatch(r'alertname="(\w+)"', r["source_matchers"][0]).group(1),
+         re.fullmatch(r'alertname=~"([\w|]+)"', r["target_matchers"][0]).group(1), r["equal"])
+        for r in plain["inhibit_rules"]]
+    kust = yaml.safe_load((REPO / "deploy/kubernetes/kustomization.yaml").read_text())
+    assert kust["labels"][0]["pairs"]["release"], "the release label kube-prometheus-stack selects on is set"

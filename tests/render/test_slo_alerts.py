@@ -129,6 +129,26 @@ CASES = [
     # A 3-minute burst at 90 % bad spends 4.5 % of an hour: 4.5x, no page, no ticket.
     Case("a 3-minute burst does not page", fleet("burst", [HEALTHY, (0.9, 3), (0.001, 37)]), H + 40,
          [(H + 2, []), (H + 5, []), (H + 10, []), (H + 39, [])]),
+    # A steady 5 % bad is 5x (the budget would last 6 days): below both paging factors. A ticket once
+    # both the 3d and 6h windows are over 1x for the ticket's `for` (~H + 81 + 30 here, the 3d window
+    # holding only this test's hours).
+    Case("a slow burn is a ticket, not a page", fleet("slow", [HEALTHY, (0.05, 130)]), H + 130,
+         [(H + 20, []), (H + 60, []), (H + 125, [({"alertname": "VLLMErrorBudgetBurnSlow", "severity": "warning",
+                                   "model_name": "slow", "cause": "unknown"}, 1)])]),
+    # A hung engine (a TP collective, a dead worker): requests running, no token for 5 minutes. The
+    # latency SLIs cannot see it (stuck requests record nothing); it pages on its own. Its neighbour
+    # generates tokens and stays quiet.
+    Case("a stalled engine pages", [Replica("stall", [HEALTHY, (0.001, 30)], model="stall")], H + 30,
+         [(H + 4, []), (H + 8, [({"alertname": "VLLMEngineStalled", "severity": "critical",
+                                  "model_name": "stall"}, 1)])],
+         extra=[{"series": 'vllm:num_requests_running{namespace="ns", pod="stall", model_name="stall", engine="0"}',
+                 "values": f"4x{H + 30}"},
+                {"series": 'vllm:generation_tokens_total{namespace="ns", pod="stall", model_name="stall", engine="0"}',
+                 "values": f"0+600x{H} {600 * H}x30"},
+                {"series": 'vllm:num_requests_running{namespace="ns", pod="busy", model_name="stall", engine="0"}',
+                 "values": f"4x{H + 30}"},
+                {"series": 'vllm:generation_tokens_total{namespace="ns", pod="busy", model_name="stall", engine="0"}',
+                 "values": f"0+600x{H + 30}"}]),
     # A single replica is its model: its outage pages as the model.
     Case("a single-replica model pages on its own burn", [Replica("solo", [HEALTHY, (0.5, 40)], model="solo")],
          H + 40, [(H + 15, []), (H + 22, [(page("solo"), 1)])]),
