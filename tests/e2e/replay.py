@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -29,6 +30,7 @@ from exporter.dcgm import gpu_utilization
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.publish.collector import DiagnosisCollector
+from exporter.signals import HostInputs
 from exporter.simulator import SCENARIOS, get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.simulator.hostcpu import simulated_host_inputs
@@ -53,32 +55,84 @@ class Timeline:
     name: str
     bodies: tuple[bytes, ...]  # sidecar /metrics at 0, SIM_INTERVAL_S, 2 * SIM_INTERVAL_S, ...
     symptoms: tuple[str, ...]  # active symptom ids per step ("" = none), for streak measurement
+    raw: tuple[bytes | None, ...] = ()  # vLLM's own /metrics at the same steps (None: not serving)
+
+    def index(self, sim_seconds: float) -> int:
+        return min(len(self.bodies) - 1, max(0, int(sim_seconds // SIM_INTERVAL_S)))
 
     def at(self, sim_seconds: float) -> bytes:
-        index = min(len(self.bodies) - 1, max(0, int(sim_seconds // SIM_INTERVAL_S)))
-        return self.bodies[index]
+        return self.bodies[self.index(sim_seconds)]
+
+    def raw_at(self, sim_seconds: float) -> bytes | None:
+        return self.raw[self.index(sim_seconds)] if self.raw else None
 
 
-def _settings(name: str, engine_facts: dict, slo: dict | None = None):
+def _settings(name: str, engine_facts: dict, slo: dict | None = None, **target: object):
     return load_settings(overrides={"listen": "127.0.0.1:9863", "window_seconds": WINDOW_S, "targets": [
         {"name": name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": SIM_INTERVAL_S,
-         "timeout": 1.0, "engine": engine_facts, **({"slo": slo} if slo else {})}]})
+         "timeout": 1.0, "engine": engine_facts, **({"slo": slo} if slo else {}), **target}]})
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A timeline that is a scenario with something changed around it (fleet cases)."""
+
+    base: str
+    up_from_s: float = 0.0
+    cpu_wait_share: float | None = None  # the host's run-queue wait, instead of the engine's own
+    cpu_lost_at_s: float | None = None  # the CPU source becomes unreadable from then on
+    duration_s: float = DURATION_S
+
+
+# Fleet timelines (tests/e2e/test_fleet_pages.py): 42 simulated minutes each.
+FLEET_DURATION_S = 2520.0
+VARIANTS: dict[str, Variant] = {
+    "fleet-healthy": Variant("healthy", duration_s=FLEET_DURATION_S),
+    "fleet-queue": Variant("queue-backlog", duration_s=FLEET_DURATION_S),
+    "fleet-kv": Variant("kv-pressure", duration_s=FLEET_DURATION_S),
+    "fleet-cpu-starved": Variant("cpu-starved", duration_s=FLEET_DURATION_S),
+    # Busy neighbours: the vLLM threads wait for a core 60 % of the time, and latency stays within
+    # the objectives (the healthy engine does not need more).
+    "fleet-cpu-contended": Variant("healthy", cpu_wait_share=0.6, duration_s=FLEET_DURATION_S),
+    "fleet-cpu-lost": Variant("healthy", cpu_lost_at_s=300.0, duration_s=FLEET_DURATION_S),
+    "fleet-slow-start": Variant("healthy", up_from_s=900.0, duration_s=FLEET_DURATION_S),
+}
+
+
+def _host_probe(variant: Variant, engine: object) -> Callable[[float], HostInputs]:
+    def probe(now: float) -> HostInputs:
+        if variant.cpu_lost_at_s is not None and now - START_UNIX >= variant.cpu_lost_at_s:
+            return HostInputs(errors=(("hostcpu:schedstat", "no such process"),))
+        inputs = simulated_host_inputs(engine)  # type: ignore[arg-type]
+        if variant.cpu_wait_share is not None:
+            return dataclasses.replace(inputs, cpu_wait_share=variant.cpu_wait_share)
+        return inputs
+    return probe
 
 
 def run_timeline(name: str) -> Timeline:
-    """One target's sidecar exposition at every simulated scrape, from the real pipeline."""
+    """One target's sidecar exposition at every simulated scrape, from the real pipeline, and the
+    vLLM exposition it scraped."""
     logging.getLogger("exporter").setLevel(logging.ERROR)  # a failed scrape per step would flood the log
-    base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
+    if name in VARIANTS:
+        variant = VARIANTS[name]
+        base, up_from, down_from = variant.base, variant.up_from_s, None
+    else:
+        base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
+        variant = Variant(base)
     scenario = get_scenario(base)
-    settings = _settings(name, scenario.engine_facts(), scenario.slo)
+    # A fleet target configures its CPU source (as the shipped deployments do), so its availability
+    # is watched; the alert matrix's targets keep the probe without the configuration.
+    cpu = {"cpu": {"pid": 1}} if name in VARIANTS else {}
+    settings = _settings(name, scenario.engine_facts(), scenario.slo, **cpu)
     engine = scenario.build()
     # The CPU source the shipped deployments configure, read from the simulated engine.
-    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: simulated_host_inputs(engine))
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=_host_probe(variant, engine))
     states = {}
     registry = CollectorRegistry()
     registry.register(DiagnosisCollector(lambda: states, settings))
-    bodies, symptoms = [], []
-    steps = int(DURATION_S // SIM_INTERVAL_S) + 1
+    bodies, symptoms, raw = [], [], []
+    steps = int(variant.duration_s // SIM_INTERVAL_S) + 1
     for k in range(steps):
         t = k * SIM_INTERVAL_S
         now = START_UNIX + t
@@ -90,11 +144,13 @@ def run_timeline(name: str) -> Timeline:
             body = render_vllm(engine, start_unix=START_UNIX + up_from).encode()
             state = pipeline.ingest(ScrapeResult(now, 0.01, body))
         else:
+            body = None
             state = pipeline.ingest(ScrapeResult(now, 0.01, None, "connect", "connection refused"))
         states[name] = state
         bodies.append(generate_latest(registry))
+        raw.append(body)
         symptoms.append("".join(sorted(s.id for s in state.diagnosis.active_symptoms)))
-    return Timeline(name, tuple(bodies), tuple(symptoms))
+    return Timeline(name, tuple(bodies), tuple(symptoms), tuple(raw))
 
 
 def timeline_names() -> list[str]:
@@ -107,11 +163,18 @@ def run_all(names: list[str], workers: int = 2) -> dict[str, Timeline]:
         return dict(zip(names, pool.map(run_timeline, names)))
 
 
-def renamed(timeline: Timeline, target: str, name: str) -> Timeline:
-    """The same timeline under another `target` label (two replicas both called vllm-0)."""
-    old = f'target="{timeline.name}"'.encode()
-    new = f'target="{target}"'.encode()
-    return dataclasses.replace(timeline, name=name, bodies=tuple(b.replace(old, new) for b in timeline.bodies))
+def renamed(timeline: Timeline, target: str, name: str, model: str | None = None) -> Timeline:
+    """The same timeline under another `target` label (two replicas both called vllm-0), and with
+    ``model`` under another `model_name` in both the sidecar's and vLLM's exposition."""
+    old_target, new_target = f'target="{timeline.name}"'.encode(), f'target="{target}"'.encode()
+    new_model = f'model_name="{model}"'.encode() if model is not None else None
+
+    def swap(body: bytes) -> bytes:
+        body = body.replace(old_target, new_target)
+        return body if new_model is None else re.sub(rb'model_name="[^"]*"', new_model, body)
+
+    return dataclasses.replace(timeline, name=name, bodies=tuple(swap(b) for b in timeline.bodies),
+                               raw=tuple(None if b is None else swap(b) for b in timeline.raw))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -128,16 +191,16 @@ def seconds(duration: str) -> float:
     return sum(int(n) * _UNITS[u] for n, u in parts)
 
 
-def _scaled(duration: str) -> str:
-    value = seconds(duration) / SPEED
+def _scaled(duration: str, speed: float = SPEED) -> str:
+    value = seconds(duration) / speed
     return f"{value:g}s" if value >= 1 else f"{int(round(value * 1000))}ms"
 
 
-def scale_rules(text: str) -> str:
-    """``for:``, ``keep_firing_for:`` and every ``[range]`` divided by SPEED; nothing else touched."""
+def scale_rules(text: str, speed: float = SPEED) -> str:
+    """``for:``, ``keep_firing_for:`` and every ``[range]`` divided by ``speed``; nothing else touched."""
     text = re.sub(rf"^(\s+(?:for|keep_firing_for):\s*)({_DURATION})\s*$",
-                  lambda m: m.group(1) + _scaled(m.group(2)), text, flags=re.MULTILINE)
-    return re.sub(rf"\[({_DURATION})\]", lambda m: f"[{_scaled(m.group(1))}]", text)
+                  lambda m: m.group(1) + _scaled(m.group(2), speed), text, flags=re.MULTILINE)
+    return re.sub(rf"\[({_DURATION})\]", lambda m: f"[{_scaled(m.group(1), speed)}]", text)
 
 
 # ---------------------------------------------------------------------------------------------
