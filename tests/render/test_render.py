@@ -251,8 +251,8 @@ def test_render_refuses_a_threshold_between_bucket_edges(tmp_path: Path, capsys:
 def test_recording_rules_follow_level_metric_operations() -> None:
     records = [r["record"] for r in _all_rules() if "record" in r]
     # level:metric:operations, the level naming what a series is aggregated to.
-    assert records and all(re.fullmatch(r"(model|pod|namespace_model):vllm_[a-z0-9_]+:[a-z0-9_]+|vllm_slo:[a-z_]+:[a-z_]+",
-                                        r) for r in records), records
+    name = re.compile(r"(model|pod|namespace_model):vllm_[a-z0-9_]+:[a-z0-9_]+|vllm_slo:[a-z_]+:[a-z_]+")
+    assert records and all(name.fullmatch(r) for r in records), records
     for rule in _all_rules():
         if "record" in rule and "/" in rule["expr"]:
             assert "> 0)" in rule["expr"], f"{rule['record']}: guard the denominator"
