@@ -3,8 +3,10 @@
 That Prometheus (tests/e2e/conftest.py) scrapes the sidecar (job ``vllm-diag``) and the three
 simulated vLLM ``/metrics`` directly (job ``vllm``), since dashboards read raw ``vllm:`` series
 next to the ``vllm_diag_*`` ones, and has the generated recording and alerting rules loaded.
-Grafana variables are resolved by ``exporter.render.dashboards.all_queries()``: ``$target`` and
-``$model`` to ``.*`` (the dashboards' "All"), ``$__rate_interval`` to ``1m``.
+Grafana variables are resolved by ``exporter.render.dashboards.all_queries()``: ``$cluster``,
+``$namespace``, ``$target`` and ``$model`` to ``.*`` (the dashboards' "All", which also matches
+series without the label: this Prometheus adds no cluster or namespace), ``$__rate_interval`` to
+``1m``, ``$__range`` to ``1h``.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import urllib.parse
 import pytest
 import yaml
 
-from exporter.render.dashboards import all_queries, variable_queries
+from exporter.render.dashboards import ALERT_ANNOTATION_EXPR, all_queries, resolve, variable_queries
 from tests.e2e.conftest import RULES_DIR, SCENARIOS, Stack, get_json, poll
 
 pytestmark = pytest.mark.prometheus
@@ -42,18 +44,26 @@ def test_dashboard_query_returns_series(e2e_stack: Stack, expr: str) -> None:
 
 
 def test_dashboard_variables_have_values(e2e_stack: Stack) -> None:
-    """$target lists the three sidecar targets; $model the model they serve (label_values queries)."""
+    """$target lists the three sidecar targets; $model the model they serve (label_values queries);
+    $cluster and $namespace list nothing here (no such labels) and "All" still matches."""
     values = {}
     for query in variable_queries():
         m = re.fullmatch(r"label_values\((?P<match>.+), (?P<label>\w+)\)", query)
         assert m, f"unexpected variable query {query}"
-        match = m.group("match").replace('"$target"', '".*"')
+        match = resolve(m.group("match"))
         url = (f"{e2e_stack.prometheus_url}/api/v1/label/{m.group('label')}/values?"
                + urllib.parse.urlencode({"match[]": match}))
         values[m.group("label")] = get_json(url)["data"]
     assert set(values["target"]) == set(SCENARIOS), json.dumps(values)
     served = sorted({t["model_name"] for t in e2e_stack.diagnosis().values()})
     assert served and values["model_name"] == served, json.dumps(values)
+    assert values["cluster"] == [] and values["namespace"] == [], json.dumps(values)
+
+
+def test_alert_annotation_query_is_valid(e2e_stack: Stack) -> None:
+    """The annotation's ALERTS query parses (it returns series only while a vLLM alert fires)."""
+    query = urllib.parse.urlencode({"query": resolve(ALERT_ANNOTATION_EXPR)})
+    assert get_json(f"{e2e_stack.prometheus_url}/api/v1/query?{query}")["status"] == "success"
 
 
 @pytest.mark.parametrize("record", RECORDS)
