@@ -208,11 +208,13 @@ def _by_name(field: str, *properties: tuple[str, Any]) -> dict[str, Any]:
 
 
 def _threshold_line(ref_id: str) -> dict[str, Any]:
-    """The objective's threshold drawn as a dashed red series (query ``ref_id``), never filled."""
+    """The objective's threshold drawn as a dashed red series (query ``ref_id``), never filled, and
+    without the panel's per-target data links (the constant has no target to open)."""
     return {"matcher": {"id": "byFrameRefID", "options": ref_id}, "properties": [
         {"id": "custom.lineStyle", "value": {"fill": "dash", "dash": [10, 10]}},
         {"id": "color", "value": {"mode": "fixed", "fixedColor": RED}},
         {"id": "custom.fillOpacity", "value": 0},
+        {"id": "links", "value": []},
     ]}
 
 
