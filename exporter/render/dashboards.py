@@ -93,7 +93,7 @@ class Judgement:
 
     value: float
     high_is_bad: bool = True
-    source: str = ""  # catalog key or SLO field, quoted in the panel description
+    source: str = ""  # catalog key, quoted in the panel description
 
 
 def catalog(key: str, high_is_bad: bool = True) -> Judgement:
@@ -454,8 +454,8 @@ class Sli:
         return f"1 - (\n{ratio}\n)"
 
     def burn(self, window: str) -> str:
-        if self.per_model:  # the recorded per-model burn rate
-            return self._series(slo_rules.model_burn(window))
+        if self.per_model:  # the recorded per-model burn rate; the sum drops __name__, so a table
+            return self._sum(slo_rules.model_burn(window))  # merges it with the computed columns
         # Replicas summed first: the burn of the selected targets together, not an average of rates.
         return (f"{PromQL.divide(self.bad(window), self.events(window))}\n"
                 f"/ on (objective) group_left ()\n{slo_rules.ERROR_BUDGET_RECORD}")

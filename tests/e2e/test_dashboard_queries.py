@@ -14,11 +14,19 @@ from __future__ import annotations
 import json
 import re
 import urllib.parse
+from typing import Any
 
 import pytest
 import yaml
 
-from exporter.render.dashboards import ALERT_ANNOTATION_EXPR, all_queries, resolve, variable_queries
+from exporter.render.dashboards import (
+    ALERT_ANNOTATION_EXPR,
+    all_queries,
+    dashboard_data,
+    iter_panels,
+    resolve,
+    variable_queries,
+)
 from tests.e2e.conftest import RULES_DIR, SCENARIOS, Stack, get_json, poll
 
 pytestmark = pytest.mark.prometheus
@@ -71,3 +79,21 @@ def test_recording_rule_yields_series(e2e_stack: Stack, record: str) -> None:
     """Each recording rule produces series from the simulated vLLM scrape (what dashboards and rules build on)."""
     poll(lambda: e2e_stack.query(record), timeout=DEADLINE_S, interval=1.0,
          what=f"a series recorded as {record}", diagnostics=e2e_stack.report)
+
+
+MERGED_TABLES = [p for data in dashboard_data().values() for p in iter_panels(data["panels"])
+                 if p["type"] == "table" and len(p.get("targets", [])) > 1]
+
+
+@pytest.mark.parametrize("panel", MERGED_TABLES, ids=[p["title"] for p in MERGED_TABLES])
+def test_merged_table_columns_share_their_rows(e2e_stack: Stack, panel: dict[str, Any]) -> None:
+    """Grafana's merge joins a table's queries on identical label sets: every query returns the
+    same ones (no __name__ on some of them), else a row splits into half-empty rows."""
+    label_sets = []
+    for target in panel["targets"]:
+        expr = resolve(target["expr"])
+        result = poll(lambda: e2e_stack.query(expr), timeout=DEADLINE_S, interval=1.0,  # noqa: B023
+                      what=f"a series from table query:\n{expr}", diagnostics=e2e_stack.report)
+        label_sets.append({frozenset(r["metric"].items()) for r in result})
+    assert all("__name__" not in dict(labels) for rows in label_sets for labels in rows), label_sets
+    assert all(rows == label_sets[0] for rows in label_sets), label_sets

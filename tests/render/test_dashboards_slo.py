@@ -33,7 +33,7 @@ DASHBOARDS = {name: _load(name) for name in (OVERVIEW, FLEET)}
 
 
 def _panels(data: dict[str, Any]) -> list[dict[str, Any]]:
-    return list(dashboards.iter_panels(data["panels"]))
+    return [dict(p) for p in dashboards.iter_panels(data["panels"])]
 
 
 def _exprs(data: dict[str, Any]) -> Iterator[tuple[str, str]]:
