@@ -264,3 +264,22 @@ def test_fleet_rows_open_the_clicked_targets_overview() -> None:
             assert "${__url_time_range}" in link["url"] and "${datasource:queryparam}" in link["url"]
             named = {*re.findall(r"var-(\w+)=", link["url"]), *re.findall(r"\$\{(\w+):queryparam\}", link["url"])}
             assert named <= overview_vars and {"namespace", "target", "model"} <= named, link["url"]
+
+
+def test_links_name_only_labels_their_series_carry() -> None:
+    """A data link naming a missing field would open the overview with a literal `${__data...}`:
+    every field a link reads (namespace aside: its link sits on the namespace column, which exists
+    only where the series carry it) is a label of every sidecar family the panel queries."""
+    from exporter.catalog.exported import exported
+
+    checked = 0
+    for p in _panels(DASHBOARDS[FLEET]):
+        links = _links(p) if "fieldConfig" in p else []
+        fields = {f for link in links for f in re.findall(r"__(?:data\.fields|field\.labels)\.(\w+)", link["url"])}
+        fields -= {"namespace"}
+        for _, expr in _exprs({"panels": [p]}):
+            for metric, _labels in SELECTOR.findall(expr):
+                if metric.startswith("vllm_diag_"):
+                    checked += 1
+                    assert fields <= set(exported(metric).labels), f"{p['title']}: {metric} lacks {fields}"
+    assert checked >= 5
