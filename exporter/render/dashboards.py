@@ -471,7 +471,7 @@ def objective_target(objective: str) -> Query:
 
 
 SLI_METRICS = (slo_rules.pod_events(SHORT_WINDOW), slo_rules.pod_bad_events(SHORT_WINDOW))
-BUDGET_TEXT = (f"Error budget left at the pace of the last {LONG_WINDOW_DAYS} days: 1 - burn rate "
+BUDGET_TEXT = (f"Error budget left, counting only the last {LONG_WINDOW_DAYS} days: 1 - burn rate "
                f"({LONG_WINDOW}) x {LONG_WINDOW_DAYS}/{SLO_PERIOD_DAYS}, i.e. the {SLO_PERIOD_DAYS}-day budget minus "
                f"what the last {LONG_WINDOW_DAYS} days spent. Prometheus keeps no {SLO_PERIOD_DAYS}-day SLI here, "
                f"so budget spent earlier in the period is not subtracted: an upper bound on what is left.")
@@ -529,7 +529,7 @@ def _model_slo_table() -> g.Panel:
     """Per model and objective: attainment over the range, burn rates and the budget estimate."""
     sli = Sli(per_model=True)
     columns = {"attainment": "Attainment (range)", **{w: f"Burn {w}" for w in BURN_WINDOWS},
-               "budget": f"Budget left ({LONG_WINDOW} pace)"}
+               "budget": f"Budget left (last {LONG_WINDOW} only)"}
     queries = [(sli.attainment(), ""), *((sli.burn(w), "") for w in BURN_WINDOWS), (sli.budget_left(), "")]
     model, ns = "__data.fields.model_name", "__data.fields.namespace"
     burn_cells = [("unit", TIMES), ("decimals", 2), ("custom.cellOptions", {"type": "color-background"}),
