@@ -6,7 +6,7 @@ Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must r
 - a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.catalog.exported``, which the
   collector is a loop over; ``_total`` on counters),
 - a recording rule we generate, or
-- a Prometheus built-in series (``up``).
+- a Prometheus built-in series (``up``, and ``ALERTS``, which the dashboards' alert annotation reads).
 A typo in a panel or rule then fails the test suite instead of showing "No data" in production.
 """
 
@@ -23,7 +23,7 @@ from exporter.catalog.metrics import wire_names
 EXTRA_VLLM_NAMES: frozenset[str] = frozenset()
 
 # Series Prometheus itself provides.
-BUILTIN_SERIES: frozenset[str] = frozenset({"up"})
+BUILTIN_SERIES: frozenset[str] = frozenset({"up", "ALERTS"})
 
 _KEYWORDS = frozenset({"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless",
                        "bool", "offset", "inf", "nan"})
@@ -75,6 +75,7 @@ def all_expressions() -> dict[str, list[str]]:
         "runbooks": runbooks.verify_expressions(),
         "dashboards": dashboards.raw_queries(),
         "dashboard variables": [variable_query_expr(q) for q in dashboards.variable_queries()],
+        "dashboard annotations": dashboards.annotation_queries(),
     }
 
 

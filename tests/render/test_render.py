@@ -383,7 +383,7 @@ def test_dashboard_structure() -> None:
 def test_dashboard_variables_exist_and_are_used() -> None:
     for name, data in _dashboards().items():
         variables = [v["name"] for v in data["templating"]["list"]]
-        assert {"datasource", "target", "model"} <= set(variables), name
+        assert {"datasource", "cluster", "namespace", "target", "model"} <= set(variables), name
         body = json.dumps(data["panels"])
         for var in variables:
             assert f"${var}" in body or f"${{{var}}}" in body, f"{name}: variable {var} is never used"
@@ -394,15 +394,17 @@ def test_overview_rows_follow_the_layer_order() -> None:
 
     data = _dashboards()["vllm-diag-overview.json"]
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
-    assert rows == [f"Layer: {layer}" for layer in LAYERS]
+    assert rows == ["Objectives (SLO)", "Diagnosis", *(f"Layer: {layer}" for layer in LAYERS)]
     types = {p["type"] for p in data["panels"]}
     assert {"stat", "timeseries", "state-timeline", "table"} <= types
-    verdict = next(p for p in data["panels"] if p["type"] == "stat")
+    verdict = next(p for p in data["panels"] if p["title"] == "Bottleneck layer")
     assert "vllm_diag_layer_verdict" in verdict["targets"][0]["expr"]
 
 
 def test_dashboard_threshold_steps_come_from_the_catalog() -> None:
-    allowed = {*DEFAULTS.values(), *SLO_NUMBERS, 0.0}
+    from exporter.render.slo import BURN_ALERTS
+
+    allowed = {*DEFAULTS.values(), *SLO_NUMBERS, *(a.factor for a in BURN_ALERTS), 0.0}
     steps = 0
     for data in _dashboards().values():
         for p in dashboards.iter_panels(data["panels"]):
@@ -423,9 +425,10 @@ def test_all_queries_are_runnable_promql() -> None:
 
 
 def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
-    """No fleet-wide raw line next to one target's: every raw `vllm:` selector and every recording
-    rule a panel reads carries `pod=~"$target"` (the target is named after its pod)."""
-    selector = re.compile(r"((?:vllm:|model:vllm_)[\w:]*)(\{[^{}]*\})?")
+    """No fleet-wide raw line next to one target's: every raw `vllm:` selector and every per-replica
+    recording rule a panel reads carries `pod=~"$target"` (the target is named after its pod).
+    Per-model SLI recordings (namespace_model:*) have no pod: tests/render/test_dashboards_slo.py."""
+    selector = re.compile(r"(?<![\w:])((?:vllm:|model:vllm_|pod:vllm_)[\w:]*)(\{[^{}]*\})?")
     checked = 0
     for query in dashboards.raw_queries():
         for name, labels in selector.findall(query):
