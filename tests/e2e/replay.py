@@ -158,9 +158,17 @@ def timeline_names() -> list[str]:
     return [*SCENARIOS, *ROLLOUTS]
 
 
+# Timelines are deterministic functions of their name and the code: tests in one pytest process that
+# replay the same scenario (the alert matrix, the long-horizon rule test) compute it once.
+_RUN: dict[str, Timeline] = {}
+
+
 def run_all(names: list[str], workers: int = 2) -> dict[str, Timeline]:
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return dict(zip(names, pool.map(run_timeline, names)))
+    missing = [n for n in dict.fromkeys(names) if n not in _RUN]
+    if missing:
+        with ProcessPoolExecutor(max_workers=min(workers, len(missing))) as pool:
+            _RUN.update(zip(missing, pool.map(run_timeline, missing)))
+    return {n: _RUN[n] for n in names}
 
 
 def renamed(timeline: Timeline, target: str, name: str, model: str | None = None) -> Timeline:
