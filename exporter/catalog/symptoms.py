@@ -67,6 +67,17 @@ _LOWER_BUDGET_KV = Action("lower max_num_batched_tokens", "less KV consumed per 
                           "max_num_batched_tokens", "lower")
 _RAISE_TP = Action("raise tensor_parallel_size", "weights spread out, frees KV space",
                    "all-reduce per layer, communication latency", "tensor_parallel_size", "raise")
+# KV capacity without more GPUs: each a restart with a flag, none a knob the diagnosis sizes.
+_FP8_KV = Action("store the KV cache in fp8 (--kv-cache-dtype fp8)", "about twice the KV blocks in the same memory",
+                 "a small accuracy loss on some models; needs fp8 KV support in the GPU and attention backend "
+                 "(Hopper, Ada, recent ROCm), and a calibrated checkpoint for the best accuracy")
+_SHORTER_CONTEXT = Action("lower --max-model-len to the longest context the traffic needs",
+                          "the KV cache holds more concurrent requests, and requests that could never fit are "
+                          "refused at once instead of preempting others", "longer requests are rejected")
+_OFFLOAD_KV = Action("offload KV to CPU memory (LMCache or another KV connector via --kv-transfer-config, or vLLM's "
+                     "native --kv-offloading-size where the version has it)",
+                     "a preempted or evicted prefix comes back by a copy, not a recompute",
+                     "host memory and PCIe bandwidth; a copy on every hit; one more component to run")
 _RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room",
                    "pipeline bubbles, higher latency", "pipeline_parallel_size", "raise")
 _NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
@@ -160,7 +171,8 @@ CAUSES: tuple[Cause, ...] = (
     Cause("D", "D", "kv_cache", "Frequent preemption: KV cache is short",
           "Preemptions per admitted request are frequent: V1 recomputes preempted requests, wasting GPU work "
           "and making running/waiting oscillate.",
-          (_RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP)),
+          (_RAISE_GMU, _LOWER_SEQS, _LOWER_BUDGET_KV, _RAISE_TP, _RAISE_PP, _FP8_KV, _SHORTER_CONTEXT,
+           _OFFLOAD_KV)),
     Cause("E", "E", "kv_cache", "No memory headroom: the engine is fragile at its KV cap",
           "Saturation alone is V1's normal regime. This fires on evidence of fragility: restarts (OOM) at the "
           "cap, or KV at the admission cap with a queue and preemptions or a latency tail. "
@@ -169,7 +181,7 @@ CAUSES: tuple[Cause, ...] = (
                   "truncated outputs, less concurrency"),
            Action("if it restarts with OOM: lower gpu_memory_utilization", "room for activations and graphs at peak",
                   "fewer KV blocks", "gpu_memory_utilization", "lower"),
-           _RAISE_TP)),
+           _RAISE_TP, _FP8_KV)),
     Cause("F", "F", "kv_cache", "Prefix cache ineffective: prompts do not share exact token prefixes",
           "Prompts span many KV blocks and some of every prompt is shared, yet few tokens hit the cache and "
           "prefill costs the first token its objective: the shared prefix breaks early (timestamps, IDs, "
