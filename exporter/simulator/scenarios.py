@@ -63,7 +63,9 @@ class Scenario:
     case: str = ""  # symptom class / worked case it demonstrates, e.g. "A1" or "case 3"
     dcgm: bool = True  # also serve DCGM-style GPU series
     seed: int = 0
-    slo: dict[str, float] | None = None  # the deployment's objectives, when not the global default
+    # The deployment's objectives, when not the global default: {"ttft": {"threshold_seconds", "target"}, ...},
+    # thresholds on the simulated histograms' bucket edges (vLLM's defaults) so the shares are exact.
+    slo: dict[str, dict[str, float]] | None = None
     data_parallel_size: int = 1  # engines behind one API server (each gets the workload)
     restart_engine_at: tuple[tuple[int, float], ...] = ()  # (rank, simulated second) engine restarts
 
@@ -364,7 +366,7 @@ _TEMPLATE = Scenario(
     expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
     case="F",
     # An interactive assistant: the broken prefix costs the first token its 300 ms objective.
-    slo={"ttft_p95_seconds": 0.3, "itl_p95_seconds": 0.1},
+    slo={"ttft": {"threshold_seconds": 0.25, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 _EVICTION = Scenario(
@@ -460,7 +462,7 @@ _CASE2 = Scenario(
     ),
     expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B1",), also_possible=("B2", "B3", "F")),
     case="case 2",
-    slo={"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.06},
+    slo={"ttft": {"threshold_seconds": 2.5, "target": 0.95}, "itl": {"threshold_seconds": 0.05, "target": 0.95}},
 )
 
 _CASE3 = Scenario(
@@ -535,7 +537,7 @@ _CASE5 = Scenario(
     expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
     case="case 5",
     # "No TTFT gain": the deployment's first-token objective is 200 ms and caching would meet it.
-    slo={"ttft_p95_seconds": 0.2, "itl_p95_seconds": 0.1},
+    slo={"ttft": {"threshold_seconds": 0.25, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 
@@ -638,7 +640,7 @@ _PREEMPTION_STORM = Scenario(
                       also_possible=("A", "A2", "C", "C3", "E", "F")),
     case="D (B explained)",
     # Streams feed another model, so inter-token latency has a tight objective that the storm breaks.
-    slo={"ttft_p95_seconds": 2.0, "itl_p95_seconds": 0.02},
+    slo={"ttft": {"threshold_seconds": 2.5, "target": 0.95}, "itl": {"threshold_seconds": 0.025, "target": 0.95}},
 )
 
 _COMPUTE_BOUND = Scenario(
