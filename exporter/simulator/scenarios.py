@@ -180,6 +180,9 @@ _LONG_PROMPTS = Scenario(
     ),
     expected=Expected(verdict="request", symptoms=("A",), causes=("A1",), also_possible=("A5", "C", "C2", "F")),
     case="A1",
+    # Answers over long documents are read once complete: the stream needs 95 % of its token gaps within
+    # 100 ms (the p95 objective the scenario was built against); a new prompt's prefill stalls ~0.5 % of them.
+    slo={"itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 _SMALL_BUDGET = Scenario(
@@ -448,7 +451,7 @@ _CASE2 = Scenario(
         "ITL worsens with concurrency."
     ),
     knobs="budget 16384, max_num_seqs 512; chat 10 req/s + batch 1.5 req/s of ~4k tokens; "
-    "ITL objective 60 ms (interactive streaming)",
+    "ITL objective 50 ms (interactive streaming)",
     engine=EngineConfig(max_num_batched_tokens=16384, max_num_seqs=512),
     workload=_one(
         _chat(10.0),
@@ -536,8 +539,8 @@ _CASE5 = Scenario(
     ),
     expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
     case="case 5",
-    # "No TTFT gain": the deployment's first-token objective is 200 ms and caching would meet it.
-    slo={"ttft": {"threshold_seconds": 0.25, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
+    # "No TTFT gain": 99 % of first tokens within 250 ms, which ~3.5 % miss and caching would meet.
+    slo={"ttft": {"threshold_seconds": 0.25, "target": 0.99}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 
@@ -598,6 +601,8 @@ _SATURATED = Scenario(
     ),
     expected=Expected(verdict="none", also_possible=("E", "F")),
     case="healthy (E is information)",
+    # A throughput-sized pool: 95 % of token gaps within 100 ms (~2.5 % of them wait a step longer).
+    slo={"itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 _DP_RESTART = Scenario(

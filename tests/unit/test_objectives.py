@@ -194,3 +194,21 @@ def test_slo_families_carry_each_targets_objectives():
     assert samples("vllm_diag_slo_target_ratio") == {
         ("a", "ttft"): 0.9, ("a", "itl"): 0.99, ("a", "availability"): 0.999,
         ("b", "ttft"): 0.9, ("b", "itl"): 0.95, ("b", "availability"): 0.999}
+
+
+def test_the_page_and_the_text_report_show_the_objectives():
+    from exporter.publish import document, html, text
+
+    pipeline = _pipeline(slo={"ttft": {"threshold_seconds": 2.0}})
+    for i in range(3):
+        state = _scrape(pipeline, 1000.0 + 5 * i, _exposition(100 * (i + 1), kv_name="vllm:kv_cache_usage_ratio"))
+    doc = document.build([state], now=1010.0)
+    report = text.render(doc)
+    assert "objectives over the window:" in report
+    assert "TTFT within 2 s for 99%: met: 0% of 200 first tokens over (burn 0x)" in report
+    assert "not a bucket edge (nearest 1 s and 2.5 s)" in report
+    assert "ITL within 100 ms for 99%: met" in report
+    assert "inputs the alert rules need but do not get: kv_usage" in report
+    page = html.render(doc)
+    assert 'data-objective="ttft"' in page and "TTFT within 2 s for 99%" in page
+    assert "kv_usage" in page
