@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from exporter import inputs, objectives
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
@@ -57,6 +58,7 @@ class TargetPipeline:
         self.rule_errors_total: dict[str, int] = {}
         self.source_errors_total: dict[tuple[str, str], int] = {}
         self._failing: dict[str, str] = {}  # rule or source -> its last error, for logs on change only
+        self._edge_warned: set[str] = set()  # objectives whose threshold off a bucket edge was logged
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.advice: AdviceResult | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.state = TargetState(
@@ -72,10 +74,15 @@ class TargetPipeline:
             self._health, up=False, last_duration_seconds=result.duration, last_error=f"{reason}: {message}",
             errors_total=dict(self._errors), scrapes_total=self._health.scrapes_total + 1,
         )
-        # A target we cannot read gets no diagnosis: the last verdict is withdrawn, not repeated.
+        # A target we cannot read gets no diagnosis: the last verdict is withdrawn, not repeated, and
+        # its objectives are no longer judged (their thresholds and bucket edges stay known).
+        unjudged = {name: objectives.ObjectiveStatus(
+            name, status.threshold_seconds, status.target, threshold_on_bucket_edge=status.threshold_on_bucket_edge,
+            nearest_bucket_edges=status.nearest_bucket_edges) for name, status in self.state.objectives.items()}
         self.state = replace(
             self.state, status="down", evaluated_at=result.started_at, health=self._health,
             diagnosis=replace(unknown_diagnosis(result.started_at), verdict=self.tracker.reset(result.started_at)),
+            objectives=unjudged, inputs=inputs.down(self.state.inputs),
         )
         return self.state
 
@@ -142,6 +149,10 @@ class TargetPipeline:
             gpu = sum(self._gpu) / len(self._gpu)
             host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
         signals = compute(self.window, self.thresholds, host)
+        slo = self.settings.slo_for(self.target)
+        judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
+                                      slo, self.thresholds.evidence_min_requests)
+        self._warn_off_edge(judged)
         latest = self.window.latest
         model = ",".join(latest.model_names()) if latest is not None else ""
         ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
@@ -150,7 +161,7 @@ class TargetPipeline:
             observed[METRICS_SOURCE] = cache_info.facts(latest.info.get("vllm:cache_config_info", ()))
         facts = resolve(self.target.engine, observed)
         if ready:
-            ctx = Context(signals, engine_facts(facts), self.thresholds, self.settings.slo_for(self.target))
+            ctx = Context(signals, engine_facts(facts), self.thresholds, slo)
             diagnosis = diagnose(ctx, self.tracker, now)
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
@@ -165,9 +176,18 @@ class TargetPipeline:
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
-            advice=self.advice,
+            advice=self.advice, objectives=judged,
+            inputs=inputs.available(latest, self.target.cpu is not None, host),
         )
         return self.state
+
+    def _warn_off_edge(self, judged: Mapping[str, objectives.ObjectiveStatus]) -> None:
+        """Once per objective: its threshold is not a bucket edge of this target's histogram."""
+        for name, status in judged.items():
+            line = objectives.edge_warning(self.target.name, status)
+            if line is not None and name not in self._edge_warned:
+                self._edge_warned.add(name)
+                log.warning("%s", line)
 
     def _record(self, result: ScrapeResult, text: str) -> None:
         directory = self.target.record_dir

@@ -151,6 +151,10 @@ class Latency:
     # that bucket's upper bound, which makes the ratio a lower bound (see itl_tail_note).
     itl_tail_ratio: float | None = None
     itl_tail_note: str = ""
+    # The window's TTFT and ITL histograms, which the objectives are judged on (exporter/objectives);
+    # with no observation yet, their bucket edges alone. Not in the JSON ``signals`` (no flat key).
+    ttft_histogram: HistogramDelta | None = None
+    itl_histogram: HistogramDelta | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {"observations": "latency_observations"}
 
@@ -212,6 +216,11 @@ FLAT_KEYS: tuple[str, ...] = (
     "api_server_cpu_cores", "cpu_inputs", "cpu_starvation_score", "gpu_utilization",
     "cache", "missing", "notes",
 )
+
+
+# Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
+# (TargetState.objectives).
+UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram"})
 
 
 def _flat_names() -> dict[str, tuple[str, str]]:
@@ -479,6 +488,20 @@ def _histogram(window: Window, name: str) -> HistogramDelta | None:
     return window.histogram(name) if window.present(name) else None
 
 
+def _with_edges(window: Window, name: str, hist: HistogramDelta | None) -> HistogramDelta | None:
+    """``hist``, else an empty delta on the latest scrape's bucket edges: a threshold can be checked
+    against the edges from the first scrape on, before the window holds a step."""
+    if hist is not None:
+        return hist
+    latest = window.latest
+    series = latest.histograms.get(name) if latest is not None else None
+    if not series:
+        return None
+    common = set.intersection(*(set(sample.bounds) for sample in series.values()))
+    bounds = tuple(sorted(common))
+    return HistogramDelta(bounds, tuple(0.0 for _ in bounds), 0.0, 0.0) if bounds else None
+
+
 def _series(window: Window, name: str) -> list[float]:
     return window.gauge_series(name) if window.present(name) else []
 
@@ -619,6 +642,8 @@ def latency(window: Window, itl: HistogramDelta | None) -> Latency:
         unresolved_quantiles=tuple(unresolved),
         itl_tail_ratio=tail_ratio,
         itl_tail_note=tail_note,
+        ttft_histogram=_with_edges(window, "vllm:time_to_first_token_seconds", ttft),
+        itl_histogram=_with_edges(window, "vllm:inter_token_latency_seconds", itl),
     )
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from exporter.catalog.symptoms import LAYERS, Action
 from exporter.facts.base import Fact
+from exporter.objectives import ObjectiveStatus
 from exporter.signals import Signals
 
 if TYPE_CHECKING:  # the advisor pulls in the simulator: only for type checking here
@@ -128,6 +129,10 @@ class TargetState:
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
     engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
     advice: AdviceResult | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
+    # The latency objectives judged over the window (exporter/objectives), by name (ttft, itl).
+    objectives: Mapping[str, ObjectiveStatus] = field(default_factory=dict)
+    # The paging rules' inputs (catalog.metrics.WATCHED_INPUTS) -> available; empty before the first scrape.
+    inputs: Mapping[str, bool] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -145,6 +150,8 @@ class TargetState:
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,
+            "objectives": {name: status.to_dict() for name, status in self.objectives.items()},
+            "inputs": dict(self.inputs),
             "engine": {name: fact.to_dict() for name, fact in self.engine.items()},
             "missing": list(self.missing),
             "abstained": {k: list(v) for k, v in d.abstained.items()},

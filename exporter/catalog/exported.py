@@ -115,13 +115,31 @@ def _tm(state: TargetState) -> list[str]:
 
 
 def _objectives(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
-    """The SLO the generated alert rules divide by, per target (constant while serving)."""
+    """Each latency objective's threshold, per target (constant while serving): the bucket edge the
+    generated alert rules count bad events above."""
+    if settings is None:
+        return
+    for target in settings.targets:
+        for name, objective in settings.slo_for(target).objectives().items():
+            yield [target.name, name], objective.threshold_seconds
+
+
+def _targets(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
+    """Each objective's target share, per target: its error budget is 1 minus it."""
     if settings is None:
         return
     for target in settings.targets:
         slo = settings.slo_for(target)
         for name, objective in slo.objectives().items():
-            yield [target.name, name, f"{objective.target:g}"], objective.threshold_seconds
+            yield [target.name, name], objective.target
+        yield [target.name, "availability"], slo.availability.target
+
+
+def _on_edge(state: TargetState) -> Iterator[Sample]:
+    """Whether each threshold is a bucket edge of the target's histogram, once a scrape showed the edges."""
+    for name, status in state.objectives.items():
+        if status.threshold_on_bucket_edge is not None:
+            yield [state.target, name], 1.0 if status.threshold_on_bucket_edge else 0.0
 
 
 def _intervals(states: Sequence[TargetState], settings: Settings | None) -> Iterator[Sample]:
@@ -200,8 +218,21 @@ def _gauge(name: str, unit: str, help_text: str, value: Callable[[Signals], floa
 EXPORTED: tuple[ExportedMetric[Source], ...] = (
     # objectives from the configuration
     ExportedMetric(PREFIX + "slo_seconds", "gauge", "seconds",
-                   "The objective the alert rules compare with, per target.",
-                   ("target", "objective", "quantile"), _objectives),
+                   "A latency objective's threshold per target: events above it are bad (ttft, itl).",
+                   ("target", "objective"), _objectives),
+    ExportedMetric(PREFIX + "slo_target_ratio", "gauge", "ratio",
+                   "An objective's target share of good events per target (ttft, itl, availability); "
+                   "the error budget is 1 minus it.",
+                   ("target", "objective"), _targets),
+    ExportedMetric(PREFIX + "slo_threshold_on_bucket_edge", "gauge", "",
+                   "1 when the objective's threshold is a bucket edge of the target's histogram (bad events "
+                   "counted exactly), 0 when the share over it is interpolated inside a bucket.",
+                   ("target", "objective"), each_state(_on_edge)),
+    ExportedMetric(PREFIX + "input_available", "gauge", "",
+                   "1 when an input a paging alert rule needs is in the target's latest successful scrape "
+                   "(cpu_source: the configured host CPU source is readable); 0 while the target is down.",
+                   ("target", "input"),
+                   each_state(lambda s: [([s.target, name], 1.0 if ok else 0.0) for name, ok in s.inputs.items()])),
     ExportedMetric(PREFIX + "scrape_interval_seconds", "gauge", "seconds", "Configured scrape interval of the target.",
                    ("target",), _intervals),
     # scrape health, per target

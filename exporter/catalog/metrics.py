@@ -136,3 +136,17 @@ SAMPLE_INDEX: Mapping[str, tuple[str, str, int]] = VLLM.sample_index
 def wire_names() -> frozenset[str]:
     """Every sample name the catalog knows, current and old (for the dashboard/rule lint)."""
     return frozenset(SAMPLE_INDEX)
+
+
+# The inputs a paging alert rule needs, by the name ``vllm_diag_input_available{input}`` carries, each
+# with the canonical family that provides it (older wire names map onto it at parse time, above).
+# ``cpu_source`` is no vLLM family: the host CPU source of a target that configures ``cpu:``.
+CPU_SOURCE_INPUT = "cpu_source"
+WATCHED_INPUTS: Mapping[str, str | None] = {
+    "kv_usage": "vllm:kv_cache_usage_perc",
+    "preemptions": "vllm:num_preemptions_total",
+    "ttft_histogram": "vllm:time_to_first_token_seconds",
+    "itl_histogram": "vllm:inter_token_latency_seconds",
+    "finished_requests": "vllm:request_success_total",
+    CPU_SOURCE_INPUT: None,
+}

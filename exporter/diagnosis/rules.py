@@ -15,9 +15,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
+from exporter import objectives
 from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
+from exporter.objectives import ObjectiveStatus
 from exporter.signals import Signals
 
 Status = Literal["fired", "clear", "abstain"]
@@ -99,25 +101,38 @@ def gate(breach: Breach) -> Finding | None:
     return None
 
 
+def objective_status(ctx: Context, name: str) -> ObjectiveStatus:
+    """The objective ``name`` (ttft, itl) judged over the window: bad share against its error budget."""
+    hist = ctx.signals.latency.ttft_histogram if name == "ttft" else ctx.signals.latency.itl_histogram
+    return objectives.judge(name, ctx.slo.objectives()[name], hist, ctx.thresholds.evidence_min_requests)
+
+
+def _judged(status: ObjectiveStatus, missing: str) -> Breach:
+    """An objective as a breach: its burn rate is the ratio; a window it cannot judge abstains."""
+    if status.met is None or status.burn_rate is None:
+        return Breach(False, False, missing=(missing,))
+    return Breach(True, not status.met, status.burn_rate, status.evidence())
+
+
 def ttft_breach(ctx: Context) -> Breach:
-    s, slo = ctx.signals, ctx.slo.ttft.threshold_seconds
-    p95 = s.latency.quantile("ttft", 0.95)
-    if p95 is None or s.traffic.first_tokens is None:
+    s = ctx.signals
+    status = objective_status(ctx, "ttft")
+    if status.events is None or s.traffic.first_tokens is None:
         return Breach(False, False, missing=("vllm:time_to_first_token_seconds",))
     if s.traffic.first_tokens < ctx.thresholds.evidence_min_requests:
         return Breach(False, False, missing=("traffic: too few first tokens in the window",))
-    return Breach(True, p95 > slo, p95 / slo, f"TTFT p95 {_s(p95)} vs SLO {_s(slo)}")
+    return _judged(status, "traffic: too few first tokens in the window")
 
 
 def itl_breach(ctx: Context) -> Breach:
-    s, slo = ctx.signals, ctx.slo.itl.threshold_seconds
-    p95 = s.latency.quantile("itl", 0.95)
-    if p95 is None:
+    s = ctx.signals
+    status = objective_status(ctx, "itl")
+    if status.events is None or not status.events:
         return Breach(False, False, missing=("vllm:inter_token_latency_seconds",))
     if s.traffic.first_tokens is not None and s.traffic.first_tokens < ctx.thresholds.evidence_min_requests and (
             s.scheduler.running_mean or 0) < 1:
         return Breach(False, False, missing=("traffic: too few streams in the window",))
-    return Breach(True, p95 > slo, p95 / slo, f"ITL p95 {_s(p95)} vs SLO {_s(slo)}")
+    return _judged(status, "traffic: too few token gaps in the window")
 
 
 def kv_full(ctx: Context) -> bool:

@@ -16,7 +16,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from exporter.catalog.symptoms import LAYERS, SYMPTOMS
 from exporter.publish import numbers, timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
-from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value
+from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
 
 # What each layer means, for the legend (diagnosis-method.md, "The six layers").
 LAYER_HELP: dict[str, str] = {
@@ -68,7 +68,8 @@ def _environment() -> Environment:
     )
     env.globals.update(
         abstentions=abstentions, severity=severity, verdict_severity=verdict_severity, pending=pending,
-        informational=informational, ago=numbers.ago,
+        informational=informational, ago=numbers.ago, objective_title=objective_title,
+        objective_state=objective_state, missing_inputs=missing_inputs,
     )
     env.filters["fact"] = fact_value
     return env

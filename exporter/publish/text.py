@@ -28,6 +28,37 @@ KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+OBJECTIVE_TITLES: dict[str, tuple[str, str]] = {"ttft": ("TTFT", "first tokens"), "itl": ("ITL", "token gaps")}
+
+
+def objective_title(name: str, objective: dict[str, Any]) -> str:
+    """'TTFT within 2.5 s for 99 %' (an objective of the JSON ``objectives``)."""
+    title = OBJECTIVE_TITLES.get(name, (name, ""))[0]
+    within = numbers.seconds(objective["threshold_seconds"])
+    return f"{title} within {within} for {numbers.percent(objective['target'])}"
+
+
+def objective_state(name: str, objective: dict[str, Any]) -> str:
+    """How the window fares: 'met: 0.4% of 412 first tokens over (burn 0.4x)', or why it is not judged."""
+    events = OBJECTIVE_TITLES.get(name, ("", "events"))[1]
+    if objective.get("bad_share") is None or objective.get("burn_rate") is None:
+        text = "not judged: no events in the window"
+    else:
+        verdict = {True: "met", False: "missed", None: "not judged (too few events)"}[objective.get("met")]
+        text = (f"{verdict}: {numbers.percent(objective['bad_share'])} of {numbers.number(objective['events'])} "
+                f"{events} over (burn {numbers.number(objective['burn_rate'])}x)")
+    if objective.get("threshold_on_bucket_edge") is False:
+        lower, upper = objective.get("nearest_bucket_edges") or (None, None)
+        text += (f"; the threshold is not a bucket edge (nearest {numbers.seconds(lower)} and "
+                 f"{numbers.seconds(upper)}): the share is interpolated inside the bucket")
+    return text
+
+
+def missing_inputs(target: dict[str, Any]) -> list[str]:
+    """The paging alert rules' inputs the target does not provide (JSON ``inputs``)."""
+    return [name for name, available in (target.get("inputs") or {}).items() if not available]
+
+
 def fact_value(value: Any) -> str:
     """An engine fact as written on a vLLM command line."""
     if isinstance(value, bool):
@@ -89,6 +120,13 @@ def render(document: dict[str, Any]) -> str:
             for key, label, unit in KEY_SIGNALS:
                 if signals.get(key) is not None:
                     lines.append(f"  {label}: {numbers.by_unit(signals[key], unit)}")
+        if target.get("objectives"):
+            lines.append("")
+            lines.append("objectives over the window:")
+            for name, objective in target["objectives"].items():
+                lines.append(f"  {objective_title(name, objective)}: {objective_state(name, objective)}")
+        if missing_inputs(target):
+            lines.append(f"inputs the alert rules need but do not get: {', '.join(missing_inputs(target))}")
         if target.get("engine"):
             lines.append("")
             lines.append("engine facts:")

@@ -83,6 +83,8 @@ def write_captures(
                 "url": "http://127.0.0.1:8000/metrics",
                 "scrape_interval": interval_s,
                 "engine": sc.engine_facts(),
+                # The deployment's own objectives, so `diagnose` judges the captures as the scenario means.
+                **({"slo": sc.slo} if sc.slo else {}),
             }
         ]
     }

@@ -10,9 +10,22 @@ from exporter.config import EngineFacts, Slo
 from exporter.diagnosis.engine import VerdictTracker, diagnose, layer_scores
 from exporter.diagnosis.rules import RULES, Context
 from exporter.signals import CacheFacts, Signals
+from exporter.window import HistogramDelta
 
 T = Thresholds()
-SLO = Slo(ttft_p95_seconds=2.0, itl_p95_seconds=0.1)
+SLO = Slo()  # TTFT within 2.5 s and ITL within 0.1 s, each for 99 % of events
+TTFT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
+ITL_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, float("inf"))
+
+
+def hist(bounds: tuple[float, ...], per_bucket: list[float]) -> HistogramDelta:
+    """A window histogram from the events of each bucket (not cumulative)."""
+    cumulative, total = [], 0.0
+    for count in per_bucket:
+        total += count
+        cumulative.append(total)
+    return HistogramDelta(bounds, tuple(cumulative), 0.0, total)
+
 FACTS = EngineFacts(max_num_batched_tokens=2048, max_num_seqs=64, tensor_parallel_size=1, pipeline_parallel_size=1)
 
 # A comfortable engine: latency well inside the SLO, KV half used, no queue, nothing preempted.
@@ -26,6 +39,8 @@ HEALTHY = Signals(window_seconds=60, scrapes=13).with_values(
     waiting_max=0, waiting_fraction=0, queued_fraction=0, waiting_capacity=0, waiting_deferred=0,
     tokens_per_step_p99=900, engine_busy_fraction=0.5, itl_tail_ratio=2.0,
     ttft_quantiles={0.5: 0.2, 0.95: 0.5, 0.99: 0.8}, itl_quantiles={0.5: 0.02, 0.95: 0.03, 0.99: 0.04},
+    ttft_histogram=hist(TTFT_BOUNDS, [100, 250, 220, 30, 0, 0, 0, 0]),
+    itl_histogram=hist(ITL_BOUNDS, [2000, 8000, 1990, 10, 0, 0, 0]),
     e2e_quantiles={0.5: 4, 0.95: 6, 0.99: 8}, ttft_mean=0.25, itl_mean=0.02, e2e_mean=4.2, queue_mean=0.01,
     prefill_mean=0.2, decode_mean=3.9, inference_mean=4.1, ttft_frontend_mean=0.04, e2e_frontend_mean=0.09,
     ttft_queue_share=0.04, ttft_prefill_share=0.8, ttft_frontend_share=0.16, e2e_frontend_share=0.02,
@@ -33,9 +48,13 @@ HEALTHY = Signals(window_seconds=60, scrapes=13).with_values(
     cache=CacheFacts(block_size=16, num_gpu_blocks=10000, gpu_memory_utilization=0.9, enable_prefix_caching=True),
 )
 
-SLOW_TTFT = dict(ttft_quantiles={0.5: 2.0, 0.95: 4.0, 0.99: 5.0}, ttft_mean=2.5)
-STUTTER = dict(itl_quantiles={0.5: 0.03, 0.95: 0.25, 0.99: 0.4}, itl_tail_ratio=0.4 / 0.03)
-UNIFORM_SLOW_ITL = dict(itl_quantiles={0.5: 0.15, 0.95: 0.2, 0.99: 0.25}, itl_tail_ratio=0.25 / 0.15)
+# 40 % of first tokens over 2.5 s: a burn of 40x the 1 % budget.
+SLOW_TTFT = dict(ttft_quantiles={0.5: 2.0, 0.95: 4.0, 0.99: 5.0}, ttft_mean=2.5,
+                 ttft_histogram=hist(TTFT_BOUNDS, [0, 0, 60, 120, 180, 200, 40, 0]))
+STUTTER = dict(itl_quantiles={0.5: 0.03, 0.95: 0.25, 0.99: 0.4}, itl_tail_ratio=0.4 / 0.03,
+               itl_histogram=hist(ITL_BOUNDS, [1000, 5000, 4000, 900, 600, 400, 100]))
+UNIFORM_SLOW_ITL = dict(itl_quantiles={0.5: 0.15, 0.95: 0.2, 0.99: 0.25}, itl_tail_ratio=0.25 / 0.15,
+                        itl_histogram=hist(ITL_BOUNDS, [0, 0, 0, 1000, 10000, 1000, 0]))
 KV_FULL = dict(kv_cache_usage_mean=0.95, kv_cache_usage_max=1.0, kv_full_fraction=0.9)
 QUEUE = dict(waiting_fraction=0.9, queued_fraction=0.9, waiting_mean=12, waiting_max=30)
 STORM = dict(preemptions=40, preemptions_per_request=0.3, preemption_rate=0.7, **KV_FULL)
