@@ -550,6 +550,10 @@ def slo_verify(level: str = "model") -> tuple[Verify, ...]:
                'vllm_diag_cause_active{namespace="$namespace", model_name="$model_name"} == 1'),
         Verify("KV usage and preemptions per replica",
                'vllm_diag_kv_cache_usage_ratio{namespace="$namespace", model_name="$model_name", stat="max"}'),
+        Verify("the objectives each sidecar judges its window with (threshold, target), and whether the "
+               "threshold is an edge of that replica's histogram (0: the sidecar interpolates; give vLLM the "
+               "edge with --custom-histogram-buckets)",
+               'vllm_diag_slo_seconds or vllm_diag_slo_target_ratio or vllm_diag_slo_threshold_on_bucket_edge'),
     )
 
 
@@ -755,8 +759,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             expr=f"vllm_diag_up == 0\nand {_on()}\nvllm_diag_last_success_timestamp_seconds",
             severity="info", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
             summary="A vLLM that was serving stopped answering its /metrics.",
-            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails; its diagnosis "
-                         "is suspended and the alerts it would repeat are inhibited."),
+            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails (vllm_diag_up "
+                         "{{ $value }}); its diagnosis is suspended and the alerts it would repeat are inhibited."),
             meaning=("Context, not a page: one replica is down (a crash, an in-place container restart, a node "
                      "drain). It inhibits that replica's diagnosis alerts, which would only repeat stale evidence. "
                      "Users are protected by the model's other replicas; VLLMTargetsDown warns when more than "
@@ -790,7 +794,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             summary="No replica of a model answers: the model is not served.",
             description=("None of the replicas of model {{ $labels.model_name }}{{ if $labels.namespace }} "
                          "(namespace {{ $labels.namespace }}){{ end }} has answered for "
-                         f"{FOR_MODEL_DOWN}."),
+                         f"{FOR_MODEL_DOWN} (replicas up: {{{{ $value }}}})."),
             meaning=("Every replica that served the model in the last hour now fails its scrapes: requests to "
                      "this model fail. A rolling restart never takes every replica down at once, so it does not "
                      "fire; a model load that never finishes is VLLMTargetNeverUp."),
@@ -806,7 +810,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             severity="warning", symptom="none", layer="unknown", for_=grace,
             summary="A vLLM target has not come up within the startup grace.",
             description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
-                         f"the {grace} startup grace: the model load hangs, crashes or the URL is wrong."),
+                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): the model load hangs, crashes "
+                         "or the URL is wrong."),
             meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
                      f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
                      "startupProbe budget): a rollout never alerts while replicas load. A warning: during a "
@@ -826,7 +831,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             description=("{{ if $labels.instance }}The vllm-diag sidecar {{ $labels.instance }} "
                          "(job {{ $labels.job }}) is down"
                          "{{ else }}Namespace {{ $labels.namespace }} serves vLLM but no vllm-diag sidecar is "
-                         "up there{{ end }}: the diagnosis (and the causes on pages) is blind."),
+                         "up there ({{ $value }} vLLM series){{ end }}: the diagnosis (and the causes on pages) is "
+                         "blind."),
             meaning=(f"Either an instance of Prometheus' job `{o.sidecar_job}` (set with `vllm-diag render rules "
                      "--sidecar-job NAME`) is down, or a namespace where Prometheus scrapes vLLM itself has no "
                      "sidecar up. Compared with vLLM's own series, not with `absent()`: a namespace scaled to zero "
@@ -863,8 +869,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             expr=f"vllm_diag_input_available == 0\nand {_on()}\nvllm_diag_up == 1",
             severity="warning", symptom="none", layer="unknown", for_=FOR_INPUT_MISSING,
             summary="An input a vllm-diag alert needs is missing: that alert cannot fire.",
-            description=("{{ $labels.target }} answers, but input `{{ $labels.input }}` has been missing for "
-                         f"{FOR_INPUT_MISSING}: the alerts that read it are blind."),
+            description=("{{ $labels.target }} answers, but input `{{ $labels.input }}` has been missing "
+                         f"(available: {{{{ $value }}}}) for {FOR_INPUT_MISSING}: the alerts that read it are blind."),
             meaning=("vllm_diag_input_available lists every input a cause alert needs (KV usage, preemptions, the "
                      "TTFT and ITL histograms, finished requests, the host CPU source). It goes to 0 after a vLLM "
                      "upgrade renamed a metric, with `--disable-log-stats`, or when the CPU source became "

@@ -15,7 +15,7 @@ from typing import Any
 from exporter.render import rules
 
 # A selector of a sidecar (vllm_diag_*) or raw vLLM (vllm:*) series, with its optional matchers.
-_SELECTOR = re.compile(r"\b(vllm_diag_[a-z_]+|vllm:[a-z_:]+)(\{([^}]*)\})?")
+_SELECTOR = re.compile(r"\b(vllm_diag_[a-z0-9_]+|vllm:[a-z0-9_:]+)(\{([^}]*)\})?")
 # Which alert labels scope a runbook query: the replica the alert names, or the whole model.
 _SCOPES: Mapping[str, Mapping[str, Mapping[str, str]]] = {
     "target": {"diag": {"namespace": "$namespace", "target": "$target"},

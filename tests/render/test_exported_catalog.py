@@ -29,8 +29,6 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_informational_finding": "information only, never an alert by design",
     "vllm_diag_verdict_pending": "hysteresis state, shown on the page",
     "vllm_diag_window_span_seconds": "explains a young window; evidence_ready is what rules read",
-    "vllm_diag_rule_errors_total": "counted and logged; a failing rule abstains",
-    "vllm_diag_source_errors_total": "counted and logged; a failing source makes rules abstain",
 }
 
 

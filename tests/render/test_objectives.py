@@ -27,11 +27,15 @@ def test_each_target_exports_its_own_objectives_and_interval() -> None:
     got = _samples(settings)
 
     def slo(target: str, objective: str) -> float:
-        return got[("vllm_diag_slo_seconds", (("objective", objective), ("quantile", "0.95"), ("target", target)))]
+        return got[("vllm_diag_slo_seconds", (("objective", objective), ("target", target)))]
+
+    def target_ratio(target: str, objective: str) -> float:
+        return got[("vllm_diag_slo_target_ratio", (("objective", objective), ("target", target)))]
 
     assert slo("chat", "ttft") == 0.8  # its own
     assert slo("chat", "itl") == 0.08  # the fields a target leaves out come from the global slo
     assert slo("batch", "ttft") == 2.5 and slo("batch", "itl") == 0.08  # the global one
+    assert target_ratio("chat", "ttft") == 0.95  # the p95 keys are a 95 % target
     assert got[("vllm_diag_scrape_interval_seconds", (("target", "chat"),))] == 10
     assert got[("vllm_diag_scrape_interval_seconds", (("target", "batch"),))] == 5
 
