@@ -20,6 +20,8 @@ import yaml
 from exporter.config import Slo
 from exporter.render import rules
 
+pytestmark = pytest.mark.slow  # promtool over hours to days of evaluations
+
 REPO = Path(__file__).resolve().parents[2]
 RULE_FILES = [str(REPO / rules.RECORDING_FILE), str(REPO / rules.RAW_ALERTS_FILE), str(REPO / rules.ALERTS_FILE)]
 SLO = Slo()
