@@ -75,7 +75,7 @@ _SHORTER_CONTEXT = Action("lower --max-model-len to the longest context the traf
                           "the KV cache holds more concurrent requests, and requests that could never fit are "
                           "refused at once instead of preempting others", "longer requests are rejected")
 _OFFLOAD_KV = Action("offload KV to CPU memory (LMCache or another KV connector via --kv-transfer-config, or vLLM's "
-                     "native --kv-offloading-size where the version has it)",
+                     "native --kv-offloading-size)",
                      "a preempted or evicted prefix comes back by a copy, not a recompute",
                      "host memory and PCIe bandwidth; a copy on every hit; one more component to run")
 _RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room",
@@ -121,7 +121,7 @@ CAUSES: tuple[Cause, ...] = (
           "prefill chunks cut into decode steps.",
           (Action("lower max_num_batched_tokens", "smaller prefill chunks next to decode, smoother ITL",
                   "higher TTFT, lower throughput", "max_num_batched_tokens", "lower"),
-           Action("set --long-prefill-token-threshold (and --max-num-partial-prefills)",
+           Action("set --long-prefill-token-threshold (chunks a long prompt across steps)",
                   "one long prompt no longer fills a whole step", "long prompts take more steps to prefill"),
            Action("separate pools for interactive and offline traffic (or disaggregated prefill)",
                   "streams stop sharing steps with big prefills", "more replicas to run"))),

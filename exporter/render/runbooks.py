@@ -12,6 +12,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from exporter.catalog.flags import versions_of
 from exporter.render import rules
 
 # A selector of a sidecar (vllm_diag_*) or raw vLLM (vllm:*) series, with its optional matchers.
@@ -53,6 +54,7 @@ def _page(alert: rules.Alert, inhibits: tuple[str, ...], inhibited_by: tuple[str
         "action": action, "tradeoff": tradeoff, "verify": verify, "scope": alert.scope,
         "inhibit_equal": ", ".join(equal),
         "scope_vars": sorted({v for kind in _SCOPES[alert.scope].values() for v in kind.values()}),
+        "versions": lambda action: versions_of(action.action, action.knob) or "any",
     }
 
 

@@ -84,8 +84,9 @@ class Variant:
     duration_s: float = DURATION_S
 
 
-# Fleet timelines (tests/e2e/test_fleet_pages.py): 42 simulated minutes each.
-FLEET_DURATION_S = 2520.0
+# Fleet timelines (tests/e2e/test_fleet_pages.py): 36 simulated minutes each, enough for a page
+# (within 20 minutes) and for a lost input's 30-minute warning.
+FLEET_DURATION_S = 2160.0
 VARIANTS: dict[str, Variant] = {
     "fleet-healthy": Variant("healthy", duration_s=FLEET_DURATION_S),
     "fleet-queue": Variant("queue-backlog", duration_s=FLEET_DURATION_S),
@@ -94,7 +95,7 @@ VARIANTS: dict[str, Variant] = {
     # Busy neighbours: the vLLM threads wait for a core 60 % of the time, and latency stays within
     # the objectives (the healthy engine does not need more).
     "fleet-cpu-contended": Variant("healthy", cpu_wait_share=0.6, duration_s=FLEET_DURATION_S),
-    "fleet-cpu-lost": Variant("healthy", cpu_lost_at_s=300.0, duration_s=FLEET_DURATION_S),
+    "fleet-cpu-lost": Variant("healthy", cpu_lost_at_s=60.0, duration_s=FLEET_DURATION_S),
     "fleet-slow-start": Variant("healthy", up_from_s=900.0, duration_s=FLEET_DURATION_S),
 }
 

@@ -2,7 +2,7 @@
 
 Each case is a model served by several replicas. Every replica is a vLLM (its raw ``/metrics``,
 job ``vllm``) with its sidecar (job ``vllm-diag``), both replayed from the real pipeline run offline
-over 42 simulated minutes (``tests/e2e/replay.py``), served at ``SPEED`` simulated seconds per
+over 36 simulated minutes (``tests/e2e/replay.py``), served at ``SPEED`` simulated seconds per
 wall second. Prometheus evaluates the generated rules with every duration divided by ``SPEED``; the
 Alertmanager runs the generated example's routes and inhibitions with its timings divided likewise,
 delivering to a local webhook. All cases run at once, each under its own model name.
@@ -49,7 +49,7 @@ from tests.e2e.conftest import (
 
 pytestmark = pytest.mark.prometheus
 
-SPEED = 30.0  # simulated seconds per wall second
+SPEED = 60.0  # simulated seconds per wall second: one Prometheus evaluation per simulated minute
 NAMESPACE = "fleet"
 SIM_MINUTES = replay.FLEET_DURATION_S / 60
 
@@ -91,8 +91,8 @@ CASES: tuple[FleetCase, ...] = (
     FleetCase("cpuburn", _fleet("cpuburn", "fleet-cpu-starved", 2), pages=1, page_layer="cpu", page_within_min=20,
               note="cpu-starved on 2 replicas"),
     FleetCase("cpulost", _fleet("cpulost", "fleet-cpu-lost", 2), pages=0,
-              warnings=frozenset({"VLLMDiagInputMissing"}), warning_within_min=5 + 45,
-              note="the CPU source becomes unreadable at minute 5"),
+              warnings=frozenset({"VLLMDiagInputMissing"}), warning_within_min=1 + 45,
+              note="the CPU source becomes unreadable at minute 1"),
     FleetCase("slowstart", _fleet("slowstart", "fleet-slow-start", 4), pages=0,
               note="a 15-minute model load (grace 20 minutes)"),
     FleetCase("rolling", tuple(Replica(f"rolling-{i}", "fleet-healthy", (600.0 + i * 180, 600.0 + i * 180

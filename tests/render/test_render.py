@@ -475,3 +475,17 @@ def test_alertmanagerconfig_mirrors_the_plain_example() -> None:
         for r in plain["inhibit_rules"]]
     kust = yaml.safe_load((REPO / "deploy/kubernetes/kustomization.yaml").read_text())
     assert kust["labels"][0]["pairs"]["release"], "the release label kube-prometheus-stack selects on is set"
+
+
+def test_every_flag_a_runbook_names_has_its_vllm_versions() -> None:
+    """An action that names a vLLM flag says which releases have it; none names a removed flag."""
+    from exporter.catalog.flags import FLAGS
+    from exporter.catalog.symptoms import CAUSES
+
+    named = {f for c in CAUSES for a in c.actions for f in re.findall(r"--[a-z][a-z0-9-]+", a.action)}
+    named |= {f for p in (REPO / rules.RUNBOOK_DIR).glob("*.md")
+              for f in re.findall(r"`(--[a-z][a-z0-9-]+)", p.read_text())}
+    assert named and named <= set(FLAGS), sorted(named - set(FLAGS))
+    assert not [f for f in named if FLAGS[f].removed], "a runbook names a flag vLLM removed"
+    text = (REPO / rules.runbook_file("VLLMKVCachePressure")).read_text()
+    assert "`--kv-cache-dtype` 0.3.0+ (the value fp8 since 0.4.1)" in text
