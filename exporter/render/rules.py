@@ -686,7 +686,7 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
             f'unless {_on()}\nvllm_diag_input_available{{input="cpu_source"}} == 1')
     return Alert(
         name="VLLMCPUStarvationSuspected", expr=expr, severity="warning", symptom="C", layer="cpu",
-        for_=FOR_ROOT_CAUSE,
+        for_=FOR_SYMPTOM["warning"],  # after VLLMCPUStarvation, which inhibits it where a source reads
         summary="Request timings point at the CPU, and the sidecar has no CPU source to confirm it.",
         description=("On {{ $labels.target }} (model {{ $labels.model_name }}) the sidecar names cause "
                      "{{ $labels.cause }} (layer cpu) from request timings alone ({{ $value | humanizePercentage }} "

@@ -122,10 +122,9 @@ def run_timeline(name: str) -> Timeline:
         base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
         variant = Variant(base)
     scenario = get_scenario(base)
-    # A fleet target configures its CPU source (as the shipped deployments do), so its availability
-    # is watched; the alert matrix's targets keep the probe without the configuration.
-    cpu = {"cpu": {"pid": 1}} if name in VARIANTS else {}
-    settings = _settings(name, scenario.engine_facts(), scenario.slo, **cpu)
+    # Every target configures its CPU source, as the shipped deployments do (the probe reads the
+    # simulated engine), so the source's availability is watched too.
+    settings = _settings(name, scenario.engine_facts(), scenario.slo, cpu={"pid": 1})
     engine = scenario.build()
     # The CPU source the shipped deployments configure, read from the simulated engine.
     pipeline = TargetPipeline(settings.targets[0], settings, host_probe=_host_probe(variant, engine))

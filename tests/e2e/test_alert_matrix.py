@@ -65,7 +65,6 @@ GROUP_WAIT = "500ms"
 PLAYBACK_S = replay.DURATION_S / replay.SPEED
 REPLICAS = {"replica-a": "cpu-starved", "replica-b": "itl-stutter"}  # both named vllm-0
 ROLLOUT_EXPECTED = {"rollout-slow-start": frozenset(), "rollout-crash": frozenset({"VLLMTargetDown"})}
-SLO_ALERT = "VLLMLatencyAboveSLO"
 
 # ---------------------------------------------------------------------------------------------
 # The expected table: one place, derived from the scenario catalog
@@ -88,11 +87,12 @@ def expected(name: str) -> Expectation:
 
     * each expected symptom's alert fires; the root causes the catalog implies fire too: KV pressure
       where D is expected, CPU starvation where the verdict is ``cpu`` (VLLMCPUStarvation: the
-      replay reads the simulated engines' run-queue wait, the evidence the critical page needs);
+      replay reads the simulated engines' run-queue wait, the host evidence that alert needs);
     * delivered = those, minus what the root causes inhibit;
     * allowed = the alerts of the catalog's "may also fire" symptoms (with KV pressure where D may
-      fire, and then what it inhibits becomes optional to deliver), and the SLO outcome alert (not
-      for healthy-like scenarios, which deliver nothing at all).
+      fire, and then what it inhibits becomes optional to deliver); healthy-like scenarios deliver
+      nothing at all. The matrix serves the sidecars alone: the error-budget pages, which read vLLM's
+      own series, are measured on fleets in tests/e2e/test_fleet_pages.py.
     """
     if name in ROLLOUT_EXPECTED:
         return Expectation(ROLLOUT_EXPECTED[name])
@@ -103,7 +103,7 @@ def expected(name: str) -> Expectation:
     silenced = _inhibited_by(roots)
     if exp.verdict == "none":
         return Expectation(frozenset())
-    maybe = {SYMPTOM_BY_ID[s].alert for s in exp.also_possible if s in SYMPTOM_BY_ID} | {SLO_ALERT}
+    maybe = {SYMPTOM_BY_ID[s].alert for s in exp.also_possible if s in SYMPTOM_BY_ID}
     # A "may also fire" D brings its root cause along; what that root cause inhibits may then be
     # held back instead of delivered (it must still fire).
     maybe_roots = {"VLLMKVCachePressure"} if "D" in exp.also_possible else set()
