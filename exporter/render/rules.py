@@ -88,10 +88,14 @@ FOR_MODEL_DOWN = "5m"
 # An input a cause alert needs, missing this long, is a warning (a rename after an upgrade).
 FOR_INPUT_MISSING = "30m"
 ERRORS_WINDOW = "15m"
-# Root-cause conditions read the sidecar's gauges smoothed over this range: preemptions come in
-# bursts and the per-window ratio dips between them, which would reset `for` again and again.
-SMOOTHING_RANGE = "5m"
-SMOOTHING_SECONDS = 300
+
+
+def smoothing(o: Options) -> str:
+    """The range root-cause conditions average the sidecar's gauges over, the symptoms' one
+    (`alert_smoothing_seconds`): preemptions come in bursts and the per-window ratio dips between
+    them, and a root cause that resolved between bursts would lift its inhibition (no rule relies
+    on keep_firing_for to bridge that)."""
+    return duration(o.thresholds["alert_smoothing_seconds"])
 # One replica down: context that inhibits its stale alerts (not a page).
 FOR_TARGET_DOWN = "3m"
 FOR_OPERATIONS = "10m"
@@ -451,12 +455,6 @@ def symptom_alert(s: Symptom, o: Options = DEFAULT_OPTIONS) -> Alert:
     )
 
 
-def enough_requests(o: Options = DEFAULT_OPTIONS) -> str:
-    """Enough finished requests in the smoothing range for the sidecar's window judgement to mean something."""
-    return (f"avg_over_time(vllm_diag_requests_per_second[{SMOOTHING_RANGE}]) * {SMOOTHING_SECONDS}\n"
-            f">= {fmt(o.thresholds['slo_min_requests'])}")
-
-
 def cpu_evidence(o: Options = DEFAULT_OPTIONS) -> str:
     """Host-side CPU evidence (run-queue wait, CFS throttling, PSI), each above the floor of the score's
     input: the level measured on a calm host, where the score starts to rise."""
@@ -464,7 +462,7 @@ def cpu_evidence(o: Options = DEFAULT_OPTIONS) -> str:
     parts = [(sig, t[key]) for sig, key in (("run_queue_wait_share", "cpu_wait_share_floor"),
                                              ("cfs_throttled_share", "cpu_throttled_floor"),
                                              ("psi_some_share", "cpu_psi_floor"))]
-    inner = "\n  or\n".join(f'  avg_over_time(vllm_diag_cpu_signal{{signal="{sig}"}}[{SMOOTHING_RANGE}]) > {fmt(v)}'
+    inner = "\n  or\n".join(f'  avg_over_time(vllm_diag_cpu_signal{{signal="{sig}"}}[{smoothing(o)}]) > {fmt(v)}'
                             for sig, v in parts)
     return f"max by ({', '.join((*IDENTITY, 'model_name'))}) (\n{inner}\n)"
 
@@ -662,9 +660,9 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
               Verify("raw frontend overhead per request (e2e - queue - inference)",
                      frontend_overhead(RAW, RATE_WINDOW)))
     if with_evidence:
-        expr = (f"avg_over_time(vllm_diag_cpu_starvation_score[{SMOOTHING_RANGE}]) >= {fmt(cpu)}\n"
+        expr = (f"avg_over_time(vllm_diag_cpu_starvation_score[{smoothing(o)}]) >= {fmt(cpu)}\n"
                 f"and {_on('model_name')}\n"
-                f"avg_over_time(vllm_diag_requests_per_second[{SMOOTHING_RANGE}]) >= "
+                f"avg_over_time(vllm_diag_requests_per_second[{smoothing(o)}]) >= "
                 f"{fmt(o.thresholds['traffic_min_requests_per_second'])}\n"
                 f"and {_on('model_name')}\n{cpu_evidence(o)}")
         return Alert(
@@ -702,11 +700,12 @@ def _cpu_alert(o: Options, *, with_evidence: bool) -> Alert:
 def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     t = o.thresholds
     ppr, kv_high, rate_min = t["preemptions_per_request"], t["kv_usage_high"], t["kv_pressure_preemption_rate"]
-    shortage = (f"avg_over_time(vllm_diag_preemptions_per_request[{SMOOTHING_RANGE}]) > {fmt(ppr)}\n"
+    rng = smoothing(o)
+    shortage = (f"avg_over_time(vllm_diag_preemptions_per_request[{rng}]) > {fmt(ppr)}\n"
                 f"and {_on('model_name')}\n"
-                f'max_over_time(vllm_diag_kv_cache_usage_ratio{{stat="max"}}[{SMOOTHING_RANGE}]) > {fmt(kv_high)}\n'
+                f'max_over_time(vllm_diag_kv_cache_usage_ratio{{stat="max"}}[{rng}]) > {fmt(kv_high)}\n'
                 f"and {_on('model_name')}\n"
-                f"avg_over_time(vllm_diag_preemption_rate[{SMOOTHING_RANGE}]) >= {fmt(rate_min)}")
+                f"avg_over_time(vllm_diag_preemption_rate[{rng}]) >= {fmt(rate_min)}")
     return [
         Alert(
             name="VLLMKVCachePressure", expr=shortage, severity="warning", symptom="D", layer="kv_cache",
@@ -718,7 +717,7 @@ def root_cause_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                          f"{fmt(rate_min)} preemptions/s or more: latency rises and GPU work is wasted."),
             meaning=("Root cause, not a symptom: KV cache space is the bottleneck. Preemption is frequent "
                      f"(over {fmt(ppr)} per finished request, at least {fmt(rate_min)} per second) and KV usage "
-                     f"reached {fmt(kv_high)} in the same {SMOOTHING_RANGE}. A warning: when it hurts users the "
+                     f"reached {fmt(kv_high)} in the same {rng}. A warning: when it hurts users the "
                      "model's error budget burns and VLLMErrorBudgetBurn pages with cause D (layer kv_cache), once "
                      "for the model however many replicas are short. The same shortage also caps concurrency "
                      f"(cause C3, {CAUSE_BY_ID['C3'].title.lower()})."),
