@@ -29,6 +29,10 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("evidence_min_requests", 5, "requests",
               "Latency observations a latency rule needs in the window; with fewer it abstains. "
               "Raise it for noisy, low-traffic targets.", 1),
+    Threshold("burn_rate_full", 14.4, "ratio",
+              "Burn rate (bad share / error budget) at which a missed latency objective weighs fully in a "
+              "rule's strength; from 1 (the budget spent at its pace) it grows linearly. 14.4 is the SRE "
+              "workbook's fast-burn paging factor (2 % of a 30-day budget in an hour).", 1),
     # -- KV cache ------------------------------------------------------------------------
     Threshold("kv_usage_high", 0.9, "ratio",
               "KV usage treated as full. Point samples swing 0.7-0.98 under sustained pressure, so rules "

@@ -234,7 +234,7 @@ def rule_a1(ctx: Context) -> Finding:
     if rule_a5(ctx).status == "fired":
         return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
     return fired(
-        0.5 + 0.4 * _excess(breach.ratio, 1, 3),
+        0.5 + 0.4 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}, "
         f"queue {_pct(lat.ttft_queue_share)}",
@@ -377,7 +377,8 @@ def rule_b1(ctx: Context) -> Finding:
     breach = itl_breach(ctx)
     # Strength follows both the stutter's shape and how far users are from their objective.
     return fired(
-        0.5 + 0.2 * _excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio) + 0.2 * _excess(breach.ratio, 1, 3),
+        0.5 + 0.2 * _excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio)
+        + 0.2 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"{_tail_text(s)}: most steps are fast, some are held by prefill",
         f"prompt tokens are {_pct(s.traffic.prefill_token_share)} of computed tokens",
@@ -410,7 +411,8 @@ def rule_b2(ctx: Context) -> Finding:
     over = budget / s.traffic.prompt_length_mean
     breach = itl_breach(ctx)
     return fired(
-        0.5 + 0.2 * _excess(s.scheduler.tokens_per_step_p99, big, 4 * big) + 0.2 * _excess(breach.ratio, 1, 3),
+        0.5 + 0.2 * _excess(s.scheduler.tokens_per_step_p99, big, 4 * big)
+        + 0.2 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"the largest steps (p99) carry {s.scheduler.tokens_per_step_p99:.0f} tokens = {_pct(step_share)} of "
         f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts "
