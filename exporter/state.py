@@ -16,6 +16,7 @@ from exporter.signals import Signals
 
 if TYPE_CHECKING:  # the advisor pulls in the simulator: only for type checking here
     from exporter.advisor.result import AdviceResult
+    from exporter.record import RecordStatus
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
 SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
@@ -128,11 +129,13 @@ class TargetState:
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
     engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
     advice: AdviceResult | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
+    recording: RecordStatus | None = None  # the target's record_dir recorder (exporter/record.py), when on
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         signals = self.signals.to_dict() if self.signals is not None else {}
         advice = self.advice.to_dict() if self.advice is not None else {}
+        recording = {"recording": self.recording.to_dict()} if self.recording is not None else {}
         return {
             "target": self.target,
             "model_name": self.model_name,
@@ -160,5 +163,6 @@ class TargetState:
                 "last_error": self.health.last_error,
                 "errors_total": dict(self.health.errors_total),
             },
+            **recording,  # only when the target records its scrapes
             **advice,  # advice, observed, reason, calibration
         }
