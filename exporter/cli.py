@@ -78,7 +78,7 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 def cmd_diagnose(args: argparse.Namespace) -> int:
     if promsource.wanted(args) or args.at or args.from_ or args.to or args.step:
         return _diagnose_prometheus(args)
-    pipeline, skipped = _diagnosed(args)
+    pipeline, skipped = _diagnosed_and_skipped(args)
     doc = document.build([pipeline.state])
     if not args.url:  # offline: which captures were left out, and why
         doc["skipped_captures"] = [s.to_dict() for s in skipped]
@@ -96,7 +96,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             parse_question(question)
         except BadQuestion as exc:
             raise BadInput(f"--what-if {question}: {exc}") from None
-    pipelines = _advise_prometheus(args) if promsource.wanted(args) else [_diagnosed(args)[0]]
+    pipelines = _advise_prometheus(args) if promsource.wanted(args) else [_diagnosed(args)]
     states = []
     for pipeline in pipelines:
         state = pipeline.state
@@ -127,8 +127,13 @@ def _advise_prometheus(args: argparse.Namespace) -> list[TargetPipeline]:
         raise BadInput(str(exc)) from None
 
 
-def _diagnosed(args: argparse.Namespace) -> tuple[TargetPipeline, tuple[Skipped, ...]]:
-    """The pipeline after judging the captures (or the live URL) as one window, and the captures skipped."""
+def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
+    """The pipeline after judging the captures (or the live URL) as one window."""
+    return _diagnosed_and_skipped(args)[0]
+
+
+def _diagnosed_and_skipped(args: argparse.Namespace) -> tuple[TargetPipeline, tuple[Skipped, ...]]:
+    """The same, and the damaged or unreadable captures left out (each warned about on stderr)."""
     if bool(args.files) == bool(args.url):
         raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}

@@ -31,6 +31,9 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_window_span_seconds": "explains a young window; evidence_ready is what rules read",
     "vllm_diag_rule_errors_total": "counted and logged; a failing rule abstains",
     "vllm_diag_source_errors_total": "counted and logged; a failing source makes rules abstain",
+    "vllm_diag_record_bytes": "recording is a side feature: its folder size is for capacity dashboards",
+    "vllm_diag_record_pruned_total": "retention at work, expected while recording",
+    "vllm_diag_record_errors_total": "counted and logged once; the diagnosis never depends on recording",
 }
 
 
