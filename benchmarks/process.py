@@ -7,6 +7,10 @@ same time and against the same server, the baseline process ``benchmarks.minimal
 endpoints are scraped every 15 s, as Prometheus would. RSS is read from /proc/<pid>/status and
 CPU from /proc/<pid>/stat (utime + stime) over the measured period, after the window has filled.
 Processes are stopped by PID.
+
+``run_recording`` measures the cost of ``record_dir`` (exporter/record.py): the same 100 targets
+at 5 s with recording off and on, in off/on/on/off order so a change of load on a shared machine
+weighs on both, and compares CPU per scrape.
 """
 
 from __future__ import annotations
@@ -83,11 +87,15 @@ class Bench:
     def served(self) -> dict[str, int]:
         return json.loads(_get(f"http://127.0.0.1:{self.port}/stats")[1] or b"{}")
 
-    def sidecar(self, n: int, interval: float, window: float, tag: str) -> tuple[subprocess.Popen, int]:
+    def sidecar(self, n: int, interval: float, window: float, tag: str,
+                record_root: Path | None = None) -> tuple[subprocess.Popen, int]:
         port = free_port()
         config = self.tmp / f"sidecar-{tag}.yaml"
-        targets = [{"name": f"t{i:04d}", "url": self.url("s", i), "scrape_interval": interval,
-                    "timeout": min(3.0, interval)} for i in range(n)]
+        targets: list[dict[str, object]] = [{"name": f"t{i:04d}", "url": self.url("s", i), "scrape_interval": interval,
+                                             "timeout": min(3.0, interval)} for i in range(n)]
+        if record_root is not None:
+            for target in targets:
+                target["record_dir"] = str(record_root / str(target["name"]))
         config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "window_seconds": window,
                                       "log_level": "WARNING", "targets": targets}))  # JSON is YAML
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_DIAG_")}
@@ -142,6 +150,8 @@ def _freshness(port: int, interval: float) -> dict:
     render_ms = (time.perf_counter() - w) * 1e3
     now, up, fresh, total = time.time(), 0, 0, 0
     errors: dict[str, float] = {}
+    record_errors: dict[str, float] = {}
+    record_bytes = 0.0
     for line in body.splitlines():
         if line.startswith("vllm_diag_up{"):
             total += 1
@@ -151,13 +161,19 @@ def _freshness(port: int, interval: float) -> dict:
         elif line.startswith("vllm_diag_scrape_errors_total{"):
             reason = line.split('reason="', 1)[1].split('"', 1)[0]
             errors[reason] = errors.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm_diag_record_errors_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            record_errors[reason] = record_errors.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm_diag_record_bytes{"):
+            record_bytes += float(line.rsplit(" ", 1)[1])
     return {"targets": total, "up": up, "fresh": fresh, "scrape_errors": {k: v for k, v in errors.items() if v},
+            "record_errors": {k: v for k, v in record_errors.items() if v}, "record_bytes": record_bytes,
             "metrics_request_ms": render_ms, "metrics_bytes": len(body)}
 
 
 def _scenario(bench: Bench, n: int, interval: float, window: float, warm: float, seconds: float,
-              baseline: bool, tag: str) -> dict:
-    procs = {"sidecar": bench.sidecar(n, interval, window, tag)}
+              baseline: bool, tag: str, record_root: Path | None = None) -> dict:
+    procs = {"sidecar": bench.sidecar(n, interval, window, tag, record_root)}
     if baseline:
         procs["baseline"] = bench.baseline(n, interval, tag)
     time.sleep(warm)
@@ -174,7 +190,8 @@ def _scenario(bench: Bench, n: int, interval: float, window: float, warm: float,
         if v - before["scrape_errors"].get(k, 0.0)}
     after["scrape_errors_since_start"] = after.pop("scrape_errors")
     result["sidecar"].update(after)
-    result["config"] = {"targets": n, "interval": interval, "window": window, "warm": warm, "seconds": seconds}
+    result["config"] = {"targets": n, "interval": interval, "window": window, "warm": warm, "seconds": seconds,
+                        "tag": tag, "recording": record_root is not None}
     for p, _ in procs.values():
         _stop(p)
     return result
@@ -225,3 +242,46 @@ def run(
                                            "predicted_per_core": per_core, "crosscheck_per_core": observed,
                                            "crosscheck": cross}))
     return figures, raw
+
+
+RECORD_TARGETS = 100
+RECORD_BUDGET = 1.10  # recording may cost at most 10 % more CPU per scrape than recording off
+
+
+def run_recording(quick: bool, cpu_seconds: float | None = None) -> tuple[list[Figure], dict]:
+    """CPU per scrape of 100 targets at 5 s, recording off and on (record_dir per target), side by side."""
+    window = 15.0 if quick else 60.0
+    seconds = cpu_seconds or (20.0 if quick else 60.0)
+    runs: dict[str, list[dict]] = {"off": [], "on": []}
+    with tempfile.TemporaryDirectory(prefix="vllm-diag-bench-") as tmp:
+        bench = Bench(Path(tmp), hosts=16)
+        try:
+            for index, mode in enumerate(("off", "on", "on", "off")):
+                root = Path(tmp) / f"record-{index}" if mode == "on" else None
+                result = _scenario(bench, RECORD_TARGETS, 5.0, window, window + 2, seconds, False,
+                                   f"record-{mode}-{index}", root)
+                if root is not None:
+                    files = [p for p in root.rglob("*") if p.is_file()]
+                    result["recorded"] = {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+                runs[mode].append(result)
+        finally:
+            bench.close()
+    per_scrape = {mode: 1e3 * sum(r["sidecar"]["cpu_seconds"] for r in rs) / max(1, sum(r["sidecar"]["scrapes"]
+                                                                                      for r in rs))
+                  for mode, rs in runs.items()}
+    ratio = per_scrape["on"] / per_scrape["off"]
+    rows = [f"{'run':<16}{'recording':>10}{'CPU s':>9}{'scrapes':>9}{'ms/scrape':>11}{'fresh':>7}{'recorded':>18}"]
+    for mode, rs in runs.items():
+        for r in rs:
+            s = r["sidecar"]
+            recorded = r.get("recorded")
+            stored = f"{recorded['files']} / {recorded['bytes'] / 1e6:.1f} MB" if recorded else "-"
+            rows.append(f"{r['config']['tag']:<16}{mode:>10}{s['cpu_seconds']:>9.2f}{s['scrapes']:>9}"
+                        f"{1e3 * s['cpu_seconds'] / max(1, s['scrapes']):>11.2f}{s['fresh']:>7}{stored:>18}")
+    rows.append(f"CPU per scrape: recording off {per_scrape['off']:.2f} ms, on {per_scrape['on']:.2f} ms "
+                f"({100 * (ratio - 1):+.1f} %)")
+    print("\n".join(rows))
+    figure = Figure(f"CPU per scrape, {RECORD_TARGETS} targets at 5 s, recording on", per_scrape["on"], "ms",
+                    per_scrape["off"], "recording off", ratio, "of off", f"<= {RECORD_BUDGET:.2f}x of off",
+                    ratio <= RECORD_BUDGET, {"runs": runs, "table": rows})
+    return [figure], {"recording": runs}

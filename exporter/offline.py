@@ -111,7 +111,7 @@ def _readable(captures: list[Path]) -> tuple[list[Path], list[Skipped]]:
     readable: list[Path] = []
     skipped: list[Skipped] = []
     for path in captures:
-        reason = problem(path)
+        reason = capture_problem(path)
         if reason is None:
             readable.append(path)
         else:
@@ -126,7 +126,7 @@ def _readable(captures: list[Path]) -> tuple[list[Path], list[Skipped]]:
     raise CaptureError(f"no readable capture: all {len(skipped)} were skipped (first, {first.file}: {first.reason})")
 
 
-def problem(path: Path) -> str | None:
+def capture_problem(path: Path) -> str | None:
     """Why a capture cannot be diagnosed (one line), or None when it parses as vLLM metrics."""
     try:
         body = read_capture(path).decode("utf-8")

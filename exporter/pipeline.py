@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COUNTERS = tuple(m.name for m in METRICS if m.kind is Kind.COUNTER)
-__all__ = ["CAPTURE_HEADER", "TargetPipeline", "capture_timestamp", "replay"]  # the capture format lives in record
+# The capture format lives in exporter/record.py; its two names stay importable from here.
+__all__ = ["CAPTURE_HEADER", "TargetPipeline", "capture_timestamp", "replay"]
 
 HostProbe = Callable[[float], HostInputs]
 

@@ -26,7 +26,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from exporter.cli import main
 from exporter.config import RecordRetention, load_settings
-from exporter.offline import problem
+from exporter.offline import capture_problem
 from exporter.record import Recorder, is_capture_name, read_capture
 from exporter.server import create_app
 from tests.conftest import free_port
@@ -136,7 +136,7 @@ def test_a_full_disk_is_counted_and_recording_resumes_when_space_returns(tmp_pat
         assert status.failing and status.errors_total["write_failed"] > 0
         assert "No space left on device" in (status.last_error or "")
         assert not [p for p in (mount / "rec").iterdir() if p.name.startswith(".")]  # no temporary left behind
-        assert all(problem(p) is None for p in (mount / "rec").iterdir())  # and nothing partial
+        assert all(capture_problem(p) is None for p in (mount / "rec").iterdir())  # and nothing partial
         for path in (mount / "rec").iterdir():
             path.unlink()
         recorder.write(2000.0, simulated[0])
@@ -192,7 +192,7 @@ async def test_the_sidecar_keeps_serving_while_its_folder_cannot_be_written(
         await asyncio.sleep(0.3)
         doc = await (await client.get("/api/v1/diagnosis")).json()
         assert not doc["targets"][0]["recording"]["failing"]
-        assert all(problem(p) is None for p in rec.iterdir() if is_capture_name(p.name))
+        assert all(capture_problem(p) is None for p in rec.iterdir() if is_capture_name(p.name))
     finally:
         await client.close()
         await upstream.close()
@@ -256,7 +256,7 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
                 _stop(sidecar)
             names = os.listdir(rec) if rec.is_dir() else []
             temporaries_seen += sum(1 for name in names if name.startswith("."))
-            damaged = {name: problem(rec / name) for name in names if is_capture_name(name)}
+            damaged = {name: capture_problem(rec / name) for name in names if is_capture_name(name)}
             assert not {name: why for name, why in damaged.items() if why is not None}
     finally:
         _stop(simulator)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.config import ConfigError, RecordRetention, load_settings
-from exporter.offline import CaptureError, problem, resolve
+from exporter.offline import CaptureError, capture_problem, resolve
 from exporter.publish.collector import DiagnosisCollector
 from exporter.record import (
     Recorder,
@@ -74,7 +74,8 @@ def test_a_cut_gzip_capture_is_named_as_damaged(tmp_path: Path, steady: str) -> 
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match="damaged gzip data"):
         read_capture(path)
-    assert problem(path) is not None and problem(path).startswith("damaged gzip data")  # type: ignore[union-attr]
+    reason = capture_problem(path)
+    assert reason is not None and reason.startswith("damaged gzip data")
 
 
 def test_stale_temporaries_of_this_target_are_removed_at_start(tmp_path: Path, steady: str) -> None:
