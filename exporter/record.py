@@ -26,6 +26,11 @@ from typing import Any
 
 from exporter.config import RecordRetention
 
+try:
+    from isal import igzip as fast_gzip
+except ImportError:  # isal is a dependency; a platform without its wheel still records, at 4x the CPU
+    import gzip as fast_gzip  # type: ignore[no-redef]
+
 log = logging.getLogger(__name__)
 
 CAPTURE_HEADER = "# vllm-diag capture"
@@ -33,11 +38,17 @@ PLAIN_SUFFIX = ".txt"
 GZIP_SUFFIX = ".txt.gz"
 CAPTURE_SUFFIXES = (PLAIN_SUFFIX, GZIP_SUFFIX)
 TEMP_SUFFIX = ".tmp"
-# gzip level 1: ~0.3 ms for a 50 KB scrape and ~7.7x smaller; level 6 costs 2.5x the CPU for ~15 % less
+# gzip level 1: ~7.7x smaller than the scrape; level 6 costs 2.5x the CPU for ~15 % less
 GZIP_LEVEL = 1
 # Captures waiting for the writer: a slow disk delays at most this many, later ones are dropped
 QUEUE_CAPTURES = 8
 RECORD_ERROR_REASONS: tuple[str, ...] = ("write_failed", "queue_full")
+
+
+def compress(data: bytes) -> bytes:
+    """gzip at level 1: ISA-L's (the isal package) when installed, ~0.08 ms CPU for a 50 KB scrape,
+    else the standard library's, ~0.3 ms; the same format either way."""
+    return fast_gzip.compress(data, GZIP_LEVEL, mtime=0)
 
 
 def capture_timestamp(text: str) -> float | None:
@@ -267,7 +278,7 @@ class Recorder:
             self.scan(scraped_at)
         path = self.directory / capture_name(self.target, scraped_at)
         header = f"{CAPTURE_HEADER} target={self.target} scraped_at={scraped_at!r}\n"
-        data = gzip.compress((header + text).encode("utf-8"), compresslevel=GZIP_LEVEL, mtime=0)
+        data = compress((header + text).encode("utf-8"))
         try:
             try:
                 write_atomically(path, data)
