@@ -146,6 +146,53 @@ def test_a_full_disk_is_counted_and_recording_resumes_when_space_returns(tmp_pat
         subprocess.run(["umount", str(mount)], check=True)
 
 
+# -- a crash at the worst moments, made certain ------------------------------------------------------
+CRASHING_WRITER = """
+import os, signal, sys
+from pathlib import Path
+import exporter.record as record
+from exporter.config import RecordRetention
+
+folder, moment, text = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3]).read_text()
+recorder = record.Recorder("t", folder, RecordRetention())
+recorder.write(1.0, text)  # one whole capture first
+real_open, real_replace = open, os.replace
+
+class HalfThenDie:  # the process dies with half of the capture written to the temporary file
+    def __init__(self, fh): self.fh = fh
+    def __enter__(self): return self
+    def __exit__(self, *exc): return False
+    def write(self, data):
+        self.fh.write(data[: len(data) // 2]); self.fh.flush(); os.kill(os.getpid(), signal.SIGKILL)
+
+def die_before_rename(src, dst):  # the whole temporary file written, the rename never happens
+    os.kill(os.getpid(), signal.SIGKILL)
+
+if moment == "mid-write":
+    record.open = lambda path, mode: HalfThenDie(real_open(path, mode))
+else:
+    record.os.replace = die_before_rename
+recorder.write(2.0, text)
+"""
+
+
+@pytest.mark.parametrize("moment", ["mid-write", "before-rename"])
+def test_a_process_killed_in_the_middle_of_a_write_leaves_no_partial_capture(
+        tmp_path: Path, moment: str, fixtures_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rec = tmp_path / "rec"
+    text = fixtures_dir / "snapshot-steady-during.txt"
+    done = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(rec), moment, str(text)],
+                          capture_output=True, timeout=60)
+    assert done.returncode == -signal.SIGKILL, done.stderr.decode()
+    assert sorted(p.name for p in rec.iterdir()) == [".t-2.000.txt.gz.tmp", "t-1.000.txt.gz"]
+    code, doc, err = _diagnose(capsys, str(rec), "--interval", "5")  # the temporary is no capture
+    assert code == 0 and err == [] and doc["skipped_captures"] == []
+    restarted = Recorder("t", rec, RecordRetention())
+    restarted.scan(3.0)  # what the writer thread does first after a start
+    assert sorted(p.name for p in rec.iterdir()) == ["t-1.000.txt.gz"]
+    assert restarted.status().files == 1
+
+
 # -- the sidecar with a folder that cannot be written ---------------------------------------------
 def _metric(text: str, name: str, **labels: str) -> float | None:
     wanted = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
@@ -263,7 +310,8 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
         log.close()
     captures = sorted(name for name in os.listdir(rec) if is_capture_name(name))
     assert len(captures) >= kills  # every run recorded
-    print(f"{kills} kills, {len(captures)} captures, {temporaries_seen} temporaries left by a kill")
+    with capsys.disabled():  # -s shows how many kills landed in the middle of a write
+        print(f"\n{kills} kills, {len(captures)} captures, {temporaries_seen} temporaries left by a kill")
 
     # The folder, with whatever temporaries the last kill left, against a copy of the captures alone.
     intact = tmp_path / "intact"
