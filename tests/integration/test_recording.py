@@ -270,6 +270,19 @@ def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 20
     pytest.fail(f"nothing listens on {port} after {seconds} s")
 
 
+def _watch_for_a_temporary(folders: list[Path], seconds: float) -> bool:
+    """Return as soon as one of the folders holds a temporary file (a write under way)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for folder in folders:
+            try:
+                if any(name.startswith(".") for name in os.listdir(folder)):
+                    return True
+            except FileNotFoundError:
+                pass
+    return False
+
+
 def _stop(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
@@ -283,35 +296,42 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
     sim_port = free_port()
     simulator = subprocess.Popen([VLLM_DIAG, "simulate", "--scenario", "healthy", "--port", str(sim_port),
                                   "--speed", "20"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    rec = tmp_path / "rec"
+    # Six targets, each with its own folder: six writer threads make a kill mid-write likelier.
+    folders = [tmp_path / "rec" / f"t{i}" for i in range(6)]
+    targets = "".join(f"  - name: t{i}\n    url: http://127.0.0.1:{sim_port}/metrics\n    scrape_interval: 0.2\n"
+                      f"    timeout: 0.2\n    record_dir: {folder}\n" for i, folder in enumerate(folders))
     config = tmp_path / "vllm-diag.yaml"
-    config.write_text(f"window_seconds: 60\ntargets:\n  - name: t\n    url: http://127.0.0.1:{sim_port}/metrics\n"
-                      f"    scrape_interval: 0.05\n    timeout: 0.05\n    record_dir: {rec}\n", encoding="utf-8")
+    config.write_text(f"window_seconds: 60\ntargets:\n{targets}", encoding="utf-8")
     chance = random.Random(30)
     kills, temporaries_seen = 10, 0
     log = (tmp_path / "sidecar.log").open("wb")  # a file, not a pipe nobody reads: a full pipe would block it
     try:
         _wait_for_port(sim_port, simulator)
-        for _ in range(kills):
+        for kill in range(kills):
             port = free_port()
             sidecar = subprocess.Popen([VLLM_DIAG, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
                                        stdout=subprocess.DEVNULL, stderr=log)
             try:
                 _wait_for_port(port, sidecar)
-                time.sleep(chance.uniform(0.1, 0.8))  # some writes, then a kill at a random moment
+                if kill % 2:
+                    time.sleep(chance.uniform(0.3, 1.2))  # some writes, then a kill at a random moment
+                else:
+                    _watch_for_a_temporary(folders, seconds=3.0)  # a kill the moment a write is under way
             finally:
                 _stop(sidecar)
-            names = os.listdir(rec) if rec.is_dir() else []
-            temporaries_seen += sum(1 for name in names if name.startswith("."))
-            damaged = {name: capture_problem(rec / name) for name in names if is_capture_name(name)}
-            assert not {name: why for name, why in damaged.items() if why is not None}
+            for folder in folders:
+                names = os.listdir(folder) if folder.is_dir() else []
+                temporaries_seen += sum(1 for name in names if name.startswith("."))
+                damaged = {name: capture_problem(folder / name) for name in names if is_capture_name(name)}
+                assert not {name: why for name, why in damaged.items() if why is not None}
     finally:
         _stop(simulator)
         log.close()
+    rec = folders[0]
     captures = sorted(name for name in os.listdir(rec) if is_capture_name(name))
     assert len(captures) >= kills  # every run recorded
     with capsys.disabled():  # -s shows how many kills landed in the middle of a write
-        print(f"\n{kills} kills, {len(captures)} captures, {temporaries_seen} temporaries left by a kill")
+        print(f"\n{kills} kills, {len(captures)} captures of t0, {temporaries_seen} temporaries left by a kill")
 
     # The folder, with whatever temporaries the last kill left, against a copy of the captures alone.
     intact = tmp_path / "intact"
