@@ -210,3 +210,18 @@ def test_record_families_are_exported_per_recording_target() -> None:
                                             "pruned_total": 5, "errors_total": {"write_failed": 3, "queue_full": 1},
                                             "failing": False, "last_error": None}
     assert "recording" not in quiet.to_dict()
+
+
+def test_the_page_shows_a_recording_line_only_for_recording_targets() -> None:
+    from exporter.publish import document, html
+
+    failing = RecordStatus(directory="/var/lib/rec", bytes=3 * 1024 ** 2, files=40, pruned_total=7,
+                           errors_total={"write_failed": 2, "queue_full": 0}, failing=True,
+                           last_error="No space left on device: /var/lib/rec/.t-1.000.txt.gz.tmp")
+    states = [TargetState(target=name, url="http://x/metrics", status="insufficient_evidence", window_seconds=60,
+                          evaluated_at=0.0, health=ScrapeHealth(), diagnosis=unknown_diagnosis(0.0), recording=rec)
+              for name, rec in (("rec", failing), ("plain", None))]
+    page = html.render(document.build(states, now=0.0))
+    assert page.count('class="recording') == 1
+    assert "recording: 40 captures, 3 MiB in /var/lib/rec, 7 pruned by the retention" in page
+    assert "failing: No space left on device" in page
