@@ -37,7 +37,7 @@ def _notes(figures: list, raw: dict) -> list[str]:
             out.append(f"- promtool check metrics (exit {d['promtool_exit_codes']}): {d['promtool_ms']:.1f} ms wall, "
                        f"{d['promtool_cpu_ms']:.1f} ms CPU, of which {d['promtool_empty_input_ms']:.1f} ms "
                        f"is its run on an empty input (process start); cycle CPU {d['cycle_cpu_ms']:.1f} ms")
-    if raw:
+    if "crosscheck_15s" in raw:
         cross = raw["crosscheck_15s"]
         s = cross["sidecar"]
         targets, predicted = cross["config"]["targets"], cross["predicted_core_share_pct"]
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="fewer rounds, 15 s window, 20 s CPU periods (about 2 minutes instead of 6)")
-    parser.add_argument("--only", choices=("cycle", "process"), help="run one family of figures")
+    parser.add_argument("--only", choices=("cycle", "process", "record"),
+                        help="run one family of figures (record: CPU per scrape with record_dir off vs on)")
     parser.add_argument("--cpu-seconds", type=float,
                         help="measured period of the 1-target CPU run (default 60, quick 20)")
     parser.add_argument("--crosscheck-targets", type=int,
@@ -78,6 +79,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "process"):
         more, raw = process.run(args.quick, args.cpu_seconds, args.crosscheck_targets)
         figures += more
+    if args.only == "record":  # not in the default set: it adds four 100-target runs
+        more, recording = process.run_recording(args.quick, args.cpu_seconds)
+        figures += more
+        raw = {**raw, **recording}
     print(table(figures))
     notes = _notes(figures, raw)
     if notes:

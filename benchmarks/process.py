@@ -7,6 +7,12 @@ same time and against the same server, the baseline process ``benchmarks.minimal
 endpoints are scraped every 15 s, as Prometheus would. RSS is read from /proc/<pid>/status and
 CPU from /proc/<pid>/stat (utime + stime) over the measured period, after the window has filled.
 Processes are stopped by PID.
+
+``run_recording`` measures the cost of ``record_dir`` (exporter/record.py): two sidecars of 50
+targets at 5 s poll the same server at the same time, one recording and one not, so whatever
+else loads a shared machine weighs on both alike; CPU per scrape is compared over four rounds
+(each starting the other sidecar first: the one started first measured up to 30 % more in a
+round, either way), and the figure is the median of the rounds' on/off ratios.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -83,11 +90,16 @@ class Bench:
     def served(self) -> dict[str, int]:
         return json.loads(_get(f"http://127.0.0.1:{self.port}/stats")[1] or b"{}")
 
-    def sidecar(self, n: int, interval: float, window: float, tag: str) -> tuple[subprocess.Popen, int]:
+    def sidecar(self, n: int, interval: float, window: float, tag: str,
+                record_root: Path | None = None, prefix: str = "s") -> tuple[subprocess.Popen, int]:
         port = free_port()
         config = self.tmp / f"sidecar-{tag}.yaml"
-        targets = [{"name": f"t{i:04d}", "url": self.url("s", i), "scrape_interval": interval,
-                    "timeout": min(3.0, interval)} for i in range(n)]
+        targets: list[dict[str, object]] = [
+            {"name": f"t{i:04d}", "url": self.url(prefix, i), "scrape_interval": interval,
+             "timeout": min(3.0, interval)} for i in range(n)]
+        if record_root is not None:
+            for target in targets:
+                target["record_dir"] = str(record_root / str(target["name"]))
         config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "window_seconds": window,
                                       "log_level": "WARNING", "targets": targets}))  # JSON is YAML
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_DIAG_")}
@@ -142,6 +154,8 @@ def _freshness(port: int, interval: float) -> dict:
     render_ms = (time.perf_counter() - w) * 1e3
     now, up, fresh, total = time.time(), 0, 0, 0
     errors: dict[str, float] = {}
+    record_errors: dict[str, float] = {}
+    record_bytes = 0.0
     for line in body.splitlines():
         if line.startswith("vllm_diag_up{"):
             total += 1
@@ -151,13 +165,19 @@ def _freshness(port: int, interval: float) -> dict:
         elif line.startswith("vllm_diag_scrape_errors_total{"):
             reason = line.split('reason="', 1)[1].split('"', 1)[0]
             errors[reason] = errors.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm_diag_record_errors_total{"):
+            reason = line.split('reason="', 1)[1].split('"', 1)[0]
+            record_errors[reason] = record_errors.get(reason, 0.0) + float(line.rsplit(" ", 1)[1])
+        elif line.startswith("vllm_diag_record_bytes{"):
+            record_bytes += float(line.rsplit(" ", 1)[1])
     return {"targets": total, "up": up, "fresh": fresh, "scrape_errors": {k: v for k, v in errors.items() if v},
+            "record_errors": {k: v for k, v in record_errors.items() if v}, "record_bytes": record_bytes,
             "metrics_request_ms": render_ms, "metrics_bytes": len(body)}
 
 
 def _scenario(bench: Bench, n: int, interval: float, window: float, warm: float, seconds: float,
-              baseline: bool, tag: str) -> dict:
-    procs = {"sidecar": bench.sidecar(n, interval, window, tag)}
+              baseline: bool, tag: str, record_root: Path | None = None) -> dict:
+    procs = {"sidecar": bench.sidecar(n, interval, window, tag, record_root)}
     if baseline:
         procs["baseline"] = bench.baseline(n, interval, tag)
     time.sleep(warm)
@@ -174,7 +194,8 @@ def _scenario(bench: Bench, n: int, interval: float, window: float, warm: float,
         if v - before["scrape_errors"].get(k, 0.0)}
     after["scrape_errors_since_start"] = after.pop("scrape_errors")
     result["sidecar"].update(after)
-    result["config"] = {"targets": n, "interval": interval, "window": window, "warm": warm, "seconds": seconds}
+    result["config"] = {"targets": n, "interval": interval, "window": window, "warm": warm, "seconds": seconds,
+                        "recording": record_root is not None}
     for p, _ in procs.values():
         _stop(p)
     return result
@@ -225,3 +246,72 @@ def run(
                                            "predicted_per_core": per_core, "crosscheck_per_core": observed,
                                            "crosscheck": cross}))
     return figures, raw
+
+
+RECORD_TARGETS = 50  # per sidecar; two sidecars run at once
+RECORD_BUDGET = 1.10  # recording may cost at most 10 % more CPU per scrape than recording off
+
+
+def _recording_pair(bench: Bench, window: float, seconds: float, index: int, root: Path) -> dict[str, dict]:
+    """Two sidecars polling the same server at the same time, recording off (/s/) and on (/r/):
+    whatever else loads the machine weighs on both alike."""
+    order = ("off", "on") if index % 2 == 0 else ("on", "off")  # each round starts the other one first
+    procs = {mode: bench.sidecar(RECORD_TARGETS, 5.0, window, f"record-{mode}-{index}",
+                                 root if mode == "on" else None, prefix="s" if mode == "off" else "r")
+             for mode in order}
+    time.sleep(window + 2)
+    served0 = bench.served()
+    measured = _measure(procs, seconds)
+    served1 = bench.served()
+    for mode, prefix in (("off", "s"), ("on", "r")):
+        measured[mode]["scrapes"] = served1.get(prefix, 0) - served0.get(prefix, 0)
+        measured[mode].update(_freshness(procs[mode][1], 5.0))
+        measured[mode]["round"] = index
+    files = [p for p in root.rglob("*") if p.is_file()]
+    measured["on"]["recorded"] = {"files": len(files), "bytes": sum(p.stat().st_size for p in files)}
+    for proc, _ in procs.values():
+        _stop(proc)
+    return measured
+
+
+def run_recording(quick: bool, cpu_seconds: float | None = None, rounds: int = 4) -> tuple[list[Figure], dict]:
+    """CPU per scrape at 5 s with recording off and on (record_dir per target), side by side."""
+    window = 15.0 if quick else 60.0
+    seconds = cpu_seconds or (20.0 if quick else 60.0)
+    runs: list[dict[str, dict]] = []
+    with tempfile.TemporaryDirectory(prefix="vllm-diag-bench-") as tmp:
+        bench = Bench(Path(tmp), hosts=16)
+        try:
+            for index in range(rounds):
+                runs.append(_recording_pair(bench, window, seconds, index, Path(tmp) / f"record-{index}"))
+        finally:
+            bench.close()
+    per_scrape = {mode: 1e3 * sum(r[mode]["cpu_seconds"] for r in runs) / max(1, sum(r[mode]["scrapes"] for r in runs))
+                  for mode in ("off", "on")}
+    pooled = per_scrape["on"] / per_scrape["off"]
+    # The figure is the median of the rounds' ratios: one round where the loaded machine starved a
+    # sidecar (targets not fresh, scrapes missed while CPU was spent) must not decide it alone.
+    ratios = [(r["on"]["cpu_seconds"] / max(1, r["on"]["scrapes"]))
+              / (r["off"]["cpu_seconds"] / max(1, r["off"]["scrapes"])) for r in runs]
+    ratio = statistics.median(ratios)
+    rows = [f"{'round':<7}{'recording':>10}{'CPU s':>9}{'scrapes':>9}{'ms/scrape':>11}{'fresh':>7}"
+            f"{'record errors':>15}{'recorded':>18}"]
+    for r in runs:
+        for mode in ("off", "on"):
+            m = r[mode]
+            recorded = m.get("recorded")
+            stored = f"{recorded['files']} / {recorded['bytes'] / 1e6:.1f} MB" if recorded else "-"
+            errors = ",".join(f"{k}={v:g}" for k, v in m["record_errors"].items()) or "none"
+            per = 1e3 * m["cpu_seconds"] / max(1, m["scrapes"])
+            rows.append(f"{m['round']:<7}{mode:>10}{m['cpu_seconds']:>9.2f}{m['scrapes']:>9}{per:>11.2f}"
+                        f"{m['fresh']:>7}{errors:>15}{stored:>18}")
+    rows.append(f"CPU per scrape, all rounds pooled: recording off {per_scrape['off']:.2f} ms, "
+                f"on {per_scrape['on']:.2f} ms ({100 * (pooled - 1):+.1f} %)")
+    rows.append(f"on / off per round: {', '.join(f'{x:.3f}' for x in ratios)}; median {ratio:.3f} "
+                f"({100 * (ratio - 1):+.1f} %)")
+    print("\n".join(rows))
+    figure = Figure(f"CPU per scrape at 5 s, recording on ({RECORD_TARGETS} targets)", per_scrape["on"], "ms",
+                    per_scrape["off"], "recording off, same time", ratio, "of off (median of rounds)",
+                    f"<= {RECORD_BUDGET:.2f}x of off", ratio <= RECORD_BUDGET,
+                    {"runs": runs, "table": rows, "ratios": ratios, "pooled_ratio": pooled})
+    return [figure], {"recording": runs}

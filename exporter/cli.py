@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import logging
-import re
 import socket
 import sys
 from collections.abc import Sequence
@@ -24,9 +23,8 @@ from exporter import __version__, demo, simulator
 from exporter.argtypes import positive
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
 from exporter.facts.discovery import FactDiscovery
-from exporter.offline import CaptureError, CaptureSet, resolve
-from exporter.parse import ParseError, parse
-from exporter.pipeline import TargetPipeline, capture_timestamp, replay
+from exporter.offline import CaptureError, CaptureSet, Skipped, resolve
+from exporter.pipeline import TargetPipeline, replay
 from exporter.poll import fetch
 from exporter.promsource import command as promsource
 from exporter.publish import document, text
@@ -80,7 +78,11 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 def cmd_diagnose(args: argparse.Namespace) -> int:
     if promsource.wanted(args) or args.at or args.from_ or args.to or args.step:
         return _diagnose_prometheus(args)
-    _emit(document.build([_diagnosed(args).state]), args.format)
+    pipeline, skipped = _diagnosed_and_skipped(args)
+    doc = document.build([pipeline.state])
+    if not args.url:  # offline: which captures were left out, and why
+        doc["skipped_captures"] = [s.to_dict() for s in skipped]
+    _emit(doc, args.format)
     return 0
 
 
@@ -127,6 +129,11 @@ def _advise_prometheus(args: argparse.Namespace) -> list[TargetPipeline]:
 
 def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
     """The pipeline after judging the captures (or the live URL) as one window."""
+    return _diagnosed_and_skipped(args)[0]
+
+
+def _diagnosed_and_skipped(args: argparse.Namespace) -> tuple[TargetPipeline, tuple[Skipped, ...]]:
+    """The same, and the damaged or unreadable captures left out (each warned about on stderr)."""
     if bool(args.files) == bool(args.url):
         raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}
@@ -141,7 +148,7 @@ def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
         _check_window(window, interval)
         settings = _settings(args.config, {**overrides, "window_seconds": window, "targets": [target]},
                              DIAGNOSE_FLAGS)
-        return asyncio.run(_live(settings, args.duration))
+        return asyncio.run(_live(settings, args.duration)), ()
     else:
         try:
             captures = resolve(args.files)
@@ -151,8 +158,8 @@ def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
         dcgm = Path(args.dcgm) if args.dcgm is not None else captures.dcgm  # --dcgm wins
         if dcgm is not None and not dcgm.is_dir():
             raise BadInput(f"--dcgm {dcgm}: not a directory")
-        for path in captures.files:
-            _validate_capture(path)
+        for skipped in captures.skipped:  # one line each, and the rest is diagnosed
+            sys.stderr.write(f"vllm-diag: warning: skipped {skipped.file}: {skipped.reason}\n")
         base = _settings(config, {})
         interval = _capture_interval(args.interval, captures, base, from_folder=args.config is None)
         span = captures.span if captures.span is not None else interval * max(1, len(captures.files) - 1)
@@ -168,7 +175,7 @@ def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
             # would hold what the first few captures suggested (two captures vs three would differ).
             pipeline.tracker = type(pipeline.tracker)()
             pipeline.evaluate(state.evaluated_at)
-        return pipeline
+        return pipeline, captures.skipped
 
 
 def _diagnose_prometheus(args: argparse.Namespace) -> int:
@@ -200,22 +207,6 @@ def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, 
 def _check_window(window: float, interval: float) -> None:
     if window < 2 * interval:
         raise BadInput(f"--window {window:g}: must hold at least two scrapes (2 x --interval {interval:g} s)")
-
-
-def _validate_capture(path: Path) -> None:
-    try:
-        body = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise BadInput(f"{path}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise BadInput(f"{path}: not UTF-8 text (byte {exc.start})") from None
-    try:
-        snapshot = parse(body, capture_timestamp(body) or 0.0)
-    except ParseError as exc:
-        located = re.match(r"line (\d+): (.*)", str(exc))  # FILE:LINE: like a compiler, for editors to jump to
-        raise BadInput(f"{path}:{located[1]}: {located[2]}" if located else f"{path}: {exc}") from None
-    if not any(name.startswith("vllm:") for name in snapshot.families()):
-        raise BadInput(f"{path}: no vLLM metrics in this capture (is it a vLLM /metrics page?)")
 
 
 async def _live(settings: Settings, duration: float) -> TargetPipeline:

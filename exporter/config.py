@@ -169,6 +169,13 @@ class Slo(_Strict):
         return {"ttft": self.ttft, "itl": self.itl}
 
 
+class RecordRetention(_Strict):
+    """How much of a target's record_dir to keep; the oldest captures go first."""
+
+    max_age_seconds: float = Field(default=86400.0, gt=0, description="drop captures scraped longer ago than this")
+    max_bytes: int = Field(default=1024 ** 3, gt=0, description="keep this target's captures under this many bytes")
+
+
 # Set from the downward API (metadata.name) in deploy/kubernetes: each replica's sidecar names its
 # target after its own pod, so alerts of two replicas never share a `target` label.
 POD_NAME_ENV = "POD_NAME"
@@ -196,6 +203,8 @@ class Target(_Strict):
     cpu: CpuSource | None = None
     dcgm_url: str | None = None
     record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose")
+    record_retention: RecordRetention = Field(default_factory=RecordRetention,
+                                              description="what record_dir keeps: one day, under 1 GiB, by default")
     max_series_per_family: int = Field(default=2000, gt=0,
                                        description="cardinality cap: series beyond it are dropped and counted")
     slo: Slo | None = Field(default=None, description="this target's objectives; the global slo when unset")

@@ -1,9 +1,11 @@
 """What ``vllm-diag diagnose`` reads offline: capture files or a folder, in scrape order.
 
 A folder is what ``vllm-diag simulate --out`` or a target's ``record_dir`` writes: ``*.txt``
-captures, and beside them possibly ``vllm-diag.yaml`` (the engine facts) and ``dcgm/`` (GPU
-readings at the same instants). The same companions passed one by one (``diagnose DIR/*``)
-are recognised by name. Nothing here writes.
+or gzip-compressed ``*.txt.gz`` captures, and beside them possibly ``vllm-diag.yaml`` (the engine
+facts) and ``dcgm/`` (GPU readings at the same instants). Hidden files (a recorder's temporary
+files) are not captures. The same companions passed one by one (``diagnose DIR/*``) are
+recognised by name. A capture that cannot be read or parsed is skipped with its reason, so one
+damaged file never blocks the diagnosis of the rest. Nothing here writes.
 """
 
 from __future__ import annotations
@@ -14,16 +16,35 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from exporter.pipeline import CAPTURE_HEADER, capture_timestamp
+from exporter.parse import ParseError, parse
+from exporter.record import (
+    CAPTURE_HEADER,
+    GZIP_SUFFIX,
+    PLAIN_SUFFIX,
+    capture_timestamp,
+    is_capture_name,
+    read_capture,
+    read_first_line,
+)
 
 CONFIG_NAME = "vllm-diag.yaml"  # written by `simulate --out` beside its captures
 DCGM_DIR = "dcgm"
 IGNORED_NAMES = frozenset({"scenario.json"})  # the simulator's description of a folder: not a capture
-CAPTURE_SUFFIX = ".txt"
 
 
 class CaptureError(ValueError):
     """A one-line reason why the inputs are not a set of captures."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A capture left out of the diagnosis, and why (one line)."""
+
+    file: Path
+    reason: str
+
+    def to_dict(self) -> dict[str, str]:
+        return {"file": str(self.file), "reason": self.reason}
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +54,7 @@ class CaptureSet:
     target: str | None  # the target named in the headers (recorded captures)
     config: Path | None  # a vllm-diag.yaml found beside the captures
     dcgm: Path | None  # a dcgm/ folder found beside the captures
+    skipped: tuple[Skipped, ...] = ()  # damaged or unreadable captures, left out
 
     @property
     def spacing(self) -> float | None:
@@ -58,10 +80,10 @@ def resolve(paths: Sequence[str]) -> CaptureSet:
             dcgm = path
         elif path.is_dir():
             folders += 1
-            found = sorted((p for p in path.iterdir() if p.is_file() and p.suffix == CAPTURE_SUFFIX),
+            found = sorted((p for p in path.iterdir() if is_capture_name(p.name) and p.is_file()),
                            key=_natural_key)
             if not found:
-                raise CaptureError(f"{path}: no captures (*{CAPTURE_SUFFIX}) in this folder")
+                raise CaptureError(f"{path}: no captures (*{PLAIN_SUFFIX}, *{GZIP_SUFFIX}) in this folder")
             captures += found
             config = config or _if_file(path / CONFIG_NAME)
             dcgm = dcgm or (path / DCGM_DIR if (path / DCGM_DIR).is_dir() else None)
@@ -77,10 +99,54 @@ def resolve(paths: Sequence[str]) -> CaptureSet:
         raise CaptureError("give one folder of captures (or its files), not several")
     if not captures:
         raise CaptureError("no capture files among the arguments")
-    return _in_scrape_order(captures, config, dcgm)
+    readable, skipped = _readable(captures)
+    return _in_scrape_order(readable, config, dcgm, tuple(skipped))
 
 
-def _in_scrape_order(captures: list[Path], config: Path | None, dcgm: Path | None) -> CaptureSet:
+def _readable(captures: list[Path]) -> tuple[list[Path], list[Skipped]]:
+    """The captures that parse as vLLM metrics, and the others with their reasons.
+
+    Nothing readable is an error naming why: the one file's own reason (``FILE:LINE: ...``,
+    like a compiler, for editors to jump to), else how many were skipped and the first reason."""
+    readable: list[Path] = []
+    skipped: list[Skipped] = []
+    for path in captures:
+        reason = capture_problem(path)
+        if reason is None:
+            readable.append(path)
+        else:
+            skipped.append(Skipped(path, reason))
+    if readable:
+        return readable, skipped
+    if len(skipped) == 1:
+        only = skipped[0]
+        located = re.match(r"line (\d+): (.*)", only.reason)
+        raise CaptureError(f"{only.file}:{located[1]}: {located[2]}" if located else f"{only.file}: {only.reason}")
+    first = skipped[0]
+    raise CaptureError(f"no readable capture: all {len(skipped)} were skipped (first, {first.file}: {first.reason})")
+
+
+def capture_problem(path: Path) -> str | None:
+    """Why a capture cannot be diagnosed (one line), or None when it parses as vLLM metrics."""
+    try:
+        body = read_capture(path).decode("utf-8")
+    except OSError as exc:
+        return f"cannot read ({exc.strerror or exc})"
+    except ValueError as exc:  # damaged gzip data, or not UTF-8
+        if isinstance(exc, UnicodeDecodeError):
+            return f"not UTF-8 text (byte {exc.start})"
+        return str(exc)
+    try:
+        snapshot = parse(body, capture_timestamp(body) or 0.0)
+    except ParseError as exc:
+        return str(exc)
+    if not any(name.startswith("vllm:") for name in snapshot.families()):
+        return "no vLLM metrics in this capture (is it a vLLM /metrics page?)"
+    return None
+
+
+def _in_scrape_order(captures: list[Path], config: Path | None, dcgm: Path | None,
+                     skipped: tuple[Skipped, ...]) -> CaptureSet:
     headers = {path: _header(path) for path in captures}
     stamped = [path for path in captures if headers[path][0] is not None]
     if stamped and len(stamped) != len(captures):
@@ -90,19 +156,19 @@ def _in_scrape_order(captures: list[Path], config: Path | None, dcgm: Path | Non
     targets = sorted({t for _, t in headers.values() if t is not None})
     if len(targets) > 1:
         raise CaptureError(f"captures of several targets ({', '.join(targets)}): diagnose one target's files "
-                           f"at a time, e.g. {captures[0].parent}/{targets[0]}-*{CAPTURE_SUFFIX}")
+                           f"at a time, e.g. {captures[0].parent}/{targets[0]}-*")
     if not stamped:  # plain captures: the order given (a folder's: by name)
-        return CaptureSet(tuple(captures), None, None, config, dcgm)
+        return CaptureSet(tuple(captures), None, None, config, dcgm, skipped)
     ordered = sorted(captures, key=lambda path: headers[path][0])  # type: ignore[arg-type, return-value]
     stamps = tuple(headers[path][0] for path in ordered)
-    return CaptureSet(tuple(ordered), stamps, targets[0] if targets else None, config, dcgm)  # type: ignore[arg-type]
+    return CaptureSet(tuple(ordered), stamps, targets[0] if targets else None, config, dcgm,  # type: ignore[arg-type]
+                      skipped)
 
 
 def _header(path: Path) -> tuple[float | None, str | None]:
     """Scrape time and target from a recorded capture's first line (None, None for a plain one)."""
     try:
-        with path.open("rb") as fh:
-            first = fh.readline(512).decode("utf-8", "replace")
+        first = read_first_line(path)
     except OSError as exc:
         raise CaptureError(f"{path}: cannot read ({exc.strerror})") from None
     stamp = capture_timestamp(first)

@@ -25,6 +25,7 @@ from exporter.facts.base import FactValue
 from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
+from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture
 from exporter.signals import HostInputs, compute
 from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
 from exporter.timebuffer import TimeBuffer
@@ -36,7 +37,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 COUNTERS = tuple(m.name for m in METRICS if m.kind is Kind.COUNTER)
-CAPTURE_HEADER = "# vllm-diag capture"
+# The capture format lives in exporter/record.py; its two names stay importable from here.
+__all__ = ["CAPTURE_HEADER", "TargetPipeline", "capture_timestamp", "replay"]
 
 HostProbe = Callable[[float], HostInputs]
 
@@ -61,6 +63,7 @@ class TargetPipeline:
         self._edge_warned: set[str] = set()  # objectives whose threshold off a bucket edge was logged
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.advice: AdviceResult | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
+        self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
             window_seconds=settings.window_seconds, evaluated_at=time.time(), health=self._health,
@@ -80,7 +83,7 @@ class TargetPipeline:
             name, status.threshold_seconds, status.target, threshold_on_bucket_edge=status.threshold_on_bucket_edge,
             nearest_bucket_edges=status.nearest_bucket_edges) for name, status in self.state.objectives.items()}
         self.state = replace(
-            self.state, status="down", evaluated_at=result.started_at, health=self._health,
+            self.state, status="down", evaluated_at=result.started_at, health=self._health, recording=self._recording(),
             diagnosis=replace(unknown_diagnosis(result.started_at), verdict=self.tracker.reset(result.started_at)),
             objectives=unjudged, inputs=inputs.down(self.state.inputs),
         )
@@ -97,8 +100,8 @@ class TargetPipeline:
             return self._fail(result, "parse", f"payload is not UTF-8 ({exc.reason} at byte {exc.start})")
         except ParseError as exc:
             return self._fail(result, "parse", str(exc))
-        if self.target.record_dir is not None:
-            self._record(result, text)
+        if self.recorder is not None:
+            self.recorder.submit(result.started_at, text)  # a queue put: the writer thread does the I/O
         step = self.window.push(snapshot)
         self._health = replace(
             self._health, up=True, last_duration_seconds=result.duration, last_success_timestamp=result.started_at,
@@ -107,7 +110,7 @@ class TargetPipeline:
             restarts_total=self._health.restarts_total + (1 if step is not None and step.restarted else 0),
         )
         if not evaluate_now:
-            self.state = replace(self.state, health=self._health)
+            self.state = replace(self.state, health=self._health, recording=self._recording())
             return self.state
         return self.evaluate(result.started_at)
 
@@ -176,7 +179,7 @@ class TargetPipeline:
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
-            advice=self.advice, objectives=judged,
+            advice=self.advice, objectives=judged, recording=self._recording(),
             inputs=inputs.available(latest, self.target.cpu is not None, host),
         )
         return self.state
@@ -189,30 +192,8 @@ class TargetPipeline:
                 self._edge_warned.add(name)
                 log.warning("%s", line)
 
-    def _record(self, result: ScrapeResult, text: str) -> None:
-        directory = self.target.record_dir
-        assert directory is not None
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            path = directory / f"{self.target.name}-{result.started_at:.3f}.txt"
-            header = f"{CAPTURE_HEADER} target={self.target.name} scraped_at={result.started_at!r}\n"
-            path.write_text(header + text, encoding="utf-8")
-        except OSError as exc:  # recording is a side feature: never let it stop the diagnosis
-            log.warning("cannot record capture for %s: %s", self.target.name, exc)
-
-
-def capture_timestamp(text: str) -> float | None:
-    """The scrape time a recorded capture carries in its header, if any."""
-    if not text.startswith(CAPTURE_HEADER):
-        return None
-    first = text.split("\n", 1)[0]
-    for part in first.split():
-        if part.startswith("scraped_at="):
-            try:
-                return float(part.removeprefix("scraped_at="))
-            except ValueError:
-                return None
-    return None
+    def _recording(self) -> RecordStatus | None:
+        return self.recorder.status() if self.recorder is not None else None
 
 
 def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0,
@@ -225,7 +206,7 @@ def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: 
     """
     state = pipeline.state
     for index, path in enumerate(files):
-        body = path.read_bytes()
+        body = read_capture(path)
         stamp = capture_timestamp(body[:200].decode("utf-8", "replace"))
         started = stamp if stamp is not None else start + index * interval
         if dcgm_dir is not None and (dcgm_dir / path.name).is_file():

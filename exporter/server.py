@@ -30,6 +30,7 @@ from exporter.poll import fetch
 from exporter.publish import document, html, text, timeline
 from exporter.publish.collector import DiagnosisCollector
 from exporter.publish.timeline import VerdictHistory
+from exporter.record import Recorder
 from exporter.state import TargetState
 from exporter.webconfig import load_web_config
 
@@ -51,6 +52,10 @@ class Sidecar:
             for t in settings.targets
         }
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}
+        for target in settings.targets:
+            if target.record_dir is not None:  # started and stopped with the polling (_resources)
+                self.pipelines[target.name].recorder = Recorder(target.name, target.record_dir,
+                                                                target.record_retention)
         self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
         self.attempted: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=True)
@@ -111,6 +116,9 @@ class Sidecar:
         self.states = {**self.states, name: state}
         return state
 
+    def recorders(self) -> list[Recorder]:
+        return [p.recorder for p in self.pipelines.values() if p.recorder is not None]
+
     def pending(self) -> list[str]:
         """What /readyz still waits for: targets not scraped once yet."""
         return sorted(set(self.pipelines) - self.attempted)
@@ -146,6 +154,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     advice_every = sidecar.settings.resolved_thresholds().advice_interval_seconds
     scheduler.add_job(advisor.run, "interval", args=[sidecar.pipelines.values()], seconds=advice_every,
                       id="advise", max_instances=1, coalesce=True, next_run_time=now + timedelta(seconds=advice_every))
+    for recorder in sidecar.recorders():
+        recorder.start()
     scheduler.start()
     app[SCHEDULER] = scheduler
     log.info("polling %d target(s): %s", len(sidecar.pipelines), ", ".join(sidecar.pipelines) or "none")
@@ -155,6 +165,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         scheduler.shutdown(wait=False)
         advisor.close()
         await sidecar.session.close()
+        for recorder in sidecar.recorders():  # what is queued reaches the disk before we exit
+            await asyncio.get_running_loop().run_in_executor(None, recorder.close)
 
 
 # Above this many targets /metrics is rendered in a worker thread: at 1000 targets one render

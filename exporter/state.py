@@ -17,6 +17,7 @@ from exporter.signals import Signals
 
 if TYPE_CHECKING:  # the advisor pulls in the simulator: only for type checking here
     from exporter.advisor.result import AdviceResult
+    from exporter.record import RecordStatus
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
 SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
@@ -133,11 +134,13 @@ class TargetState:
     objectives: Mapping[str, ObjectiveStatus] = field(default_factory=dict)
     # The paging rules' inputs (catalog.metrics.WATCHED_INPUTS) -> available; empty before the first scrape.
     inputs: Mapping[str, bool] = field(default_factory=dict)
+    recording: RecordStatus | None = None  # the target's record_dir recorder (exporter/record.py), when on
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
         signals = self.signals.to_dict() if self.signals is not None else {}
         advice = self.advice.to_dict() if self.advice is not None else {}
+        recording = {"recording": self.recording.to_dict()} if self.recording is not None else {}
         return {
             "target": self.target,
             "model_name": self.model_name,
@@ -167,5 +170,6 @@ class TargetState:
                 "last_error": self.health.last_error,
                 "errors_total": dict(self.health.errors_total),
             },
+            **recording,  # only when the target records its scrapes
             **advice,  # advice, observed, reason, calibration
         }

@@ -347,6 +347,23 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
                    ("target", "source", "reason"),
                    each_state(lambda s: [([s.target, source, reason], float(count))
                                          for (source, reason), count in sorted(s.source_errors_total.items())])),
+    # recorded captures (record_dir), per target that records
+    ExportedMetric(PREFIX + "record_bytes", "gauge", "bytes",
+                   "vllm-diag: bytes of the target's recorded captures in its record_dir (kept under "
+                   "record_retention.max_bytes).",
+                   ("target",), each_state(lambda s: [([s.target], float(s.recording.bytes))]
+                                           if s.recording is not None else [])),
+    ExportedMetric(PREFIX + "record_pruned", "counter", "",
+                   "vllm-diag: recorded captures deleted by the retention (oldest first), since start.",
+                   ("target",), each_state(lambda s: [([s.target], float(s.recording.pruned_total))]
+                                           if s.recording is not None else [])),
+    ExportedMetric(PREFIX + "record_errors", "counter", "",
+                   "vllm-diag: captures not recorded, by reason (write_failed: full, read-only or missing "
+                   "folder; queue_full: the writer fell behind a slow disk). The diagnosis goes on.",
+                   ("target", "reason"),
+                   each_state(lambda s: [([s.target, reason], float(count))
+                                         for reason, count in s.recording.errors_total.items()]
+                              if s.recording is not None else [])),
 )
 
 # The central diagnoser's own cost (``vllm-diag serve --prometheus``), beside the per-target families.

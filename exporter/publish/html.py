@@ -64,7 +64,7 @@ def _environment() -> Environment:
     )
     env.filters.update(
         number=numbers.number, percent=numbers.percent, seconds=numbers.seconds, score=numbers.score,
-        timestamp=numbers.timestamp, iso=numbers.iso, by_unit=numbers.by_unit,
+        timestamp=numbers.timestamp, iso=numbers.iso, by_unit=numbers.by_unit, size=numbers.size,
     )
     env.globals.update(
         abstentions=abstentions, severity=severity, verdict_severity=verdict_severity, pending=pending,

@@ -112,6 +112,17 @@ def by_unit(value: float | None, unit: str) -> str:
     return number(value)
 
 
+def size(value: float | None) -> str:
+    """Bytes in binary units: '512 B', '7.5 KiB', '1.2 GiB'."""
+    if value is None:
+        return "n/a"
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{_trim(f'{value:.1f}')} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
 def _trim(text: str) -> str:
     """'30.0' -> '30', '2.50' -> '2.5': trailing zeros after the point carry no information."""
     return text.rstrip("0").rstrip(".") if "." in text else text

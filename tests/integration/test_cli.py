@@ -109,6 +109,7 @@ def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sideca
     from exporter.config import load_settings
     from exporter.pipeline import TargetPipeline
     from exporter.poll import ScrapeResult
+    from exporter.record import Recorder
 
     recorded = tmp_path / "recorded"
     phases = ["steady", "chunked", "pressure-during", "pressure", "abort"]  # distinct scrape times
@@ -116,13 +117,16 @@ def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sideca
         {"name": "vllm-0", "url": "http://127.0.0.1:8000/metrics", "scrape_interval": 60, "timeout": 3,
          "record_dir": str(recorded)}]})
     live = TargetPipeline(settings.targets[0], settings)
+    live.recorder = Recorder("vllm-0", recorded, settings.targets[0].record_retention)  # as the sidecar sets it
+    live.recorder.start()
     for phase in phases:
         body = read_capture(fixtures_dir, phase).encode()
         state = live.ingest(ScrapeResult(started_at=capture_times[phase], duration=0.01, body=body))
+    live.recorder.close()  # the writer thread drains its queue
     files = sorted(recorded.iterdir(), key=lambda p: p.name)
     assert len(files) == len(phases)
     for index, path in enumerate(reversed(files)):  # the latest capture gets the first name
-        path.rename(recorded / f"capture-{index}.txt")
+        path.rename(recorded / f"capture-{index}.txt.gz")
 
     offline = diagnose_json(capsys, str(recorded), "--window", "3600")
     assert offline["target"] == "vllm-0"  # named in the capture headers

@@ -111,7 +111,7 @@ CASES = [
     Case("capture-not-utf8", lambda e: ["diagnose", e.file("bin.txt", b"\xff\xfe\x00garbage")],
          lambda e: [f"{e.tmp}/bin.txt: not UTF-8 text"]),
     Case("folder-without-captures", lambda e: ["diagnose", str((e.tmp / "empty").mkdir() or e.tmp / "empty")],
-         lambda e: [f"{e.tmp}/empty: no captures (*.txt) in this folder"]),
+         lambda e: [f"{e.tmp}/empty: no captures (*.txt, *.txt.gz) in this folder"]),
     Case("folder-of-two-targets", lambda e: ["diagnose", _two_targets(e)],
          lambda e: ["captures of several targets (a, b)"]),
     Case("dcgm-not-a-folder", lambda e: ["diagnose", e.capture, "--dcgm", e.capture],

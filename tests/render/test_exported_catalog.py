@@ -29,6 +29,9 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_informational_finding": "information only, never an alert by design",
     "vllm_diag_verdict_pending": "hysteresis state, shown on the page",
     "vllm_diag_window_span_seconds": "explains a young window; evidence_ready is what rules read",
+    "vllm_diag_record_bytes": "recording is a side feature: its folder size is for capacity dashboards",
+    "vllm_diag_record_pruned_total": "retention at work, expected while recording",
+    "vllm_diag_record_errors_total": "counted and logged once; the diagnosis never depends on recording",
 }
 
 
