@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from exporter import __version__
+from exporter.catalog.thresholds import DEFAULTS
 from exporter.state import TargetState
 
 
@@ -48,11 +49,21 @@ def informational(symptom: dict[str, Any]) -> bool:
     return bool(flag) if flag is not None else symptom.get("severity") == "info"
 
 
+def burning(target: dict[str, Any]) -> bool:
+    """An objective of the window burns its error budget at the paging rate (burn_rate_full, the SRE
+    workbook's 14.4x): users are hurt now, as the model's error-budget page would say."""
+    full = DEFAULTS["burn_rate_full"]
+    return any((o.get("burn_rate") or 0.0) >= full for o in (target.get("objectives") or {}).values())
+
+
 def severity(target: dict[str, Any]) -> str:
-    """The target's worst state: critical, down, warning, unknown, info or ok."""
+    """The target's worst state: critical, down, warning, unknown, info or ok. A symptom is critical
+    while an objective burns at the paging rate, as the alerts page on the burn, not on the symptom."""
     if target.get("state") == "down":
         return "down"
     found = {s.get("severity", "warning") for s in target.get("symptoms", []) if not informational(s)}
+    if found and burning(target):
+        return "critical"
     for level in ("critical", "warning"):
         if level in found:
             return level
@@ -72,6 +83,8 @@ def verdict_severity(target: dict[str, Any]) -> str:
         return "ok"
     behind = [s for s in target.get("symptoms", []) if any(c.get("layer") == layer for c in s.get("causes", []))]
     levels = {"info" if informational(s) else s.get("severity", "warning") for s in behind}
+    if levels - {"info"} and burning(target):
+        return "critical"
     for level in ("critical", "warning", "info"):
         if level in levels:
             return level
