@@ -32,7 +32,8 @@ VERDICT_HELP: dict[str, str] = {
     "unknown": "no diagnosis yet: the window holds too little data, or the target cannot be read",
 }
 SEVERITY_HELP: dict[str, str] = {
-    "critical": "act now: an objective burns its error budget at the paging rate while this symptom is active (the model's error-budget alert pages)",
+    "critical": ("act now: an objective burns its error budget at the paging rate while this symptom is "
+                 "active (the model's error-budget alert pages)"),
     "warning": "work queue (the alert opens a ticket)",
     "info": "context only: never the verdict, never an alert",
     "down": "the target cannot be scraped",
