@@ -118,16 +118,26 @@ def sidecar_down_alert() -> str:
     return names[0]
 
 
+def _matches(route: dict[str, Any], labels: dict[str, str]) -> bool:
+    for matcher in route.get("matchers", []):
+        m = re.fullmatch(r'(\w+)(=~|=)"([^"]*)"', matcher)
+        assert m, route
+        value = labels.get(m.group(1), "")
+        if not (re.fullmatch(m.group(3), value) if m.group(2) == "=~" else value == m.group(3)):
+            return False
+    return True
+
+
 def route_for(labels: dict[str, str]) -> tuple[str, str]:
-    """(receiver, webhook path) the example Alertmanager route sends an alert with these labels to."""
+    """(receiver, webhook path) the example Alertmanager routing tree sends an alert with these labels
+    to: the first matching route at each level, its receiver inherited unless it names one."""
     config = yaml.safe_load(ALERTMANAGER_YML.read_text())
-    receiver = config["route"]["receiver"]
-    for route in config["route"].get("routes", []):
-        matchers = [re.fullmatch(r'(\w+)="([^"]*)"', m) for m in route.get("matchers", [])]
-        assert all(matchers), route
-        if all(labels.get(m.group(1)) == m.group(2) for m in matchers):  # type: ignore[union-attr]
-            receiver = route["receiver"]
+    route, receiver = config["route"], config["route"]["receiver"]
+    while True:
+        child = next((r for r in route.get("routes", []) if _matches(r, labels)), None)
+        if child is None:
             break
+        route, receiver = child, child.get("receiver", receiver)
     # the test copy keeps each receiver's URL path (a receiver without a webhook gets /vllm-diag/<name>)
     (spec,) = [r for r in config["receivers"] if r["name"] == receiver]
     hooks = spec.get("webhook_configs") or [{"url": f"http://x/vllm-diag/{receiver}"}]
@@ -394,7 +404,8 @@ def test_faulty_scenario_alert_reaches_alertmanager_and_the_webhook(stack: Stack
     name = first["labels"]["alertname"]
     TIMINGS["faulty_alert"] = f"{scenario.name}: {name}"
     # Alertmanager routed it by its severity to the receiver the example config names for it
-    assert (first["receiver"], first["path"]) == route_for(candidates[name]), (first, candidates[name])
+    assert (first["receiver"], first["path"]) == route_for({**candidates[name], "alertname": name}), (
+        first, candidates[name])
     assert {k: first["labels"].get(k) for k in candidates[name]} == candidates[name], first["labels"]
     # ... for the demo's target, as the sidecar names it
     assert first["labels"]["target"] == yaml.safe_load(DEMO_CONFIG.read_text())["targets"][0]["name"]
@@ -404,7 +415,7 @@ def test_faulty_scenario_alert_reaches_alertmanager_and_the_webhook(stack: Stack
 def test_stopping_the_sidecar_fires_sidecar_down_and_starting_it_resolves(stack: Stack) -> None:
     alert = sidecar_down_alert()
     (rule,) = [r for r in alert_rules() if r["alert"] == alert]
-    receiver, path = route_for(rule["labels"])
+    receiver, path = route_for({**rule["labels"], "alertname": alert})
 
     def prometheus_state() -> set[str]:
         return {a["state"] for a in stack.get_json("prometheus", "/api/v1/alerts")["data"]["alerts"]
