@@ -1,9 +1,11 @@
 """The loads that more than one test file reads, each run once per session on the session's vLLM.
 
 test_diagnosis_trust.py and test_sidecar_e2e.py used to drive the same light load, the same KV
-pressure and the same calm CPU load each for themselves (a minute and a half of load twice). Now
+pressure and the same calm CPU load each for themselves (a minute and a half of load twice), and
+test_harness_smoke.py a third KV pressure. Now
 one run of each is watched by one in-process sidecar per reader, with that reader's own window,
-objectives and recording, and every test asserts on its sidecar's view of the one run. The
+objectives and recording, and every test asserts on its sidecar's view of the one run (or on
+vLLM's own /metrics, scraped beside them). The
 session fixtures that run them are in conftest.py.
 """
 
@@ -13,9 +15,11 @@ import asyncio
 import contextlib
 import time
 from contextlib import AsyncExitStack
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import aiohttp
 
 from exporter.config import Settings
 
@@ -55,6 +59,9 @@ class WatchedLoad:
     before: dict[str, dict[str, Any]]  # per sidecar: its document after one scrape, before the load
     seen: dict[str, list[Observation]]
     final: dict[str, dict[str, Any]]  # per sidecar: the published state after polling stopped
+    raw_before: str = ""  # vLLM's own /metrics just before the load,
+    raw_during: list[str] = field(default_factory=list)  # every second while it ran,
+    raw_after: str = ""  # and once it had drained (for tests that read vLLM, not the sidecar)
     record_dir: Path | None = None  # where a sidecar recorded its scrapes (record_dir), if one did
 
     def settled(self, sidecar: str, window: float) -> list[Observation]:
@@ -67,13 +74,17 @@ class WatchedLoad:
 
 
 async def watch_load(vllm: RealVLLM, phase: str, seconds: float, sidecars: dict[str, Settings]) -> WatchedLoad:
-    """Run ``phase`` for ``seconds`` while every sidecar polls the engine; read each every second."""
+    """Run ``phase`` for ``seconds`` while every sidecar polls the engine; read each, and vLLM's own
+    /metrics, every second."""
     seen: dict[str, list[Observation]] = {name: [] for name in sidecars}
+    raw: list[str] = []
     async with AsyncExitStack() as stack:
         running = {name: await stack.enter_async_context(RunningSidecar(settings))
                    for name, settings in sidecars.items()}
+        session = await stack.enter_async_context(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
         # One scrape each before the load: no rate exists yet, and the window starts idle.
         before = {name: await sidecar.wait_scrapes(1) for name, sidecar in running.items()}
+        raw_before = await vllm.fetch_metrics_async(session)
         t0 = time.monotonic()
         load = start_phase(vllm.base_url, phase, duration_s=seconds)
         while not load.done():
@@ -81,9 +92,11 @@ async def watch_load(vllm: RealVLLM, phase: str, seconds: float, sidecars: dict[
             t = time.monotonic() - t0
             for name, sidecar in running.items():
                 seen[name].append(Observation(t, await sidecar.doc(), await sidecar.samples()))
+            raw.append(await vllm.fetch_metrics_async(session))
         summary = await load
+        raw_after = await vllm.fetch_metrics_async(session)
     final = {name: sidecar.final_state() for name, sidecar in running.items()}
-    return WatchedLoad(phase, seconds, summary, before, seen, final)
+    return WatchedLoad(phase, seconds, summary, before, seen, final, raw_before, raw, raw_after)
 
 
 def cpu_sources_missing() -> str | None:
@@ -104,8 +117,9 @@ def light_load(vllm: RealVLLM) -> WatchedLoad:
 
 
 def storm_load(vllm: RealVLLM, record_dir: Path) -> WatchedLoad:
-    """Readers: trust (STORM_SLO: D explains the stutter, B does not fire) and e2e (preemptions, KV
-    usage, D and kv_cache live; its scrapes recorded in ``record_dir`` for the offline replay)."""
+    """Readers: trust (STORM_SLO: D explains the stutter, B does not fire), e2e (preemptions, KV
+    usage, D and kv_cache live; its scrapes recorded in ``record_dir`` for the offline replay) and
+    the harness smoke test (vLLM's own metrics under sustained pressure)."""
     load = asyncio.run(watch_load(vllm, "pressure", STORM_S, {
         "trust": sidecar_settings(vllm, window=STORM_WINDOW, interval=1.0, slo=STORM_SLO),
         "e2e": sidecar_settings(vllm, window=STORM_WINDOW, interval=1.0, record_dir=str(record_dir)),
