@@ -16,9 +16,9 @@ between the two runs and the capped run's TTFT p95 came out higher than the unca
 The advisor sees only the "before" captures; the "after" on the engine is the truth. Required: the
 engine preempted before and the cap stopped most of it (else the pair tests nothing), and the advisor
 predicted a fall. A refusal fails, as test_predicts of the suite's former full validation did. Measured
-on 2026-12-02: the cap stopped the preemptions every time (2.1-2.2/s to 0), and the advisor predicted
-0 in two of three runs; in the third it refused the "before" window (TTFT p95 -63 %, outside the
-window's sampling band). One run of the benchmark's own protocol for this case (its budget-1024
+on 2026-12-02: the cap stopped the preemptions every time (1.7-2.2/s to 0), and the advisor predicted
+0 in two of four runs; in the other two it refused the "before" window (TTFT p95 -63 % and -61 %,
+outside the window's sampling band). One run of the benchmark's own protocol for this case (its budget-1024
 engine, 36 s runs) was refused the same way (-73 %), on a quiet machine.
 """
 
