@@ -10,8 +10,8 @@ bash scripts/install-test-infra.sh || { echo "test infrastructure install failed
 # Lint and type gate (configured in pyproject.toml): the code passes them or nothing runs.
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
-# The end of the output lists the slowest tests (the whole run has a 30-minute budget) and every
-# skip and expected failure with its reason (the advisor validation reports its misses that way).
+# The end of the output lists the slowest tests (the whole run has a 15-minute budget on 2 cores) and
+# every skip and expected failure with its reason.
 .venv/bin/python -m pytest -p no:cacheprovider --durations=15 -rfEsxX "$@"
 code=$?
 if [ "$code" -eq 5 ]; then

@@ -38,14 +38,11 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# The slow tier, left out by `pytest -m "not slow"` (the fast tier, under a minute): tests that
-# start real heavy parts, and the simulator's long runs (minutes of simulated traffic per test).
+# The slow tier, left out by `pytest -m "not slow"` (the fast tier, under a minute), is one thing: the
+# `slow` marker. A test module or test carries it (`pytestmark = pytest.mark.slow`), or carries the
+# marker of a heavy part it starts, which implies it: a real vLLM, Prometheus/Alertmanager, Chromium,
+# docker (tests/e2e marks its modules `prometheus` only).
 SLOW_MARKERS = ("realvllm", "prometheus", "browser", "docker")
-SLOW_TESTS = (
-    "tests/simulator/test_scenarios.py::",
-    "tests/simulator/test_physics.py::",
-    "tests/simulator/test_format.py::test_captures_are_written_fast_and_deterministically",
-)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -55,5 +52,5 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        if any(item.get_closest_marker(name) for name in SLOW_MARKERS) or item.nodeid.startswith(SLOW_TESTS):
+        if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)

@@ -1,13 +1,12 @@
 """The what-if advisor on a real vLLM run kept as captures: issue 16's acceptance, every case.
 
 ``tests/fixtures/advisor-validation-run24`` holds the captures of one full run of
-``tests/realvllm/advisor_validation.py`` (the clean-clone CI run 24: vLLM's CPU build, the tiny
-model, the six before/after runs of the four changes). The live suite
-(``tests/realvllm/test_advisor_validation.py``) re-measures on every CI run, where the machine's
-speed moves the real "after" by up to 2x; these captures are fixed, so a change to the engine model
-or the calibration that breaks a prediction on real data fails here, the same way on every machine.
-The table in docs/advisor.md is this run, made by
-``python tests/realvllm/advisor_validation.py --runs tests/fixtures/advisor-validation-run24 --reuse
+the live validation, ``python -m benchmarks.advisor`` (the clean-clone CI run 24: vLLM's CPU build, the
+tiny model, the six before/after runs of the four changes). A live run measures the machine as well,
+whose speed moves the real "after" by up to 2x; these captures are fixed, so a change to the engine
+model or the calibration that breaks a prediction on real data fails here, the same way on every
+machine. The table in docs/advisor.md is this run, made by
+``python -m benchmarks.advisor --runs tests/fixtures/advisor-validation-run24 --reuse
 --write docs/advisor.md``.
 """
 
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realvllm.advisor_validation import CASES, Case, Score, score
+from benchmarks.advisor import CASES, Case, Score, score
 
 RUN = Path(__file__).resolve().parents[1] / "fixtures" / "advisor-validation-run24"
 PARAMS = [pytest.param(case, id=case.cause) for case in CASES]

@@ -1,6 +1,9 @@
 """Fixtures for end-to-end tests against a real vLLM (CPU build) serving a tiny local model.
 
-`real_vllm` is session-scoped: one server (~25-30 s startup) serves every test in the session.
+An engine start costs 25-45 s on 2 cores, so engines are shared: `real_vllm_engines` starts each
+distinct set of flags once per session (`real_vllm` is the one with the harness's defaults), and
+the loads that two test files read run once (`light_load`, `storm_load`, `calm_cpu_load`; see
+loads.py). `real_vllm_factory` is for a test that must own its server (to stop it).
 Install first with `bash tests/realvllm/install.sh` (CI does this before pytest). A missing
 install FAILS the tests loudly; set VLLM_DIAG_SKIP_REAL_VLLM=1 to skip them on purpose, or
 VLLM_DIAG_AUTO_INSTALL=1 to let the fixture run install.sh itself.
@@ -10,10 +13,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from . import loads
 from .harness import RealVLLM, ensure_installed, unavailable_reason, vllm_available
 
 
@@ -44,15 +49,67 @@ def _start(server: RealVLLM) -> RealVLLM:
         pytest.fail(f"real vLLM failed to start: {exc}", pytrace=False)
 
 
+def _flags(server: RealVLLM) -> tuple[object, ...]:
+    """What makes two engines the same: the command line but its port, the extra environment and
+    the OMP threads (not the log folder)."""
+    cmd = server.command()
+    at = cmd.index("--port")
+    return (*cmd[:at], *cmd[at + 2:], tuple(sorted(server.extra_env.items())), server.omp_threads)
+
+
+class Engines:
+    """Started engines by their flags: one start per distinct set of flags in the session."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._started: dict[tuple[object, ...], RealVLLM] = {}
+
+    def get(self, **kwargs: Any) -> RealVLLM:
+        """The running engine with these RealVLLM kwargs (started on first use); do not stop it."""
+        server = RealVLLM(log_dir=self.log_dir, **kwargs)
+        key = _flags(server)
+        shared = self._started.get(key)
+        if shared is not None and shared.running:
+            return shared
+        self._started[key] = _start(server)
+        return server
+
+    def stop_all(self) -> None:
+        for server in self._started.values():
+            server.stop()
+        self._started.clear()
+
+
 @pytest.fixture(scope="session")
-def real_vllm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealVLLM]:
-    """A started RealVLLM with the default flags, shared by the session; stopped at the end."""
+def real_vllm_engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
+    """The session's engines, each stopped at the end."""
     _require_real_vllm()
-    server = _start(RealVLLM(log_dir=tmp_path_factory.mktemp("realvllm")))
+    engines = Engines(tmp_path_factory.mktemp("realvllm"))
     try:
-        yield server
+        yield engines
     finally:
-        server.stop()
+        engines.stop_all()
+
+
+@pytest.fixture(scope="session")
+def real_vllm(real_vllm_engines: Engines) -> RealVLLM:
+    """A started RealVLLM with the default flags, shared by the session."""
+    return real_vllm_engines.get()
+
+
+@pytest.fixture(scope="session")
+def light_load(real_vllm: RealVLLM) -> loads.WatchedLoad:
+    return loads.light_load(real_vllm)
+
+
+@pytest.fixture(scope="session")
+def storm_load(real_vllm: RealVLLM, tmp_path_factory: pytest.TempPathFactory) -> loads.WatchedLoad:
+    return loads.storm_load(real_vllm, tmp_path_factory.mktemp("storm-captures"))
+
+
+@pytest.fixture(scope="session")
+def calm_cpu_load(real_vllm: RealVLLM) -> loads.WatchedLoad:
+    return loads.calm_cpu_load(real_vllm)
 
 
 @pytest.fixture

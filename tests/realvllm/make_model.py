@@ -7,8 +7,8 @@ Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
 Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
 generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
 
-`corpus_words()` is stdlib-only so that the harness (project venv, no torch) can build prompts
-from the same words the tokenizer learned as single tokens.
+The tokenizer learns the words of `benchmarks.realvllm.corpus_words()` (stdlib-only), the words
+the harness and the advisor benchmark build prompts from (project venv, no torch).
 """
 
 from __future__ import annotations
@@ -23,9 +23,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
+# Run as a script by install.sh (vLLM venv): the repository root is not on sys.path by itself.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from benchmarks.realvllm import corpus_words  # noqa: E402 - after the path and the offline variables
+
 SEED = 1234
 VOCAB_SIZE = 2048
-N_WORDS = 512
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, matching the Llama config below
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -33,22 +36,6 @@ CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
-
-_CONSONANTS = "bdfgklmnprstvz"
-_VOWELS = "aeiou"
-
-
-def corpus_words(n: int = N_WORDS) -> list[str]:
-    """Deterministic pseudo-words of 2-3 syllables; each becomes one token (with its leading space)."""
-    rng = random.Random(SEED)
-    words: list[str] = []
-    seen: set[str] = set()
-    while len(words) < n:
-        word = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 3))))
-        if word not in seen:
-            seen.add(word)
-            words.append(word)
-    return words
 
 
 def _training_text(words: list[str], lines: int = 4000) -> list[str]:

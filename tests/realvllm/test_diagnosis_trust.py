@@ -2,33 +2,35 @@
 and a calm engine's CPU sources (run-queue wait, PSI, CFS throttling) stay below the blame line.
 
 Every test runs the sidecar in-process against the session's real vLLM with a SHORT window
-(15-20 s, 1 s scrapes) instead of the shipped 180 s / 5 s, so that each test needs well under a
-minute of load; "settled" evaluations are those after the first full window of the load.
+(12-20 s, 1 s scrapes) instead of the shipped 180 s / 5 s, so that each test needs well under a
+minute of load; "settled" evaluations are those after the first full window of the load. The light,
+KV-pressure and calm CPU loads are shared with test_sidecar_e2e.py (loads.py: one run each, one
+sidecar per file watching it).
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from .harness import RealVLLM, start_phase
+from .harness import RealVLLM
+from .loads import (
+    CALM_WINDOW,
+    HEALTHY_SLO,
+    LIGHT_WINDOW,
+    STORM_SLO,
+    STORM_WINDOW,
+    Observation,
+    WatchedLoad,
+    cpu_sources_missing,
+    watch_load,
+)
 from .sidecar import RunningSidecar, sidecar_settings
-from .starve import cgroup_v2_root, own_cgroups
+from .starve import own_cgroups
 
 pytestmark = pytest.mark.realvllm
-
-# Objectives a 2-layer, hidden-128 model on two shared CPU cores meets with one or two streams.
-HEALTHY_SLO = {"ttft_p95_seconds": 1.0, "itl_p95_seconds": 0.25}
-
-
-@dataclass
-class Evaluation:
-    t: float  # seconds since the load started
-    doc: dict[str, Any]
 
 
 def active(doc: dict[str, Any]) -> dict[str, list[str]]:
@@ -41,7 +43,7 @@ def informational_findings(doc: dict[str, Any]) -> list[tuple[str, str, bool]]:
     return [(s["id"], c["id"], c["informational"]) for s in doc["symptoms"] if s["informational"] for c in s["causes"]]
 
 
-def explain(evaluations: list[Evaluation]) -> list[dict[str, Any]]:
+def explain(evaluations: list[Observation]) -> list[dict[str, Any]]:
     """What a failing assertion prints: per evaluation the verdict, scores, symptoms with evidence."""
     return [{"t": round(e.t, 1), "verdict": e.doc["verdict"], "layer_scores": e.doc["layer_scores"],
              "symptoms": [{"id": s["id"], "informational": s["informational"],
@@ -54,27 +56,7 @@ def explain(evaluations: list[Evaluation]) -> list[dict[str, Any]]:
             for e in evaluations]
 
 
-async def run_and_watch(vllm: RealVLLM, phase: str, *, seconds: float, window: float,
-                        slo: dict[str, float], **target: Any) -> tuple[list[Evaluation], Any]:
-    """Run a load phase while the sidecar evaluates; returns the settled evaluations and the summary."""
-    evaluations = []
-    async with RunningSidecar(sidecar_settings(vllm, window=window, interval=1.0, slo=slo, **target)) as sidecar:
-        await sidecar.wait_scrapes(1)
-        t0 = time.monotonic()
-        load = start_phase(vllm.base_url, phase, duration_s=seconds)
-        while not load.done():
-            await asyncio.sleep(1)
-            doc = await sidecar.doc()
-            # Settled: the window holds only this load (one more second for the scrape lag), and
-            # the load is still issuing requests (not draining).
-            t = time.monotonic() - t0
-            if doc["state"] == "ok" and window + 1 <= t <= seconds:
-                evaluations.append(Evaluation(t, doc))
-        summary = await load
-    return evaluations, summary
-
-
-def report(name: str, evaluations: list[Evaluation]) -> None:
+def report(name: str, evaluations: list[Observation]) -> None:
     """One line per settled evaluation in the captured output (pytest -rP shows it): the measurements."""
     for e in evaluations:
         sig = e.doc["signals"]
@@ -87,7 +69,7 @@ def report(name: str, evaluations: list[Evaluation]) -> None:
               f"cpu={sig['cpu_starvation_score']} cpu_inputs={sig['cpu_inputs']}")
 
 
-def assert_healthy(evaluations: list[Evaluation], slo: dict[str, float]) -> None:
+def assert_healthy(evaluations: list[Observation], slo: dict[str, float]) -> None:
     assert len(evaluations) >= 8, explain(evaluations)
     for e in evaluations:
         signals = e.doc["signals"]
@@ -100,9 +82,9 @@ def assert_healthy(evaluations: list[Evaluation], slo: dict[str, float]) -> None
         assert all(cause_info for _, _, cause_info in informational_findings(e.doc)), explain([e])
 
 
-async def test_light_traffic_within_slo_is_none(real_vllm: RealVLLM) -> None:
+def test_light_traffic_within_slo_is_none(light_load: WatchedLoad) -> None:
     # One stream at a time: a few requests/s, no batches. Before issue 11 this was C2 (`request`).
-    evaluations, summary = await run_and_watch(real_vllm, "light", seconds=30, window=15, slo=HEALTHY_SLO)
+    evaluations, summary = light_load.settled("trust", LIGHT_WINDOW), light_load.summary
     report("light", evaluations)
     assert summary.failed == 0 and summary.completed > 0, summary
     assert_healthy(evaluations, HEALTHY_SLO)
@@ -114,7 +96,10 @@ async def test_light_traffic_within_slo_is_none(real_vllm: RealVLLM) -> None:
 async def test_rag_like_load_within_slo_is_none(real_vllm: RealVLLM) -> None:
     # Short shared system prompt (2 KV blocks) + unique ~600-token documents: only the prefix can
     # hit the cache (~10 % of prompt tokens). Before issue 11 this was F (`kv_cache`).
-    evaluations, summary = await run_and_watch(real_vllm, "rag", seconds=32, window=15, slo=HEALTHY_SLO)
+    window = 15
+    load = await watch_load(real_vllm, "rag", 32, {"trust": sidecar_settings(real_vllm, window=window, interval=1.0,
+                                                                           slo=HEALTHY_SLO)})
+    evaluations, summary = load.settled("trust", window), load.summary
     report("rag", evaluations)
     assert summary.failed == 0 and summary.completed > 0, summary
     assert_healthy(evaluations, HEALTHY_SLO)
@@ -123,16 +108,9 @@ async def test_rag_like_load_within_slo_is_none(real_vllm: RealVLLM) -> None:
     assert all(h is not None and 0.02 <= h <= 0.3 for h in hit), hit
 
 
-# An ITL objective the storm misses, so B has an effect to explain (and must still not fire). The
-# storm's ITL p95 measured 23-44 ms on a loaded 2-core machine and 9.5-9.7 ms on a quiet one (the
-# tiny CPU model's decode step); the objective sits under the step floor on purpose: 4 ms.
-STORM_PHASE = "pressure"  # 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s
-STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.004}
-
-
-async def test_preemption_storm_is_kv_cache_and_explains_the_stutter(real_vllm: RealVLLM) -> None:
-    window = 20
-    evaluations, summary = await run_and_watch(real_vllm, STORM_PHASE, seconds=34, window=window, slo=STORM_SLO)
+# The storm (loads.STORM_SLO) misses an ITL objective under the tiny model's decode step on purpose.
+def test_preemption_storm_is_kv_cache_and_explains_the_stutter(storm_load: WatchedLoad) -> None:
+    evaluations, summary = storm_load.settled("trust", STORM_WINDOW), storm_load.summary
     report("storm", evaluations)
     assert summary.completed > 0, summary
     # Settled under the storm: preemptions in the window.
@@ -150,24 +128,12 @@ async def test_preemption_storm_is_kv_cache_and_explains_the_stutter(real_vllm: 
         assert e.doc["verdict"]["layer"] == "kv_cache", explain([e])
 
 
-def _cpu_sources_available() -> str | None:
-    if cgroup_v2_root() is None:
-        return "no writable cgroup-v2 hierarchy with cpu.pressure"
-    from .starve import CPU_V1
-
-    if not (CPU_V1 / "cpu.cfs_quota_us").exists():
-        return f"no cgroup-v1 cpu controller at {CPU_V1}"
-    return None
-
-
-async def test_calm_engine_cpu_score_stays_low_with_psi_and_throttling(real_vllm: RealVLLM) -> None:
-    if (reason := _cpu_sources_available()) is not None:
+def test_calm_engine_cpu_score_stays_low_with_psi_and_throttling(calm_cpu_load: WatchedLoad) -> None:
+    if (reason := cpu_sources_missing()) is not None:
         pytest.fail(f"cannot put vLLM into cgroups of its own here: {reason}", pytrace=False)
     # A container-like CPU limit sized for the load (the whole 2-core host): PSI of the vLLM
     # group and CFS throttling are then present beside the run-queue wait.
-    with own_cgroups(real_vllm.pids(), cpus=2.0):
-        evaluations, summary = await run_and_watch(real_vllm, "steady", seconds=26, window=12, slo=HEALTHY_SLO,
-                                                   cpu={"pid": real_vllm.pid})
+    evaluations, summary = calm_cpu_load.settled("calm", CALM_WINDOW), calm_cpu_load.summary
     report("calm-cpu", evaluations)
     assert summary.failed == 0, summary
     assert len(evaluations) >= 6, explain(evaluations)
@@ -181,7 +147,7 @@ async def test_calm_engine_cpu_score_stays_low_with_psi_and_throttling(real_vllm
 # An idle engine's run-queue wait share is a ratio of tiny numbers (measured 0.52-0.76 at 0.03-0.07
 # cores): the score ignores it below cpu_demand_min_cores, so an idle engine on a busy host never pages.
 async def test_idle_engine_cpu_score_stays_low_with_psi_and_throttling(real_vllm: RealVLLM) -> None:
-    if (reason := _cpu_sources_available()) is not None:
+    if (reason := cpu_sources_missing()) is not None:
         pytest.fail(f"cannot put vLLM into cgroups of its own here: {reason}", pytrace=False)
     window = 12
     scores, inputs = [], []

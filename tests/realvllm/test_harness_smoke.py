@@ -15,6 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from .harness import PHASES, LoadSummary, RealVLLM, pid_alive, run_phase, scrape_until, start_phase
+from .loads import WatchedLoad
 
 pytestmark = pytest.mark.realvllm
 
@@ -85,10 +86,13 @@ async def test_chunked(real_vllm: RealVLLM) -> None:
     assert delta(before, after, "vllm:prompt_tokens_total") >= summary.prompt_tokens
 
 
-async def test_pressure_sustained(real_vllm: RealVLLM, tmp_path: Path) -> None:
-    summary, before, during, after = await run_and_scrape(real_vllm, "pressure", duration_s=12)
+def test_pressure_sustained(storm_load: WatchedLoad, real_vllm: RealVLLM, tmp_path: Path) -> None:
+    # The session's KV-pressure run (loads.storm_load, 35 s, shared with the diagnosis tests): vLLM's
+    # own /metrics, scraped every second beside the sidecars.
+    summary, before, during, after = storm_load.summary, storm_load.raw_before, storm_load.raw_during, \
+        storm_load.raw_after
     assert summary.failed == 0 and summary.completed > PHASES["pressure"].concurrency, summary
-    assert summary.elapsed_s >= 12
+    assert summary.elapsed_s >= storm_load.seconds
     assert delta(before, after, "vllm:num_preemptions_total") > 0
     assert max(sample_sum(t, "vllm:kv_cache_usage_perc") for t in during) >= 0.9
     assert max(sample_sum(t, "vllm:num_requests_waiting") for t in during) > 0

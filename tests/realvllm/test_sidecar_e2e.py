@@ -1,7 +1,8 @@
 """End to end: a real vLLM (CPU build) -> the sidecar -> its metrics, JSON and verdicts.
 
 Each test drives one load phase of the harness against the session's real vLLM and reads
-the sidecar's own endpoints while the load runs.
+the sidecar's own endpoints while the load runs. The KV-pressure, light and calm CPU loads are
+shared with test_diagnosis_trust.py (loads.py: one run each, one sidecar per file watching it).
 """
 
 from __future__ import annotations
@@ -10,13 +11,14 @@ import asyncio
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from exporter.pipeline import capture_timestamp
 
+from .conftest import Engines
 from .harness import RealVLLM, start_phase
+from .loads import WatchedLoad
 from .sidecar import RunningSidecar, sidecar_settings
 from .starve import cpu_quota
 
@@ -29,26 +31,17 @@ def _active(doc: dict) -> dict[str, list[str]]:
     return {s["id"]: [c["id"] for c in s["causes"]] for s in doc["symptoms"]}
 
 
-async def test_kv_pressure_preempts_and_offline_replay_matches_live(real_vllm: RealVLLM, tmp_path: Path) -> None:
-    record = tmp_path / "captures"
-    settings = sidecar_settings(real_vllm, window=20, interval=1.0, record_dir=str(record))
-    preemption_rates, kv_max, verdicts = [], [], []
-    async with RunningSidecar(settings) as sidecar:
-        first = await sidecar.wait_scrapes(1)
-        # One scrape is no evidence: no rate exists yet, so nothing may be diagnosed.
-        assert first["state"] == "insufficient_evidence" and first["verdict"]["layer"] == "unknown"
-        load = start_phase(real_vllm.base_url, "pressure", duration_s=35)
-        while not load.done():
-            await asyncio.sleep(1)
-            samples = await sidecar.samples()
-            preemption_rates.append(samples.get(("vllm_diag_preemption_rate", ()), 0.0))
-            kv_max.append(samples.get(("vllm_diag_kv_cache_usage_ratio", (("stat", "max"),)), 0.0))
-            doc = await sidecar.doc()
-            verdicts.append(doc["verdict"]["layer"])
-            if len(verdicts) == 30:
-                under_pressure = doc
-        summary = await load
-    live = sidecar.final_state()
+def test_kv_pressure_preempts_and_offline_replay_matches_live(storm_load: WatchedLoad) -> None:
+    first = storm_load.before["e2e"]
+    # One scrape is no evidence: no rate exists yet, so nothing may be diagnosed.
+    assert first["state"] == "insufficient_evidence" and first["verdict"]["layer"] == "unknown"
+    seen = storm_load.seen["e2e"]
+    preemption_rates = [o.samples.get(("vllm_diag_preemption_rate", ()), 0.0) for o in seen]
+    kv_max = [o.samples.get(("vllm_diag_kv_cache_usage_ratio", (("stat", "max"),)), 0.0) for o in seen]
+    assert len(seen) >= 30, [o.t for o in seen]
+    under_pressure = seen[29].doc  # 30 s into the load: the 20 s window holds only pressure
+    summary, live, record = storm_load.summary, storm_load.final["e2e"], storm_load.record_dir
+    assert record is not None
 
     assert summary.completed > 0, summary
     assert max(preemption_rates) > 0, preemption_rates
@@ -84,18 +77,9 @@ async def test_shared_prefix_hits_the_cache(real_vllm: RealVLLM) -> None:
     assert ratios and max(ratios) >= 0.5, ratios
 
 
-async def test_light_steady_load_is_healthy_and_the_verdict_does_not_flap(real_vllm: RealVLLM) -> None:
-    verdicts, docs = [], []
-    async with RunningSidecar(sidecar_settings(real_vllm, window=15, interval=1.0)) as sidecar:
-        load = start_phase(real_vllm.base_url, "steady", duration_s=32)
-        await sidecar.wait_scrapes(3)
-        while not load.done():
-            await asyncio.sleep(1)
-            doc = await sidecar.doc()
-            if doc["state"] == "ok":
-                verdicts.append(doc["verdict"]["layer"])
-                docs.append(doc)
-        await load
+def test_light_load_is_healthy_and_the_verdict_does_not_flap(light_load: WatchedLoad) -> None:
+    docs = [o.doc for o in light_load.ok("e2e")]
+    verdicts = [doc["verdict"]["layer"] for doc in docs]
     assert len(verdicts) >= 20, verdicts
     changes = sum(1 for a, b in zip(verdicts, verdicts[1:]) if a != b)
     assert changes <= 1, verdicts
@@ -105,10 +89,10 @@ async def test_light_steady_load_is_healthy_and_the_verdict_does_not_flap(real_v
     assert [s for s in settled["symptoms"] if not s["informational"]] == [], settled["symptoms"]
 
 
-async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_factory) -> None:
+async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_engines: Engines) -> None:
     # A deployment that wants first tokens within 100 ms, with a 32-token budget: each 900-token
     # prompt needs about 28 chunks, so the first token waits for many scheduling rounds.
-    small_budget = real_vllm_factory(max_num_batched_tokens=32)
+    small_budget = real_vllm_engines.get(max_num_batched_tokens=32)
     settings = sidecar_settings(small_budget, window=15, interval=1.0,
                                 slo={"ttft_p95_seconds": 0.1, "itl_p95_seconds": 0.25})
     async with RunningSidecar(settings) as sidecar:
@@ -138,8 +122,9 @@ async def _cpu_run(vllm: RealVLLM, seconds: float, slo: dict[str, float] | None 
     return [d for d in docs if d["state"] == "ok"]
 
 
-async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: RealVLLM) -> None:
-    calm = await _cpu_run(real_vllm, 20)
+async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: RealVLLM,
+                                                                   calm_cpu_load: WatchedLoad) -> None:
+    calm = [o.doc for o in calm_cpu_load.ok("calm")]
     calm_scores = [d["signals"]["cpu_starvation_score"] for d in calm[-6:]]
     assert calm_scores and all(s is not None and s <= 0.2 for s in calm_scores), \
         [(d["signals"]["cpu_inputs"], d["signals"]["cpu_starvation_score"]) for d in calm[-6:]]

@@ -198,6 +198,7 @@ def test_gpu_utilisation_follows_the_load() -> None:
     assert sparse < 0.35 and starved < 0.55 < healthy, (sparse, starved, healthy)
 
 
+@pytest.mark.slow  # ten simulated minutes, twice
 def test_captures_are_written_fast_and_deterministically(tmp_path: Path) -> None:
     a = write_captures("case4-peak-jitter", tmp_path / "a", duration_s=600, interval_s=15, seed=3)
     b = write_captures("case4-peak-jitter", tmp_path / "b", duration_s=600, interval_s=15, seed=3)

@@ -18,9 +18,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from exporter.simulator.engine import Engine, EngineStats, Histogram
 from exporter.simulator.scenarios import SCENARIOS, Scenario
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
+
+pytestmark = pytest.mark.slow  # minutes of simulated traffic per test
 
 DURATION = 600.0
 

@@ -16,6 +16,8 @@ from exporter.simulator import SCENARIOS
 from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
 
+pytestmark = pytest.mark.slow  # every scenario judged over minutes of simulated traffic
+
 DURATION, INTERVAL = 600.0, 15.0
 
 

@@ -1,0 +1,139 @@
+"""The loads that more than one test file reads, each run once per session on the session's vLLM.
+
+test_diagnosis_trust.py and test_sidecar_e2e.py used to drive the same light load, the same KV
+pressure and the same calm CPU load each for themselves (a minute and a half of load twice), and
+test_harness_smoke.py a third KV pressure. Now
+one run of each is watched by one in-process sidecar per reader, with that reader's own window,
+objectives and recording, and every test asserts on its sidecar's view of the one run (or on
+vLLM's own /metrics, scraped beside them). The
+session fixtures that run them are in conftest.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from exporter.config import Settings
+
+from .harness import LoadSummary, RealVLLM, start_phase
+from .sidecar import RunningSidecar, sidecar_settings
+from .starve import CPU_V1, cgroup_v2_root, own_cgroups
+
+# Objectives a 2-layer, hidden-128 model on two shared CPU cores meets with one or two streams.
+HEALTHY_SLO = {"ttft_p95_seconds": 1.0, "itl_p95_seconds": 0.25}
+# An ITL objective the storm misses, so B has an effect to explain (and must still not fire). The
+# storm's ITL p95 measured 23-44 ms on a loaded 2-core machine and 9.5-9.7 ms on a quiet one (the
+# tiny CPU model's decode step); the objective sits under the step floor on purpose: 4 ms.
+STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.004}
+
+# One stream at a time (the `light` phase): a few requests/s, no batches; within any SLO.
+LIGHT_S, LIGHT_WINDOW = 32.0, 15.0
+# 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s (the `pressure` phase).
+STORM_S, STORM_WINDOW = 35.0, 20.0
+# Four streams (the `steady` phase) with the vLLM tree in cgroups of its own sized for the whole host.
+CALM_S, CALM_WINDOW = 26.0, 12.0
+
+
+@dataclass
+class Observation:
+    t: float  # seconds since the load started
+    doc: dict[str, Any]  # the sidecar's /api/v1/diagnosis target
+    samples: dict[tuple[str, tuple[tuple[str, str], ...]], float]  # its /metrics
+
+
+@dataclass
+class WatchedLoad:
+    """One load phase as each of its sidecars saw it, once a second while the load ran."""
+
+    phase: str
+    seconds: float
+    summary: LoadSummary
+    before: dict[str, dict[str, Any]]  # per sidecar: its document after one scrape, before the load
+    seen: dict[str, list[Observation]]
+    final: dict[str, dict[str, Any]]  # per sidecar: the published state after polling stopped
+    raw_before: str = ""  # vLLM's own /metrics just before the load,
+    raw_during: list[str] = field(default_factory=list)  # every second while it ran,
+    raw_after: str = ""  # and once it had drained (for tests that read vLLM, not the sidecar)
+    record_dir: Path | None = None  # where a sidecar recorded its scrapes (record_dir), if one did
+
+    def settled(self, sidecar: str, window: float) -> list[Observation]:
+        """Evaluations whose window holds only this load (one more second for the scrape lag)
+        while the load still issued requests (not draining)."""
+        return [o for o in self.seen[sidecar] if o.doc["state"] == "ok" and window + 1 <= o.t <= self.seconds]
+
+    def ok(self, sidecar: str) -> list[Observation]:
+        return [o for o in self.seen[sidecar] if o.doc["state"] == "ok"]
+
+
+async def watch_load(vllm: RealVLLM, phase: str, seconds: float, sidecars: dict[str, Settings]) -> WatchedLoad:
+    """Run ``phase`` for ``seconds`` while every sidecar polls the engine; read each, and vLLM's own
+    /metrics, every second."""
+    seen: dict[str, list[Observation]] = {name: [] for name in sidecars}
+    raw: list[str] = []
+    async with AsyncExitStack() as stack:
+        running = {name: await stack.enter_async_context(RunningSidecar(settings))
+                   for name, settings in sidecars.items()}
+        session = await stack.enter_async_context(aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)))
+        # One scrape each before the load: no rate exists yet, and the window starts idle.
+        before = {name: await sidecar.wait_scrapes(1) for name, sidecar in running.items()}
+        raw_before = await vllm.fetch_metrics_async(session)
+        t0 = time.monotonic()
+        load = start_phase(vllm.base_url, phase, duration_s=seconds)
+        while not load.done():
+            await asyncio.sleep(1)
+            t = time.monotonic() - t0
+            for name, sidecar in running.items():
+                seen[name].append(Observation(t, await sidecar.doc(), await sidecar.samples()))
+            raw.append(await vllm.fetch_metrics_async(session))
+        summary = await load
+        raw_after = await vllm.fetch_metrics_async(session)
+    final = {name: sidecar.final_state() for name, sidecar in running.items()}
+    return WatchedLoad(phase, seconds, summary, before, seen, final, raw_before, raw, raw_after)
+
+
+def cpu_sources_missing() -> str | None:
+    """Why vLLM cannot get cgroups of its own here (PSI and CFS throttling), or None."""
+    if cgroup_v2_root() is None:
+        return "no writable cgroup-v2 hierarchy with cpu.pressure"
+    if not (CPU_V1 / "cpu.cfs_quota_us").exists():
+        return f"no cgroup-v1 cpu controller at {CPU_V1}"
+    return None
+
+
+def light_load(vllm: RealVLLM) -> WatchedLoad:
+    """Readers: trust (issue 11: none under HEALTHY_SLO) and e2e (healthy, the verdict does not flap)."""
+    return asyncio.run(watch_load(vllm, "light", LIGHT_S, {
+        "trust": sidecar_settings(vllm, window=LIGHT_WINDOW, interval=1.0, slo=HEALTHY_SLO),
+        "e2e": sidecar_settings(vllm, window=LIGHT_WINDOW, interval=1.0),
+    }))
+
+
+def storm_load(vllm: RealVLLM, record_dir: Path) -> WatchedLoad:
+    """Readers: trust (STORM_SLO: D explains the stutter, B does not fire), e2e (preemptions, KV
+    usage, D and kv_cache live; its scrapes recorded in ``record_dir`` for the offline replay) and
+    the harness smoke test (vLLM's own metrics under sustained pressure)."""
+    load = asyncio.run(watch_load(vllm, "pressure", STORM_S, {
+        "trust": sidecar_settings(vllm, window=STORM_WINDOW, interval=1.0, slo=STORM_SLO),
+        "e2e": sidecar_settings(vllm, window=STORM_WINDOW, interval=1.0, record_dir=str(record_dir)),
+    }))
+    load.record_dir = record_dir
+    return load
+
+
+def calm_cpu_load(vllm: RealVLLM) -> WatchedLoad:
+    """Readers: trust (the CPU score stays low with PSI and throttling present) and e2e (the calm
+    baseline before its starved run). In cgroups of its own when the host allows (else trust fails
+    saying why, and e2e reads the run-queue wait alone, as it did before)."""
+    settings = {"calm": sidecar_settings(vllm, window=CALM_WINDOW, interval=1.0, slo=HEALTHY_SLO,
+                                         cpu={"pid": vllm.pid})}
+    groups = own_cgroups(vllm.pids(), cpus=2.0) if cpu_sources_missing() is None else contextlib.nullcontext()
+    with groups:
+        return asyncio.run(watch_load(vllm, "steady", CALM_S, settings))
