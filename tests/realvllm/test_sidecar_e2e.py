@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from exporter.pipeline import capture_timestamp
+from exporter.record import capture_timestamp, is_capture_name, read_capture
 
 from .conftest import Engines
 from .harness import RealVLLM, start_phase
@@ -51,7 +51,8 @@ def test_kv_pressure_preempts_and_offline_replay_matches_live(storm_load: Watche
     assert under_pressure["verdict"]["layer"] == "kv_cache", under_pressure["layer_scores"]
 
     # The same scrapes, replayed offline through `vllm-diag diagnose`, give the same signals.
-    stamped = sorted((capture_timestamp(p.read_text()), p) for p in record.iterdir())
+    stamped = sorted((capture_timestamp(read_capture(p).decode()), p) for p in record.iterdir()
+                     if is_capture_name(p.name))
     files = [path for stamp, path in stamped if stamp is not None and stamp <= live["last_scrape_at"]]
     proc = subprocess.run(
         [sys.executable, "-m", "exporter.cli", "diagnose", *map(str, files), "--interval", "1", "--window", "20",
