@@ -6,8 +6,8 @@ names of absent inputs are listed in ``missing`` so nothing reads as zero.
 
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
 GPU), each filled by its own function over the window. The JSON ``signals`` object is a
-contract (SPEC.md): :meth:`Signals.to_dict` flattens the groups back to the same keys, in
-the same order, as before they were grouped.
+contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
+groups back to the same keys, in the same order, as before they were grouped.
 """
 
 from __future__ import annotations
@@ -196,7 +196,7 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
 )
 
-# The JSON ``signals`` keys in their published order (SPEC.md), followed by the latency
+# The JSON ``signals`` keys in their published order (docs/method.md), followed by the latency
 # quantiles as ``<family>_p<q>_seconds``.
 FLAT_KEYS: tuple[str, ...] = (
     "window_seconds", "scrapes", "restarts",

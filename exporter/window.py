@@ -63,7 +63,7 @@ class HistogramDelta:
         """True when the q-quantile lies above the first bucket, i.e. the buckets say something.
 
         vLLM's latency buckets start at 0.3 s; a quantile interpolated inside the first bucket
-        can hide a real value of microseconds (diagnosis-method.md, "Bucket resolution").
+        can hide a real value of microseconds (docs/method.md, "Bucket resolution").
         """
         total = self.cumulative[-1] if self.cumulative else 0.0
         return total > 0 and self.cumulative[0] < q * total

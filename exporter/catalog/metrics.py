@@ -1,7 +1,7 @@
 """Catalog of the vLLM metrics the sidecar reads, across vLLM's naming generations.
 
 Every metric has one canonical name: the current (0.12+) wire name of its family. Older
-wire names are aliases that map onto it (reference: vllm-metrics.md section 2.2), so the
+wire names are aliases that map onto it (vLLM's renames, by release: vllm/v1/metrics/loggers.py of each version), so the
 rest of the pipeline never sees a version difference. A family absent from a scrape is
 absent, never zero: the signals that need it abstain and list it under ``missing``.
 """

@@ -1,4 +1,4 @@
-"""Symptom classes A-G, their causes and the actions with trade-offs (diagnosis-method.md).
+"""Symptom classes A-G, their causes and the actions with trade-offs (docs/method.md).
 
 Data only. The rule that decides each cause lives in ``exporter.diagnosis.rules`` under the
 same id; alert rules, runbooks and the HTML page read titles and actions from here.

@@ -18,7 +18,7 @@ from exporter.publish import numbers, timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
 
-# What each layer means, for the legend (diagnosis-method.md, "The six layers").
+# What each layer means, for the legend (docs/method.md, "The six layers").
 LAYER_HELP: dict[str, str] = {
     "request": "the traffic itself: prompt and output lengths, arrival pattern, shared prefixes",
     "scheduler": "token-budget allocation: max_num_batched_tokens, max_num_seqs, the waiting queue",

@@ -5,7 +5,7 @@ families in the same order, the same HELP/TYPE lines (trailing spaces included),
 twins for every counter and histogram child, labels sorted alphabetically as prometheus_client
 prints them, every per-engine child pre-created at zero, HTTP children created on the first
 request, ``vllm:cache_config_info`` with the 0.32 label set and the simulated values. Bucket
-boundaries are vLLM's (``vllm/v1/metrics/buckets.py``, reference vllm-metrics.md section 1.4).
+boundaries are vLLM's (``vllm/v1/metrics/buckets.py``; ``exporter/catalog/buckets.py`` keeps the latency ones).
 Values are printed with prometheus_client's own float formatter.
 
 The DCGM exposition follows dcgm-exporter's default + DCP counters (its CSV help texts, its

@@ -3,7 +3,7 @@
 Each scenario is one frozen dataclass: the engine configuration (including the facts vLLM
 does not export: token budget, max_num_seqs, TP size, GPU, CPU cores and CPU contention),
 the workload, and the expected diagnosis (verdict layer, symptom ids, cause ids) from the
-layered method (``reference/diagnosis-method.md``). ``docs/scenarios.md`` is the table of all
+layered method (``docs/method.md``). ``docs/scenarios.md`` is the table of all
 of them; ``tests/simulator`` checks the physics each one relies on.
 
 Numbers are production-scale: Llama-3.1-8B on one H100 unless said otherwise.

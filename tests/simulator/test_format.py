@@ -88,7 +88,7 @@ def test_request_token_formula_matches_the_capture(steady: Exposition) -> None:
     # The capture's server ran with --max-model-len 1024.
     expected = [str(b) for b in request_token_buckets(1024)] + ["+Inf"]
     assert steady.les["vllm:request_prompt_tokens"] == expected
-    # The reference's worked examples (vllm-metrics.md section 1.4).
+    # Worked examples of vLLM's bucket lists (vllm/v1/metrics/buckets.py).
     assert request_token_buckets(8192)[-1] == 5000
     assert request_token_buckets(32768)[-1] == 20000
     assert request_token_buckets(131072)[-1] == 100000

@@ -113,7 +113,7 @@ def _fixture_cache_row() -> dict[str, str]:
     return dict(parse(text, 0.0).info["vllm:cache_config_info"][0])
 
 
-# The 0.33.0 label set as printed by vLLM (docs/reference: vllm-metrics.md, section 6.1).
+# The 0.33.0 label set as printed by vLLM (vllm/v1/metrics/loggers.py, 0.33.0).
 V033 = dict(item.split("=") for item in (
     "_block_size_resolved=True block_size=16 cache_dtype=auto cache_hit_alignment_tokens=None "
     "effective_attention_block_size=None enable_mamba_shared_prefix_checkpoint=False enable_prefix_caching=True "

@@ -14,7 +14,7 @@ from exporter.signals import compute
 from exporter.window import Window
 from tests.conftest import read_capture
 
-# vLLM <= 0.9.1 / 0.10 names for the same families (vllm-metrics.md section 2.2)
+# vLLM <= 0.9.1 / 0.10 names for the same families (exporter/catalog/metrics.py aliases)
 OLD_NAMES = (
     ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"),
     ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total"),
