@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 from exporter.catalog import buckets
 from exporter.catalog.metrics import BY_NAME
+from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Slo
 from exporter.render import fmt
 
@@ -56,7 +57,9 @@ class BurnAlert:
 # The SRE workbook's recommended pairs for a 30-day SLO: 2 % of the budget in 1 h (14.4x), 5 % in
 # 6 h (6x) page; 10 % in 3 days (1x) is a ticket.
 BURN_ALERTS: tuple[BurnAlert, ...] = (
-    BurnAlert("critical", "1h", "5m", 14.4, "2 % of the 30-day error budget in 1 hour"),
+    # The fast-burn factor is the catalog's burn_rate_full: the sidecar's page severity and rule
+    # strength read the same number.
+    BurnAlert("critical", "1h", "5m", DEFAULTS["burn_rate_full"], "2 % of the 30-day error budget in 1 hour"),
     BurnAlert("critical", "6h", "30m", 6.0, "5 % of the 30-day error budget in 6 hours"),
     BurnAlert("warning", "3d", "6h", 1.0, "10 % of the 30-day error budget in 3 days"),
 )
