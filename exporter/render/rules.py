@@ -993,6 +993,11 @@ ALERT_GROUPS: tuple[tuple[str, str, Callable[[Options], list[Alert]]], ...] = (
     (ALERTS_FILE, "vllm-diag.operations", ops_alerts),
     (RAW_ALERTS_FILE, "vllm-diag.slo", slo_alerts),
 )
+RECORDING_GROUPS = ("vllm-diag.recording", "vllm-diag.slo-recording")
+# Records before the alerts that read them. Prometheus runs groups concurrently, so in production an
+# alert may see a record one evaluation late; promtool orders groups only when told (otherwise at
+# random per run), and its tests name this order to be deterministic.
+GROUP_EVAL_ORDER: tuple[str, ...] = (*RECORDING_GROUPS, *(name for _, name, _ in ALERT_GROUPS))
 
 
 def rule_groups(o: Options = DEFAULT_OPTIONS) -> dict[str, list[dict[str, Any]]]:
@@ -1002,8 +1007,8 @@ def rule_groups(o: Options = DEFAULT_OPTIONS) -> dict[str, list[dict[str, Any]]]
         out.setdefault(path, []).append(
             {"name": name, "rules": [alert_rule(a, o) for a in add_runbook_links(build(o))]})
     out[RECORDING_FILE] = [
-        {"name": "vllm-diag.recording", "rules": [_record(r) for r in recording_rules()]},
-        {"name": "vllm-diag.slo-recording", "rules": [_record(r) for r in sli_recording_rules(o)]},
+        {"name": RECORDING_GROUPS[0], "rules": [_record(r) for r in recording_rules()]},
+        {"name": RECORDING_GROUPS[1], "rules": [_record(r) for r in sli_recording_rules(o)]},
     ]
     return out
 

@@ -164,7 +164,8 @@ LONG_CASES = [
 
 @pytest.mark.parametrize(("cases", "interval"), [(CASES, "1m"), (LONG_CASES, "5m")], ids=["fleet", "long"])
 def test_fleet_cases_with_promtool(tmp_path: Path, cases: list[Case], interval: str) -> None:
-    spec = {"rule_files": RULE_FILES, "evaluation_interval": interval, "tests": [group("cases", cases, interval)]}
+    spec = {"rule_files": RULE_FILES, "evaluation_interval": interval, "group_eval_order": list(rules.GROUP_EVAL_ORDER),
+            "tests": [group("cases", cases, interval)]}
     path = tmp_path / "slo_test.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     result = subprocess.run([_promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=300)
@@ -174,7 +175,8 @@ def test_fleet_cases_with_promtool(tmp_path: Path, cases: list[Case], interval: 
 def test_a_wrong_expectation_fails(tmp_path: Path) -> None:
     """Guard against a vacuous pass: the outage case with its page expected too early must fail."""
     broken = Case("broken", fleet("early", [(0.001, 60), (0.5, 10)]), 70, [(65, [(page("early"), 1)])])
-    spec = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "tests": [group("broken", [broken], "1m")]}
+    spec = {"rule_files": RULE_FILES, "evaluation_interval": "1m", "group_eval_order": list(rules.GROUP_EVAL_ORDER),
+            "tests": [group("broken", [broken], "1m")]}
     path = tmp_path / "broken_test.yml"
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     result = subprocess.run([_promtool(), "test", "rules", str(path)], capture_output=True, text=True, timeout=120)

@@ -117,6 +117,7 @@ def test_healthy_like_scenarios_raise_nothing_in_three_days(tmp_path: Path, slo:
     spec: dict[str, Any] = {
         "rule_files": [str(p) for p in rule_files],
         "evaluation_interval": f"{STEP_S}s",
+        "group_eval_order": list(rules.GROUP_EVAL_ORDER),
         "tests": [{
             "name": f"{', '.join(names)}: three days", "interval": f"{STEP_S}s", "input_series": series,
             "promql_expr_test": [{"expr": 'count by (alertname, severity, model_name, target) '
