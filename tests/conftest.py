@@ -54,3 +54,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+
+
+# Modules that replay simulated timelines through Prometheus or promtool (tests/e2e/replay.py). Their
+# replays (minutes of CPU) start in the background when the session starts, at the lowest priority:
+# the tests that run before them mostly wait on servers and containers.
+REPLAY_READERS = ("test_alert_matrix.py", "test_fleet_pages.py", "test_slo_long_horizon.py")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if any(item.path.name in REPLAY_READERS for item in session.items):
+        from tests.e2e import replay
+        replay.prefetch(replay.all_timeline_names())
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    import sys
+    replay = sys.modules.get("tests.e2e.replay")
+    if replay is not None:
+        replay.shutdown()

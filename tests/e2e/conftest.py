@@ -1,7 +1,8 @@
 """End-to-end stack: simulator -> sidecar -> real Prometheus (generated rules) -> real Alertmanager -> webhook.
 
-One stack per test session of ``tests/e2e`` (package scope), shared by the alerting and the
-dashboard-query tests:
+One stack per test session of ``tests/e2e`` (package scope), read by the dashboard-query tests (the
+alert path is measured by test_alert_matrix.py and test_fleet_pages.py on replays, and the live
+sidecar's delivery to a webhook by tests/deploy/test_compose_stack.py):
 
 * the simulator (``exporter.simulator.server.build_app``) serving ``kv-pressure``,
   ``cpu-starved`` and ``healthy`` with ``warmup_s`` 360, so every scenario is developed at once
@@ -62,12 +63,8 @@ PROMETHEUS_BIN = "/usr/bin/prometheus"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
 
 SCENARIOS = ("kv-pressure", "cpu-starved", "healthy")
-# The sidecar's signals come from a short window and are noisy: in kv-pressure, preemptions per
-# request over 30 s drop below the KV alert's 0.1 for seconds at a time, and cpu-starved's score
-# dips under 0.5 (see the report of the issue). The simulator is deterministic per seed, so the
-# seeds and warm-up below are picked (offline replay, tests/e2e/test_alerting.py checks it) such
-# that every condition holds with margin for the first 90 s of the module: the test is about the
-# delivery path and the inhibition, not about how often the signals flap.
+# Seeds and warm-up under which each scenario's signals hold steadily over a short window from the
+# start (kv-pressure preempts, cpu-starved starves), so the series the dashboards read exist at once.
 SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0}
 WARMUP_S = 360.0
 WINDOW_S = 30.0

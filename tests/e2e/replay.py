@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import re
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -31,11 +32,12 @@ from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.publish.collector import DiagnosisCollector
 from exporter.signals import HostInputs
-from exporter.simulator import SCENARIOS, get_scenario
+from exporter.simulator import SCENARIOS, Scenario, get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
 from exporter.simulator.hostcpu import simulated_host_inputs
+from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec
 
-SPEED = 15.0  # simulated seconds per wall second; Prometheus' 1 s interval = 15 s simulated
+SPEED = 60.0  # simulated seconds per wall second; Prometheus' 1 s interval = 1 simulated minute
 SIM_INTERVAL_S = 5.0  # the sidecar's scrape interval (its default), simulated
 WINDOW_S = Settings.model_fields["window_seconds"].default  # the sidecar's shipped window
 DURATION_S = 1260.0  # 21 simulated minutes per scenario (the issue asks >= 20)
@@ -81,12 +83,27 @@ class Variant:
     up_from_s: float = 0.0
     cpu_wait_share: float | None = None  # the host's run-queue wait, instead of the engine's own
     cpu_lost_at_s: float | None = None  # the CPU source becomes unreadable from then on
+    # (from_s, to_s, req/s, prompt tokens): a stretch of long prompts beside the scenario's traffic
+    surge: tuple[float, float, float, int] | None = None
     duration_s: float = DURATION_S
+
+    def scenario(self) -> Scenario:
+        scenario = get_scenario(self.base)
+        if self.surge is None:
+            return scenario
+        start, stop, rate, prompt = self.surge
+        first = scenario.workload.classes[0]
+        extra = dataclasses.replace(first, name=f"{first.name}-surge", prefix=PrefixSpec(),
+                                    prompt=LengthDist("lognormal", prompt, 0.2, 1, 10 * prompt),
+                                    arrivals=Arrivals("steady", rate=rate, start_s=start, stop_s=stop))
+        return scenario.with_workload(dataclasses.replace(scenario.workload,
+                                                          classes=(*scenario.workload.classes, extra)))
 
 
 # Fleet timelines (tests/e2e/test_fleet_pages.py): 36 simulated minutes each, enough for a page
 # (within 20 minutes) and for a lost input's 30-minute warning.
 FLEET_DURATION_S = 2160.0
+BURST_AT_S = 3900.0
 VARIANTS: dict[str, Variant] = {
     "fleet-healthy": Variant("healthy", duration_s=FLEET_DURATION_S),
     "fleet-queue": Variant("queue-backlog", duration_s=FLEET_DURATION_S),
@@ -97,6 +114,11 @@ VARIANTS: dict[str, Variant] = {
     "fleet-cpu-contended": Variant("healthy", cpu_wait_share=0.6, duration_s=FLEET_DURATION_S),
     "fleet-cpu-lost": Variant("healthy", cpu_lost_at_s=60.0, duration_s=FLEET_DURATION_S),
     "fleet-slow-start": Variant("healthy", up_from_s=900.0, duration_s=FLEET_DURATION_S),
+    # A 3-minute burst of 8k-token prompts (1.7/s) beside the chat, once the burn rates' hour is full
+    # of history: about three minutes' worth of first tokens over 2.5 s (the queue drains within a
+    # minute of its end), ~7x over the hour. (Earlier, the hour would hold only the minutes since the
+    # model started, and the same burst would be a larger share of them.)
+    "fleet-burst": Variant("healthy", surge=(BURST_AT_S, BURST_AT_S + 180.0, 1.7, 8000), duration_s=BURST_AT_S + 900.0),
 }
 
 
@@ -117,11 +139,11 @@ def run_timeline(name: str) -> Timeline:
     logging.getLogger("exporter").setLevel(logging.ERROR)  # a failed scrape per step would flood the log
     if name in VARIANTS:
         variant = VARIANTS[name]
-        base, up_from, down_from = variant.base, variant.up_from_s, None
+        up_from, down_from = variant.up_from_s, None
     else:
         base, up_from, down_from = ROLLOUTS.get(name, (name, 0.0, None))
         variant = Variant(base)
-    scenario = get_scenario(base)
+    scenario = variant.scenario()
     # Every target configures its CPU source, as the shipped deployments do (the probe reads the
     # simulated engine), so the source's availability is watched too.
     settings = _settings(name, scenario.engine_facts(), scenario.slo, cpu={"pid": 1})
@@ -159,16 +181,56 @@ def timeline_names() -> list[str]:
 
 
 # Timelines are deterministic functions of their name and the code: tests in one pytest process that
-# replay the same scenario (the alert matrix, the long-horizon rule test) compute it once.
+# replay the same scenario (the alert matrix, the fleet, the long-horizon rule test) compute it once.
 _RUN: dict[str, Timeline] = {}
+_PENDING: dict[str, Future[Timeline]] = {}
+_POOL: ProcessPoolExecutor | None = None
+
+
+def _lowest_priority() -> None:
+    os.nice(19)  # prefetching only takes CPU nothing else wants
+
+
+def prefetch(names: list[str], workers: int = 2) -> None:
+    """Start computing timelines in the background at the lowest CPU priority, longest first, so they
+    use the cycles that tests waiting on servers leave idle; `run_all` collects them."""
+    global _POOL
+    todo = [n for n in dict.fromkeys(names) if n not in _RUN and n not in _PENDING]
+    if not todo:
+        return
+    if _POOL is None:
+        _POOL = ProcessPoolExecutor(max_workers=workers, initializer=_lowest_priority)
+    for name in sorted(todo, key=lambda n: -_duration_s(n)):
+        _PENDING[name] = _POOL.submit(run_timeline, name)
+
+
+def _duration_s(name: str) -> float:
+    return VARIANTS[name].duration_s if name in VARIANTS else DURATION_S
+
+
+def all_timeline_names() -> list[str]:
+    """What the suite's Prometheus replays read: the matrix's timelines and the fleet's."""
+    return [*timeline_names(), *VARIANTS]
 
 
 def run_all(names: list[str], workers: int = 2) -> dict[str, Timeline]:
-    missing = [n for n in dict.fromkeys(names) if n not in _RUN]
+    missing = [n for n in dict.fromkeys(names) if n not in _RUN and n not in _PENDING]
     if missing:
         with ProcessPoolExecutor(max_workers=min(workers, len(missing))) as pool:
             _RUN.update(zip(missing, pool.map(run_timeline, missing)))
+    for name in names:
+        if name in _PENDING:
+            _RUN[name] = _PENDING.pop(name).result()
     return {n: _RUN[n] for n in names}
+
+
+def shutdown() -> None:
+    """Stop the prefetch pool (pending work is cancelled)."""
+    global _POOL
+    if _POOL is not None:
+        _POOL.shutdown(wait=True, cancel_futures=True)
+        _POOL = None
+    _PENDING.clear()
 
 
 def renamed(timeline: Timeline, target: str, name: str, model: str | None = None) -> Timeline:

@@ -15,7 +15,7 @@ What an on-call SRE must get (issue: pages an on-call SRE trusts):
 * CPU contention within the objectives: no page; CPU starvation that burns the budget: one page
   naming the CPU;
 * a sidecar that loses its CPU source: a warning naming the input within 45 minutes;
-* a model load shorter than the startup grace and a rolling restart: no page.
+* a model load shorter than the startup grace, a rolling restart, a 3-minute burst: no page.
 
 The table is printed (``-s``) and kept in docs/alerting.md.
 """
@@ -49,9 +49,8 @@ from tests.e2e.conftest import (
 
 pytestmark = pytest.mark.prometheus
 
-SPEED = 60.0  # simulated seconds per wall second: one Prometheus evaluation per simulated minute
+SPEED = replay.SPEED  # one Prometheus evaluation per simulated minute
 NAMESPACE = "fleet"
-SIM_MINUTES = replay.FLEET_DURATION_S / 60
 
 
 @dataclass(frozen=True)
@@ -71,6 +70,11 @@ class FleetCase:
     warnings: frozenset[str] = frozenset()  # warning alerts that must be delivered
     warning_within_min: float | None = None
     note: str = ""
+
+    @property
+    def end_s(self) -> float:
+        """Simulated seconds the case lasts: its timelines' (they end together)."""
+        return min(replay.VARIANTS[r.timeline].duration_s for r in self.replicas)
 
 
 def _fleet(model: str, timeline: str, n: int = 8) -> tuple[Replica, ...]:
@@ -98,6 +102,9 @@ CASES: tuple[FleetCase, ...] = (
     FleetCase("rolling", tuple(Replica(f"rolling-{i}", "fleet-healthy", (600.0 + i * 180, 600.0 + i * 180
                                                                         + ROLLING_DOWN_S)) for i in range(4)),
               pages=0, note="a rolling restart: each of 4 pods gone for 2 minutes, one after the other"),
+    FleetCase("burst", _fleet("burst", "fleet-burst"), pages=0,
+              note=f"a 3-minute burst of 8k-token prompts at minute {replay.BURST_AT_S / 60:.0f} on 8 replicas: "
+                   "~3 minutes of first tokens over 2.5 s, ~7x over the hour"),
 )
 
 
@@ -155,6 +162,8 @@ class FleetPlayback:
         if down is not None and down[0] <= now < down[1]:
             return web.Response(status=503, text="restarting")
         timeline = self.timelines[(pod, kind)]
+        if now >= len(timeline.bodies) * replay.SIM_INTERVAL_S:
+            return web.Response(status=503, text="case over")
         body = timeline.raw_at(now) if kind == "raw" else timeline.at(now)
         if body is None:
             return web.Response(status=503, text="loading")
@@ -251,7 +260,7 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
              what="Prometheus discovering Alertmanager", diagnostics=report)
         playback.started = time.time()
         fired: dict[str, set[str]] = {}
-        end = playback.started + replay.FLEET_DURATION_S / SPEED
+        end = playback.started + max(c.end_s for c in CASES) / SPEED
         while time.time() < end:
             try:
                 for a in get_json(f"{prom_url}/api/v1/alerts")["data"]["alerts"]:
@@ -282,14 +291,22 @@ def _model_of(n: Notification) -> str:
     return models.pop() if len(models) == 1 else ",".join(sorted(models))
 
 
-def _pages(fleet: dict[str, Any], model: str) -> list[Notification]:
-    return [n for n in fleet["hook"].posts if n.receiver == "page" and n.status == "firing" and _model_of(n) == model]
+def _during(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
+    """Notifications while the case's timelines play (a case that ends earlier than the longest goes
+    dark: what its end raises is not part of it)."""
+    return [n for n in fleet["hook"].posts if _minutes(fleet, n.at) <= case.end_s / 60]
 
 
-def _warnings(fleet: dict[str, Any], model: str) -> dict[str, float]:
+def _pages(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
+    return [n for n in _during(fleet, case)
+            if n.receiver == "page" and n.status == "firing" and _model_of(n) == case.model]
+
+
+def _warnings(fleet: dict[str, Any], case: FleetCase) -> dict[str, float]:
     """Warning alert -> first delivery (simulated minutes) for the model."""
     out: dict[str, float] = {}
-    for n in fleet["hook"].posts:
+    model = case.model
+    for n in _during(fleet, case):
         if n.receiver != "ticket":
             continue
         for a in n.alerts:
@@ -302,15 +319,16 @@ def test_print_the_fleet_table(fleet: dict[str, Any]) -> None:
     lines = ["| case | replicas | pages (notifications) | page names | first page (sim. min) | warnings delivered |",
              "|---|---|---|---|---|---|"]
     for case in CASES:
-        pages = _pages(fleet, case.model)
+        pages = _pages(fleet, case)
         names = sorted({f"{a['labels']['alertname']} {a['labels'].get('objective', '')} cause "
                         f"{a['labels'].get('cause', '-')} ({a['labels'].get('layer', '-')})"
                         for n in pages for a in n.alerts})
         first = f"{_minutes(fleet, pages[0].at):.1f}" if pages else "-"
-        warnings = ", ".join(f"{k} {v:.0f}" for k, v in sorted(_warnings(fleet, case.model).items())) or "-"
+        warnings = ", ".join(f"{k} {v:.0f}" for k, v in sorted(_warnings(fleet, case).items())) or "-"
         lines.append(f"| `{case.model}`: {case.note} | {len(case.replicas)} | {len(pages)} | "
                      f"{'; '.join(names) or '-'} | {first} | {warnings} |")
-    table = f"replay {fleet['replay_s']:.0f} s, playback {replay.FLEET_DURATION_S / SPEED:.0f} s\n\n" + "\n".join(lines)
+    playback_s = max(c.end_s for c in CASES) / SPEED
+    table = f"replay {fleet['replay_s']:.0f} s, playback {playback_s:.0f} s\n\n" + "\n".join(lines)
     print("\n" + table)
     artifacts = REPO / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -320,7 +338,7 @@ def test_print_the_fleet_table(fleet: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("case", CASES, ids=[c.model for c in CASES])
 def test_one_page_per_problem_naming_its_cause(fleet: dict[str, Any], case: FleetCase) -> None:
-    pages = _pages(fleet, case.model)
+    pages = _pages(fleet, case)
     detail = (f"{case.model}: pages {[(n.group, [a['labels'] for a in n.alerts]) for n in pages]}; fired in "
               f"Prometheus {sorted(fleet['fired'].get(case.model, set()))}")
     assert len(pages) == case.pages, detail
@@ -335,7 +353,7 @@ def test_one_page_per_problem_naming_its_cause(fleet: dict[str, Any], case: Flee
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.warnings], ids=[c.model for c in CASES if c.warnings])
 def test_expected_warnings_are_delivered(fleet: dict[str, Any], case: FleetCase) -> None:
-    got = _warnings(fleet, case.model)
+    got = _warnings(fleet, case)
     missing = case.warnings - set(got)
     assert not missing, f"{case.model}: missing {sorted(missing)}; delivered {got}"
     if case.warning_within_min is not None:

@@ -3,7 +3,7 @@
 An engine start costs 25-45 s on 2 cores, so engines are shared: `real_vllm_engines` starts each
 distinct set of flags once per session (`real_vllm` is the one with the harness's defaults), and
 the loads that two test files read run once (`light_load`, `storm_load`, `calm_cpu_load`; see
-loads.py). `real_vllm_factory` is for a test that must own its server (to stop it).
+loads.py). A test that stops a shared engine carries the `stops_engine` marker and runs last.
 Install first with `bash tests/realvllm/install.sh` (CI does this before pytest). A missing
 install FAILS the tests loudly; set VLLM_DIAG_SKIP_REAL_VLLM=1 to skip them on purpose, or
 VLLM_DIAG_AUTO_INSTALL=1 to let the fixture run install.sh itself.
@@ -12,7 +12,7 @@ VLLM_DIAG_AUTO_INSTALL=1 to let the fixture run install.sh itself.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +26,13 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "realvllm: end-to-end tests against a real vLLM (CPU build) started by tests/realvllm"
     )
+    config.addinivalue_line(
+        "markers", "stops_engine: stops a shared engine; runs after every other test so the engine starts once"
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("stops_engine") is not None)  # stable: order kept
 
 
 def _require_real_vllm() -> None:
@@ -110,22 +117,3 @@ def storm_load(real_vllm: RealVLLM, tmp_path_factory: pytest.TempPathFactory) ->
 @pytest.fixture(scope="session")
 def calm_cpu_load(real_vllm: RealVLLM) -> loads.WatchedLoad:
     return loads.calm_cpu_load(real_vllm)
-
-
-@pytest.fixture
-def real_vllm_factory(tmp_path: Any) -> Iterator[Callable[..., RealVLLM]]:
-    """Start extra servers with other flags (RealVLLM kwargs); each is stopped after the test."""
-    _require_real_vllm()
-    started: list[RealVLLM] = []
-
-    def factory(**kwargs: Any) -> RealVLLM:
-        kwargs.setdefault("log_dir", tmp_path)
-        server = RealVLLM(**kwargs)
-        started.append(server)
-        return _start(server)
-
-    try:
-        yield factory
-    finally:
-        for server in started:
-            server.stop()

@@ -34,6 +34,12 @@ HEALTHY_SLO = {"ttft_p95_seconds": 1.0, "itl_p95_seconds": 0.25}
 # tiny CPU model's decode step); the objective sits under the step floor on purpose: 4 ms.
 STORM_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.004}
 
+# The one engine with non-default flags: a 32-token budget (prompts need many chunks: symptom A, not
+# D), twice the harness's KV bytes and 4 sequences (the harness's overrides are applied). One start
+# serves both readers; the test that stops it runs last (conftest.py).
+SMALL_ENGINE: dict[str, int] = {"max_num_batched_tokens": 32, "kv_cache_memory_bytes": 2 * 3 * 1024 * 1024,
+                                "max_num_seqs": 4}
+
 # One stream at a time (the `light` phase): a few requests/s, no batches; within any SLO.
 LIGHT_S, LIGHT_WINDOW = 32.0, 15.0
 # 24 streams > max-num-seqs 16, KV usage 1.0, ~30 preemptions per 20 s (the `pressure` phase).

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from . import loads
+from .conftest import Engines
 from .harness import PHASES, LoadSummary, RealVLLM, pid_alive, run_phase, scrape_until, start_phase
 from .loads import WatchedLoad
 
@@ -109,8 +110,9 @@ async def test_load_is_bounded_by_timeout(real_vllm: RealVLLM) -> None:
     assert summary.completed < 8
 
 
-def test_overrides_and_stop(real_vllm_factory: Callable[..., RealVLLM]) -> None:
-    server = real_vllm_factory(kv_cache_memory_bytes=2 * 3 * 1024 * 1024, max_num_seqs=4)
+@pytest.mark.stops_engine
+def test_overrides_and_stop(real_vllm_engines: Engines) -> None:
+    server = real_vllm_engines.get(**loads.SMALL_ENGINE)
     assert server.engine_facts()["max_num_seqs"] == 4
     # Twice the KV bytes -> twice the 32-token blocks.
     assert sample_sum(server.fetch_metrics(), "vllm:cache_config_info", num_gpu_blocks="192") == 1.0

@@ -16,6 +16,7 @@ import pytest
 
 from exporter.record import capture_timestamp, is_capture_name, read_capture
 
+from . import loads
 from .conftest import Engines
 from .harness import RealVLLM, start_phase
 from .loads import WatchedLoad
@@ -93,7 +94,7 @@ def test_light_load_is_healthy_and_the_verdict_does_not_flap(light_load: Watched
 async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_engines: Engines) -> None:
     # A deployment that wants first tokens within 100 ms, with a 32-token budget: each 900-token
     # prompt needs about 28 chunks, so the first token waits for many scheduling rounds.
-    small_budget = real_vllm_engines.get(max_num_batched_tokens=32)
+    small_budget = real_vllm_engines.get(**loads.SMALL_ENGINE)
     settings = sidecar_settings(small_budget, window=15, interval=1.0,
                                 slo={"ttft_p95_seconds": 0.1, "itl_p95_seconds": 0.25})
     async with RunningSidecar(settings) as sidecar:

@@ -21,8 +21,15 @@ pytestmark = pytest.mark.slow  # every scenario judged over minutes of simulated
 DURATION, INTERVAL = 600.0, 15.0
 
 
+# A scenario's judgement is a pure function of these arguments: tests that read the same one share it.
+_JUDGED: dict[tuple[str, int | None, bool], TargetState] = {}
+
+
 def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool = False) -> TargetState:
-    return judge_scenario(name, out, DURATION, INTERVAL, seed, dcgm)[0]
+    key = (name, seed, dcgm)
+    if key not in _JUDGED:
+        _JUDGED[key] = judge_scenario(name, out, DURATION, INTERVAL, seed, dcgm)[0]
+    return _JUDGED[key]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
