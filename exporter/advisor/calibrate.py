@@ -30,12 +30,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from exporter import numbers
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.catalog import gpus
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
-from exporter.publish import numbers
 from exporter.simulator.engine import CostModel, EngineConfig, Histogram
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
 from exporter.window import HistogramDelta, Window

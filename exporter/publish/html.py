@@ -2,7 +2,7 @@
 
 Worst target first, each with its verdict (coloured by the severity behind it), since when,
 the last scrape, a pending note while hysteresis holds the verdict, the evidence, runbook
-links and a legend. Numbers go through ``exporter.publish.numbers``, as in the text report.
+links and a legend. Numbers go through ``exporter.numbers``, as in the text report.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
+from exporter import numbers
 from exporter.catalog.symptoms import LAYERS, SYMPTOMS
-from exporter.publish import numbers, timeline
+from exporter.publish import timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
 
