@@ -28,10 +28,10 @@ from typing import Any
 import grafanalib.core as g
 from grafanalib._gen import DashboardEncoder
 
-from exporter.catalog.exported import PREFIX, exported
 from exporter.catalog.symptoms import LAYERS
 from exporter.catalog.thresholds import BY_KEY, DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS
+from exporter.publish.exported import PREFIX, exported
 from exporter.render import PromQL, fmt
 from exporter.render import slo as slo_rules
 
