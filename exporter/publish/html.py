@@ -14,7 +14,8 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from exporter import numbers
-from exporter.catalog.symptoms import LAYERS, SYMPTOMS
+from exporter.catalog.symptoms import LAYERS, RUNBOOK_BASE_URL, SYMPTOMS
+from exporter.catalog.symptoms import runbook_url as alert_runbook_url
 from exporter.publish import timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
@@ -48,11 +49,7 @@ def runbook_url(symptom_id: str, base_url: str | None = None) -> str | None:
     alert = next((s.alert for s in SYMPTOMS if s.id == symptom_id), None)
     if alert is None:
         return None
-    if base_url is None:
-        from exporter.render.rules import RUNBOOK_BASE_URL  # the one default, shared with the alert rules
-
-        base_url = RUNBOOK_BASE_URL
-    return f"{base_url.rstrip('/')}/{alert.lower()}.md"
+    return alert_runbook_url(alert, RUNBOOK_BASE_URL if base_url is None else base_url)
 
 
 @lru_cache(maxsize=1)

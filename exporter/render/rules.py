@@ -21,7 +21,7 @@ import jinja2
 
 from exporter.catalog import buckets
 from exporter.catalog.metrics import BY_NAME
-from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, SYMPTOMS, Cause, Symptom
+from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, RUNBOOK_BASE_URL, SYMPTOMS, Cause, Symptom, runbook_url
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
 from exporter.render import PromQL, fmt, slo
@@ -36,9 +36,6 @@ RAW_ALERTS_FILE = "alert_rules/vllm-diag-raw-alerts.yml"
 ALERTMANAGER_FILE = "deploy/alertmanager/alertmanager.yml"
 ALERTMANAGER_CONFIG_FILE = "deploy/kubernetes/alertmanagerconfig.yaml"
 
-# Where runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
-# elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same.
-RUNBOOK_BASE_URL = "https://github.com/vllm-diag/vllm-diag/blob/main/docs/runbooks"
 RUNBOOK_DIR = "docs/runbooks"
 
 # Rate window of the recording rules: 5m spans >= 4 scrapes at Prometheus' common 15-60 s
@@ -934,10 +931,6 @@ INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 def runbook_file(alert_name: str) -> str:
     return f"{RUNBOOK_DIR}/{alert_name.lower()}.md"
-
-
-def runbook_url(alert_name: str, base_url: str = RUNBOOK_BASE_URL) -> str:
-    return f"{base_url.rstrip('/')}/{alert_name.lower()}.md"
 
 
 def add_runbook_links(items: Sequence[Alert], base_url: str = RUNBOOK_BASE_URL) -> list[Alert]:
