@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from exporter import inputs, objectives
 from exporter.catalog.metrics import METRICS, Kind
@@ -27,12 +26,9 @@ from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture
 from exporter.signals import HostInputs, compute
-from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
+from exporter.state import SCRAPE_ERROR_REASONS, Advice, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
 from exporter.timebuffer import TimeBuffer
 from exporter.window import Window
-
-if TYPE_CHECKING:
-    from exporter.advisor.result import AdviceResult
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +58,7 @@ class TargetPipeline:
         self._failing: dict[str, str] = {}  # rule or source -> its last error, for logs on change only
         self._edge_warned: set[str] = set()  # objectives whose threshold off a bucket edge was logged
         self._health = ScrapeHealth(errors_total=dict(self._errors))
-        self.advice: AdviceResult | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
+        self.advice: Advice | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
