@@ -5,7 +5,7 @@ families in the same order, the same HELP/TYPE lines (trailing spaces included),
 twins for every counter and histogram child, labels sorted alphabetically as prometheus_client
 prints them, every per-engine child pre-created at zero, HTTP children created on the first
 request, ``vllm:cache_config_info`` with the 0.32 label set and the simulated values. Bucket
-boundaries are vLLM's (``vllm/v1/metrics/buckets.py``; ``exporter/catalog/buckets.py`` keeps the latency ones).
+boundaries are vLLM's (``exporter/simulator/buckets.py``).
 Values are printed with prometheus_client's own float formatter.
 
 The DCGM exposition follows dcgm-exporter's default + DCP counters (its CSV help texts, its
@@ -14,38 +14,13 @@ label order, integers for integer fields).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from prometheus_client.utils import floatToGoString
 
-from exporter.catalog import buckets
+from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions
+from exporter.simulator.engine import FINISHED_REASONS, Engine, Histogram
 
-if TYPE_CHECKING:  # engine imports this module for the bucket lists
-    from exporter.simulator.dataparallel import DataParallelEngine
-    from exporter.simulator.engine import Engine, Histogram
-
-# --------------------------------------------------------------------------------------------
-# vLLM 0.32 bucket families
-# --------------------------------------------------------------------------------------------
-
-REQUEST_LATENCY_BUCKETS: Final = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)
-TIME_TO_FIRST_TOKEN_BUCKETS: Final = buckets.TIME_TO_FIRST_TOKEN
-INTER_TOKEN_LATENCY_BUCKETS: Final = buckets.INTER_TOKEN_LATENCY
-ITERATION_TOKENS_BUCKETS: Final = (
-    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
-)
-REQUEST_PARAMS_N_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0)
-REQUEST_NUM_PREEMPTIONS_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
-HTTP_DURATION_HIGHR_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
-    5.0, 7.5, 10.0, 30.0, 60.0,
-)
-HTTP_DURATION_BUCKETS: Final = (0.1, 0.5, 1.0)
-
-FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 WAITING_REASONS: Final = ("capacity", "deferred")
 SLEEP_STATES: Final = ("awake", "weights_offloaded", "discard_all")
 PROMPT_SOURCES: Final = ("local_compute", "local_cache_hit", "external_kv_transfer")
@@ -54,19 +29,6 @@ ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
-
-
-def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
-    """vLLM's ``build_1_2_5_buckets(max_model_len)``: 1, 2, 5, 10, ... while <= the max."""
-    out: list[float] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_model_len:
-                return tuple(out)
-            out.append(float(value))
-        exponent += 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,8 +244,6 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);
     ``speed`` is simulated seconds per wall second, so that timestamps stay on the wall clock.
     """
-    from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions  # engine imports us
-
     if isinstance(engine, DataParallelEngine):
         return merge_engine_expositions([
             render_vllm(rank, start_unix=start_unix + offset, speed=speed)
