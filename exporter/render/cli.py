@@ -8,10 +8,21 @@ finding, listing every problem with the command that fixes it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from exporter.catalog import buckets
+from exporter.config import ConfigError, load_settings
+
+if TYPE_CHECKING:
+    from exporter.render.rules import Options
+
+# The generators (exporter.render.rules, dashboards via grafanalib, ...) build their tables at import,
+# which costs every vllm-diag command's start-up: this module imports them inside the functions
+# that run `render`, never at the top (they import nothing of this module, so no cycle hides here).
 
 EXIT_DRIFT = 1
 
@@ -42,9 +53,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=run)
 
 
-def options_from(args: argparse.Namespace):
+def options_from(args: argparse.Namespace) -> Options | None:
     """Render options from the flags; None (the committed defaults) when no flag is given."""
-    from exporter.config import load_settings
     from exporter.render.rules import DEFAULT_OPTIONS, SEVERITIES, Options
 
     config, job, labels = getattr(args, "config", None), getattr(args, "sidecar_job", None), \
@@ -74,10 +84,6 @@ def options_from(args: argparse.Namespace):
 
 def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
     """vLLM's --custom-histogram-buckets JSON: {"family": [edges...]}, families replaced whole."""
-    import json
-
-    from exporter.catalog import buckets
-
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -91,8 +97,7 @@ def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.config import ConfigError
-    from exporter.render import check, render, write
+    from exporter.render.generate import check, orphans, render, write
     from exporter.render.lint import lint
 
     root: Path = args.root
@@ -113,8 +118,6 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_DRIFT
         print(f"render --check: {len(outputs)} file(s) up to date")
         return 0
-    from exporter.render import orphans
-
     for line in write(root, outputs, args.what):
         print(line)
     problems += [f"{rel}: orphan, no generator produces it (delete it: `git rm {rel}`)"

@@ -32,8 +32,8 @@ from exporter.catalog.symptoms import LAYERS
 from exporter.catalog.thresholds import BY_KEY, DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS
 from exporter.publish.exported import PREFIX, exported
-from exporter.render import PromQL, fmt
 from exporter.render import slo as slo_rules
+from exporter.render.promql import PromQL, fmt
 
 # ---------------------------------------------------------------------------------------------
 # Selectors and constants

@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from exporter.catalog.metrics import wire_names
 from exporter.publish.exported import sample_names
+from exporter.render import dashboards, rules, runbooks
 
 # Real vLLM sample names used by the generators that the parsing catalog does not list.
 # Every entry must appear in the real vLLM 0.32 capture (tests/render/test_render.py checks).
@@ -61,15 +62,11 @@ def diag_names() -> frozenset[str]:
 
 
 def known_names() -> frozenset[str]:
-    from exporter.render import rules
-
     return wire_names() | EXTRA_VLLM_NAMES | diag_names() | rules.recording_names() | BUILTIN_SERIES
 
 
 def all_expressions() -> dict[str, list[str]]:
     """Every generated PromQL expression, by where it comes from."""
-    from exporter.render import dashboards, rules, runbooks
-
     return {
         "rules": rules.all_expressions(),
         "runbooks": runbooks.verify_expressions(),

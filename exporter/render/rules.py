@@ -24,7 +24,8 @@ from exporter.catalog.metrics import BY_NAME
 from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, RUNBOOK_BASE_URL, SYMPTOMS, Cause, Symptom, runbook_url
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
-from exporter.render import PromQL, fmt, slo
+from exporter.render import slo
+from exporter.render.promql import PromQL, fmt
 
 # ---------------------------------------------------------------------------------------------
 # Settings (declared once; each says what it controls)

@@ -26,7 +26,7 @@ from exporter.catalog import buckets
 from exporter.catalog.metrics import BY_NAME
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Slo
-from exporter.render import fmt
+from exporter.render.promql import fmt
 
 # Recording windows: every window a burn-rate alert reads.
 SLI_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h", "3d")

@@ -15,8 +15,9 @@ import yaml
 from exporter.catalog.symptoms import RUNBOOK_BASE_URL, SYMPTOMS
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import Settings, Slo
-from exporter.render import check, dashboards, lint, render, rules, slo, write
+from exporter.render import dashboards, lint, rules, slo
 from exporter.render.cli import register
+from exporter.render.generate import check, render, write
 
 REPO = Path(__file__).resolve().parents[2]
 SEVERITIES = {"critical", "warning", "info"}
