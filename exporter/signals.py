@@ -271,23 +271,6 @@ class Signals:
                 data[f"{family}_p{round(q * 100)}_seconds"] = value
         return data
 
-    def with_values(self, **values: Any) -> Signals:
-        """A copy with fields replaced by their flat (JSON) names, e.g. ``kv_cache_usage_mean=0.9``.
-
-        Group fields that have no flat key of their own (the quantile maps) go by their field name.
-        """
-        groups: dict[str, dict[str, Any]] = {}
-        top: dict[str, Any] = {}
-        for key, value in values.items():
-            if key in FLAT_FIELDS:
-                attribute, name = FLAT_FIELDS[key]
-                groups.setdefault(attribute, {})[name] = value
-            else:
-                top[key] = value
-        for attribute, changes in groups.items():
-            top[attribute] = replace(getattr(self, attribute), **changes)
-        return replace(self, **top)
-
 
 # -- helpers -------------------------------------------------------------------------------------
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -120,19 +120,6 @@ class Empirical:
     def _spread(self, i: int) -> float:
         return self.spreads[i] if self.spreads else 0.0
 
-    def capped_mean(self, cap: int) -> float:
-        total, acc = math.fsum(self.weights), 0.0
-        for i, (value, weight) in enumerate(zip(self.values, self.weights)):
-            lo, hi = value - self._spread(i), value + self._spread(i)
-            if cap >= hi:
-                part = value
-            elif cap <= lo:
-                part = float(cap)
-            else:  # E[min(U, cap)] for U uniform on [lo, hi]
-                part = ((cap * cap - lo * lo) / 2.0 + cap * (hi - cap)) / (hi - lo)
-            acc += part * weight
-        return acc / total
-
     def quantile(self, q: float) -> float:
         total, acc = math.fsum(self.weights), 0.0
         for value, weight in sorted(zip(self.values, self.weights)):
