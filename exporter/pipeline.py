@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from exporter import inputs, objectives
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
@@ -157,7 +158,7 @@ class TargetPipeline:
         ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
         observed = dict(self._observed_facts)
         if latest is not None:
-            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get("vllm:cache_config_info", ()))
+            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get(vllm.CACHE_CONFIG_INFO, ()))
         facts = resolve(self.target.engine, observed)
         if ready:
             ctx = Context(signals, engine_facts(facts), self.thresholds, slo)

@@ -11,6 +11,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from exporter.catalog.metrics import ITERATION_TOKENS_TOTAL
+
 
 @dataclass(frozen=True, slots=True)
 class Threshold:
@@ -78,7 +80,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
     Threshold("batch_fill_high", 0.8, "ratio",
               "Running requests over max_num_seqs above which the engine runs a throughput-oriented batch (B3).", 0, 1),
     Threshold("budget_step_share", 0.5, "ratio",
-              "Tokens of the largest steps (p99 of vllm:iteration_tokens_total) over max_num_batched_tokens above "
+              f"Tokens of the largest steps (p99 of {ITERATION_TOKENS_TOTAL}) over max_num_batched_tokens above "
               "which the budget itself lets prefills pile into one step (B2).", 0, 1),
     Threshold("long_step_tokens", 2048, "tokens",
               "Tokens in one engine step above which the step stalls every decoding stream for tens of ms on any "

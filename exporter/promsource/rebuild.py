@@ -14,13 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import SAMPLE_INDEX
 from exporter.promsource.settings import matchers
 
 # Every sample name the parser reads, in every naming generation it knows (current and older).
 WIRE_NAMES: tuple[str, ...] = tuple(sorted(SAMPLE_INDEX))
 # Gauges every vLLM generation exports once per engine: cheap to list, enough to find the targets.
-DISCOVERY_NAMES: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+DISCOVERY_NAMES: tuple[str, ...] = (vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING)
 
 _TARGET_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
 
