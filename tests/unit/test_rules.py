@@ -204,7 +204,7 @@ def test_correlated_causes_do_not_saturate_the_layer_score():
 
 
 def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
-    low_bar = Thresholds({"verdict_enter_score": 0.46, "verdict_exit_score": 0.3})
+    low_bar = Thresholds.of({"verdict_enter_score": 0.46, "verdict_exit_score": 0.3})
     signals = signals_with(HEALTHY, running_mean=0.8, running_max=2, prefix_cache_hit_ratio=0.0)
     ctx = Context(signals, FACTS, low_bar, SLO)
     result = diagnose(ctx, VerdictTracker(), now=0.0)
@@ -217,7 +217,7 @@ def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
                                        {"info_strength": 0.5}, {"cpu_psi_floor": 0.7}])
 def test_thresholds_reject_a_band_that_is_not_a_band(overrides):
     with pytest.raises(ValueError):
-        Thresholds(overrides)
+        Thresholds.of(overrides)
 
 
 def test_light_healthy_traffic_is_capacity_information_not_symptom_c():
