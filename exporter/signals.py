@@ -7,14 +7,15 @@ names of absent inputs are listed in ``missing`` so nothing reads as zero.
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
 GPU), each filled by its own function over the window. The JSON ``signals`` object is a
 contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
-groups back to the same keys, in the same order, as before they were grouped.
+groups into one object, in the order of the dataclasses' fields (``FLAT_KEYS``, derived from them):
+a new signal is one new field of its group.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
 from exporter.catalog import metrics as vllm
@@ -197,31 +198,11 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
 )
 
-# The JSON ``signals`` keys in their published order (docs/method.md), followed by the latency
-# quantiles as ``<family>_p<q>_seconds``.
-FLAT_KEYS: tuple[str, ...] = (
-    "window_seconds", "scrapes", "restarts",
-    "requests_finished", "requests_per_second", "first_tokens", "prompt_tokens_per_second",
-    "generation_tokens_per_second", "prompt_length_mean", "prompt_length_p95", "generation_length_mean",
-    "prefill_token_share", "engine_steps_per_second", "tokens_per_step", "tokens_per_step_p99",
-    "engine_busy_fraction", "read_bytes_per_gpu_per_second", "flops_per_gpu_per_second",
-    "admission_rejections_per_second",
-    "preemptions", "preemption_rate", "preemptions_per_request", "kv_cache_usage", "kv_cache_usage_max",
-    "kv_cache_usage_mean", "kv_full_fraction", "prefix_cache_queried_tokens", "prefix_cache_hit_ratio",
-    "running", "running_mean", "running_max", "waiting", "waiting_mean", "waiting_max", "waiting_fraction",
-    "queued_fraction", "waiting_capacity", "waiting_deferred",
-    "ttft_mean", "itl_mean", "e2e_mean", "tpot_mean", "queue_mean", "prefill_mean", "decode_mean",
-    "inference_mean", "ttft_frontend_mean", "e2e_frontend_mean", "step_wait_mean", "ttft_queue_share",
-    "ttft_prefill_share", "ttft_frontend_share", "e2e_frontend_share", "latency_observations", "unresolved_quantiles",
-    "itl_tail_ratio", "itl_tail_note",
-    "api_server_cpu_cores", "cpu_inputs", "cpu_starvation_score", "gpu_utilization",
-    "cache", "missing", "notes",
-)
-
-
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
 UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram"})
+# The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
+QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 
 
 def _flat_names() -> dict[str, tuple[str, str]]:
@@ -237,7 +218,9 @@ FLAT_FIELDS: Mapping[str, tuple[str, str]] = _flat_names()
 
 
 def _plain(value: Any) -> Any:
-    """A field value as the JSON document holds it (lists and dicts, not tuples and mappings)."""
+    """A field value as the JSON document holds it (lists and dicts, not tuples, mappings and dataclasses)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
     if isinstance(value, tuple):
         return list(value)
     if isinstance(value, Mapping):
@@ -261,16 +244,40 @@ class Signals:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        flat: dict[str, Any] = {"window_seconds": self.window_seconds, "scrapes": self.scrapes,
-                                "restarts": self.restarts, "cache": asdict(self.cache),
-                                "missing": list(self.missing), "notes": list(self.notes)}
-        for key, (attribute, name) in FLAT_FIELDS.items():
-            flat[key] = _plain(getattr(getattr(self, attribute), name))
-        data = {key: flat[key] for key in FLAT_KEYS}
+        """The JSON ``signals`` object: ``FLAT_KEYS`` in order, then the latency quantiles."""
+        data: dict[str, Any] = {}
+        for key, (attribute, name) in PUBLISHED.items():
+            value = getattr(self, attribute)
+            data[key] = _plain(value if name is None else getattr(value, name))
         for family in LATENCY_FAMILIES:
             for q, value in getattr(self.latency, f"{family}_quantiles").items():
                 data[f"{family}_p{round(q * 100)}_seconds"] = value
         return data
+
+
+def _published() -> dict[str, tuple[str, str | None]]:
+    """JSON key -> (Signals field, group field or None), in the order of the dataclasses' fields.
+
+    A top-level field is one key; a group is its fields in place, each under its flat key
+    (``FLAT``), less the unpublished fields and the quantile maps.
+    """
+    groups: dict[str, type[Group]] = dict(GROUPS)
+    out: dict[str, tuple[str, str | None]] = {}
+    for top in fields(Signals):
+        group = groups.get(top.name)
+        if group is None:
+            out[top.name] = (top.name, None)
+            continue
+        for f in fields(group):
+            if f.name not in UNPUBLISHED and f.name not in QUANTILE_MAPS:
+                out[group.FLAT.get(f.name, f.name)] = (top.name, f.name)
+    return out
+
+
+PUBLISHED: Mapping[str, tuple[str, str | None]] = _published()
+# The JSON ``signals`` keys in their published order (docs/method.md lists them), followed by the latency
+# quantiles as ``<family>_p<q>_seconds``. Derived: a new field of a group is published under its name.
+FLAT_KEYS: tuple[str, ...] = tuple(PUBLISHED)
 
 
 # -- helpers -------------------------------------------------------------------------------------
