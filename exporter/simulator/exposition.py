@@ -30,6 +30,7 @@ ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
+VLLM_VERSION: Final = "0.32.0"  # the release this exposition copies (what its /version answers)
 
 
 # --------------------------------------------------------------------------------------------
