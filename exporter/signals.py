@@ -275,7 +275,7 @@ def _published() -> dict[str, tuple[str, str | None]]:
 
 
 PUBLISHED: Mapping[str, tuple[str, str | None]] = _published()
-# The JSON ``signals`` keys in their published order (docs/method.md lists them), followed by the latency
+# The JSON ``signals`` keys in their published order (docs/metrics.md lists them), followed by the latency
 # quantiles as ``<family>_p<q>_seconds``. Derived: a new field of a group is published under its name.
 FLAT_KEYS: tuple[str, ...] = tuple(PUBLISHED)
 

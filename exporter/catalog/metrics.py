@@ -10,6 +10,7 @@ constant below (``vllm.KV_CACHE_USAGE_PERC`` with ``from exporter.catalog import
 so a typo fails at import and in mypy, not as a family that never appears (tests/unit/test_metric_names.py
 keeps it so). ``METRICS`` are the families the sidecar reads (the parser keeps only these);
 ``UNREAD_METRICS`` the rest of what vLLM 0.32 exports, which the simulator exports too.
+docs/vllm-metrics.md is generated from here (``vllm-diag render docs``).
 """
 
 from __future__ import annotations
@@ -156,7 +157,7 @@ METRICS: tuple[MetricDef, ...] = (
 )
 
 # What else a vLLM 0.32 API server exports (tests/fixtures/vllm-0.32-cpu): known, so that the simulator
-# exports the same /metrics, but never parsed.
+# exports the same /metrics and docs/vllm-metrics.md lists it, but never parsed.
 UNREAD_METRICS: tuple[MetricDef, ...] = (
     MetricDef(ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL, _C, "Estimated bytes written to GPU memory (MBU)"),
     MetricDef(MM_CACHE_QUERIES_TOTAL, _C, "Multi-modal cache queries, in items"),

@@ -1,4 +1,4 @@
-"""``vllm-diag render rules|dashboards|all [--check]``.
+"""``vllm-diag render rules|dashboards|docs|all [--check]``.
 
 Wire it with ``register(subparsers)``; the parsed ``args.func(args)`` returns the exit status:
 0 when written (or, with ``--check``, when everything is up to date), 1 on drift or a lint
@@ -30,12 +30,13 @@ EXIT_DRIFT = 1
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     # Any: the main CLI's subparsers make its own ArgumentParser subclass (one-line errors).
     parser = subparsers.add_parser(
-        "render", help="regenerate alert rules, runbooks and dashboards from the catalog",
+        "render", help="regenerate alert rules, runbooks, dashboards and reference docs from the catalog",
         description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
                     "deploy/kubernetes/prometheusrule.yaml (rules), dashboards/ and "
-                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards) from the catalog. "
+                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards), docs/metrics.md and "
+                    "docs/vllm-metrics.md (docs) from the catalog. "
                     "--check renders in memory and fails on any drift.")
-    parser.add_argument("what", choices=("rules", "dashboards", "all"), help="which artefacts")
+    parser.add_argument("what", choices=("rules", "dashboards", "docs", "all"), help="which artefacts")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
     parser.add_argument("--root", type=Path, default=Path.cwd(),

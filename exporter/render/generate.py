@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from exporter.render import dashboards, kubernetes, rules, runbooks
+from exporter.render import dashboards, docs, kubernetes, rules, runbooks
 
 # Directories whose every file must come from a generator (others there are orphans), with the
 # file suffix they hold.
@@ -33,15 +33,22 @@ def _dashboard_outputs(options: rules.Options | None = None) -> dict[str, str]:
     return {**files, **kubernetes.wrap_dashboards(files)}
 
 
+def _docs_outputs(options: rules.Options | None = None) -> dict[str, str]:
+    return docs.render_files()  # the reference pages describe the product, not one deployment's options
+
+
 # `render rules` also writes the runbooks, the Alertmanager example and the PrometheusRule: all read
-# the alert list; `render dashboards` also writes the dashboards' Kubernetes ConfigMaps.
+# the alert list; `render dashboards` also writes the dashboards' Kubernetes ConfigMaps; `render docs`
+# the reference pages generated from the catalogs (docs/metrics.md, docs/vllm-metrics.md).
 GENERATORS: Mapping[str, Callable[[rules.Options | None], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,
+    "docs": _docs_outputs,
 }
 OWNED_DIRS_BY_GENERATOR: Mapping[str, tuple[str, ...]] = {
     "rules": ("alert_rules", "docs/runbooks"),
     "dashboards": ("dashboards",),
+    "docs": (),  # two files in docs/, beside hand-written pages: no directory of its own
 }
 
 
