@@ -50,8 +50,9 @@ def metrics_page() -> str:
         "",
         "Every `vllm_diag_*` family on the sidecar's `/metrics`, in the order it lists them. Names, labels "
         "and help texts are a contract with the generated alert rules, the dashboards and your queries. "
-        "Counters carry `_total`; a unit of `ratio` is 0..1. Beside these, prometheus_client's process "
-        "metrics appear as `vllm_diag_process_*` (the sidecar's own CPU, memory and file descriptors).",
+        "Counters carry `_total`; a unit of `ratio` is 0..1. Beside these, prometheus_client's standard "
+        "process metrics appear under the `vllm_diag` namespace (the sidecar's own CPU, memory and file "
+        "descriptors).",
         "",
         "## Per target",
         "",
