@@ -318,7 +318,7 @@ class Settings(BaseSettings):
         return Slo.model_validate({**self.slo.model_dump(), **target.slo.model_dump(exclude_unset=True)})
 
     def resolved_thresholds(self) -> threshold_catalog.Thresholds:
-        return threshold_catalog.Thresholds(self.thresholds)
+        return threshold_catalog.Thresholds.of(self.thresholds)
 
     @classmethod
     def settings_customise_sources(

@@ -103,16 +103,25 @@ def _engine_reader(live: LiveScenario) -> Callable[[], object]:
     return lambda: live.engine
 
 
-async def _run(names: list[str], listen: str, simulator_port: int, speed: float, interval: float,
-               warmup: float, window: float = WINDOW_SECONDS) -> None:
-    simulator = f"http://127.0.0.1:{simulator_port}"
-    settings = settings_for(names, simulator, listen, interval, window)
+def build(names: list[str], listen: str, simulator_port: int, speed: float, interval: float, warmup: float,
+          window: float = WINDOW_SECONDS) -> tuple[web.Application, web.Application, Settings]:
+    """The simulator's app (to serve on 127.0.0.1:``simulator_port``), the primed sidecar's app and its settings."""
+    settings = settings_for(names, f"http://127.0.0.1:{simulator_port}", listen, interval, window)
     simulator_app = build_app(names, speed=speed, warmup_s=warmup)
     sims = simulator_app[SIMS]
     # The CPU source a real deployment configures (cpu: {match: "vllm serve"}), read from the engines.
     host_probes = host_probes_for({name: _engine_reader(live) for name, live in sims.items()})
-    sidecar_app = create_app(settings, host_probes=host_probes)
-    prime(sidecar_app[SIDECAR], simulator_app[SIMS], warmup, window)
+    # The simulated engines answer /v1/models and /version like vLLM; the process on their port is
+    # this demo, so looking for a vLLM command line there would only log that it is none.
+    sidecar_app = create_app(settings, sidecar=Sidecar(settings, host_probes, read_processes=False))
+    prime(sidecar_app[SIDECAR], sims, warmup, window)
+    return simulator_app, sidecar_app, settings
+
+
+async def _run(names: list[str], listen: str, simulator_port: int, speed: float, interval: float,
+               warmup: float, window: float = WINDOW_SECONDS) -> None:
+    simulator = f"http://127.0.0.1:{simulator_port}"
+    simulator_app, sidecar_app, settings = build(names, listen, simulator_port, speed, interval, warmup, window)
     runners = []
     try:
         for app, host, port in ((simulator_app, "127.0.0.1", simulator_port),

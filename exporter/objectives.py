@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter import numbers
 from exporter.config import Objective, Slo
-from exporter.publish import numbers
 from exporter.window import HistogramDelta
 
 # What one event of each objective is, for the evidence.

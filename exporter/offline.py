@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from exporter.catalog import metrics as vllm
 from exporter.parse import ParseError, parse
 from exporter.record import (
     CAPTURE_HEADER,
@@ -140,7 +141,7 @@ def capture_problem(path: Path) -> str | None:
         snapshot = parse(body, capture_timestamp(body) or 0.0)
     except ParseError as exc:
         return str(exc)
-    if not any(name.startswith("vllm:") for name in snapshot.families()):
+    if not any(name.startswith(vllm.NAMESPACE) for name in snapshot.families()):
         return "no vLLM metrics in this capture (is it a vLLM /metrics page?)"
     return None
 

@@ -11,9 +11,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from exporter import inputs, objectives
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import METRICS, Kind
 from exporter.config import Settings, Target
 from exporter.dcgm import gpu_utilization
@@ -27,12 +27,9 @@ from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture
 from exporter.signals import HostInputs, compute
-from exporter.state import SCRAPE_ERROR_REASONS, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
+from exporter.state import SCRAPE_ERROR_REASONS, Advice, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
 from exporter.timebuffer import TimeBuffer
 from exporter.window import Window
-
-if TYPE_CHECKING:
-    from exporter.advisor.result import AdviceResult
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +59,7 @@ class TargetPipeline:
         self._failing: dict[str, str] = {}  # rule or source -> its last error, for logs on change only
         self._edge_warned: set[str] = set()  # objectives whose threshold off a bucket edge was logged
         self._health = ScrapeHealth(errors_total=dict(self._errors))
-        self.advice: AdviceResult | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
+        self.advice: Advice | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
@@ -161,7 +158,7 @@ class TargetPipeline:
         ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
         observed = dict(self._observed_facts)
         if latest is not None:
-            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get("vllm:cache_config_info", ()))
+            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get(vllm.CACHE_CONFIG_INFO, ()))
         facts = resolve(self.target.engine, observed)
         if ready:
             ctx = Context(signals, engine_facts(facts), self.thresholds, slo)

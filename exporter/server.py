@@ -45,7 +45,10 @@ OFFLOAD_BYTES = 256 * 1024
 class Sidecar:
     """Holds the pipelines and the latest published state of every target."""
 
-    def __init__(self, settings: Settings, host_probes: HostProbeFactory | None = None) -> None:
+    def __init__(self, settings: Settings, host_probes: HostProbeFactory | None = None, *,
+                 read_processes: bool = True) -> None:
+        """``read_processes=False``: engine facts from the HTTP API only, never from the process on the
+        target's port (the demo's engines are simulated in this very process)."""
         self.settings = settings
         self.pipelines = {
             t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None)
@@ -56,7 +59,8 @@ class Sidecar:
             if target.record_dir is not None:  # started and stopped with the polling (_resources)
                 self.pipelines[target.name].recorder = Recorder(target.name, target.record_dir,
                                                                 target.record_retention)
-        self.discoveries = {t.name: FactDiscovery(t) for t in settings.targets}
+        self.discoveries = {t.name: FactDiscovery(t, local=None if read_processes else False)
+                            for t in settings.targets}
         self.attempted: set[str] = set()
         self.registry = CollectorRegistry(auto_describe=True)
         self.registry.register(DiagnosisCollector(lambda: self.states, settings))

@@ -7,16 +7,18 @@ names of absent inputs are listed in ``missing`` so nothing reads as zero.
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
 GPU), each filled by its own function over the window. The JSON ``signals`` object is a
 contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
-groups back to the same keys, in the same order, as before they were grouped.
+groups into one object, in the order of the dataclasses' fields (``FLAT_KEYS``, derived from them):
+a new signal is one new field of its group.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, fields, is_dataclass, replace
 from typing import Any, ClassVar
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import LabelSet, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
@@ -196,31 +198,11 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
 )
 
-# The JSON ``signals`` keys in their published order (docs/method.md), followed by the latency
-# quantiles as ``<family>_p<q>_seconds``.
-FLAT_KEYS: tuple[str, ...] = (
-    "window_seconds", "scrapes", "restarts",
-    "requests_finished", "requests_per_second", "first_tokens", "prompt_tokens_per_second",
-    "generation_tokens_per_second", "prompt_length_mean", "prompt_length_p95", "generation_length_mean",
-    "prefill_token_share", "engine_steps_per_second", "tokens_per_step", "tokens_per_step_p99",
-    "engine_busy_fraction", "read_bytes_per_gpu_per_second", "flops_per_gpu_per_second",
-    "admission_rejections_per_second",
-    "preemptions", "preemption_rate", "preemptions_per_request", "kv_cache_usage", "kv_cache_usage_max",
-    "kv_cache_usage_mean", "kv_full_fraction", "prefix_cache_queried_tokens", "prefix_cache_hit_ratio",
-    "running", "running_mean", "running_max", "waiting", "waiting_mean", "waiting_max", "waiting_fraction",
-    "queued_fraction", "waiting_capacity", "waiting_deferred",
-    "ttft_mean", "itl_mean", "e2e_mean", "tpot_mean", "queue_mean", "prefill_mean", "decode_mean",
-    "inference_mean", "ttft_frontend_mean", "e2e_frontend_mean", "step_wait_mean", "ttft_queue_share",
-    "ttft_prefill_share", "ttft_frontend_share", "e2e_frontend_share", "latency_observations", "unresolved_quantiles",
-    "itl_tail_ratio", "itl_tail_note",
-    "api_server_cpu_cores", "cpu_inputs", "cpu_starvation_score", "gpu_utilization",
-    "cache", "missing", "notes",
-)
-
-
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
 UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram"})
+# The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
+QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 
 
 def _flat_names() -> dict[str, tuple[str, str]]:
@@ -236,7 +218,9 @@ FLAT_FIELDS: Mapping[str, tuple[str, str]] = _flat_names()
 
 
 def _plain(value: Any) -> Any:
-    """A field value as the JSON document holds it (lists and dicts, not tuples and mappings)."""
+    """A field value as the JSON document holds it (lists and dicts, not tuples, mappings and dataclasses)."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
     if isinstance(value, tuple):
         return list(value)
     if isinstance(value, Mapping):
@@ -260,33 +244,40 @@ class Signals:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        flat: dict[str, Any] = {"window_seconds": self.window_seconds, "scrapes": self.scrapes,
-                                "restarts": self.restarts, "cache": asdict(self.cache),
-                                "missing": list(self.missing), "notes": list(self.notes)}
-        for key, (attribute, name) in FLAT_FIELDS.items():
-            flat[key] = _plain(getattr(getattr(self, attribute), name))
-        data = {key: flat[key] for key in FLAT_KEYS}
+        """The JSON ``signals`` object: ``FLAT_KEYS`` in order, then the latency quantiles."""
+        data: dict[str, Any] = {}
+        for key, (attribute, name) in PUBLISHED.items():
+            value = getattr(self, attribute)
+            data[key] = _plain(value if name is None else getattr(value, name))
         for family in LATENCY_FAMILIES:
             for q, value in getattr(self.latency, f"{family}_quantiles").items():
                 data[f"{family}_p{round(q * 100)}_seconds"] = value
         return data
 
-    def with_values(self, **values: Any) -> Signals:
-        """A copy with fields replaced by their flat (JSON) names, e.g. ``kv_cache_usage_mean=0.9``.
 
-        Group fields that have no flat key of their own (the quantile maps) go by their field name.
-        """
-        groups: dict[str, dict[str, Any]] = {}
-        top: dict[str, Any] = {}
-        for key, value in values.items():
-            if key in FLAT_FIELDS:
-                attribute, name = FLAT_FIELDS[key]
-                groups.setdefault(attribute, {})[name] = value
-            else:
-                top[key] = value
-        for attribute, changes in groups.items():
-            top[attribute] = replace(getattr(self, attribute), **changes)
-        return replace(self, **top)
+def _published() -> dict[str, tuple[str, str | None]]:
+    """JSON key -> (Signals field, group field or None), in the order of the dataclasses' fields.
+
+    A top-level field is one key; a group is its fields in place, each under its flat key
+    (``FLAT``), less the unpublished fields and the quantile maps.
+    """
+    groups: dict[str, type[Group]] = dict(GROUPS)
+    out: dict[str, tuple[str, str | None]] = {}
+    for top in fields(Signals):
+        group = groups.get(top.name)
+        if group is None:
+            out[top.name] = (top.name, None)
+            continue
+        for f in fields(group):
+            if f.name not in UNPUBLISHED and f.name not in QUANTILE_MAPS:
+                out[group.FLAT.get(f.name, f.name)] = (top.name, f.name)
+    return out
+
+
+PUBLISHED: Mapping[str, tuple[str, str | None]] = _published()
+# The JSON ``signals`` keys in their published order (docs/metrics.md lists them), followed by the latency
+# quantiles as ``<family>_p<q>_seconds``. Derived: a new field of a group is published under its name.
+FLAT_KEYS: tuple[str, ...] = tuple(PUBLISHED)
 
 
 # -- helpers -------------------------------------------------------------------------------------
@@ -325,7 +316,7 @@ def _share_positive(series: list[float]) -> float | None:
 def cache_facts(snapshot: Snapshot | None) -> CacheFacts:
     if snapshot is None:
         return CacheFacts()
-    rows = snapshot.info.get("vllm:cache_config_info", ())
+    rows = snapshot.info.get(vllm.CACHE_CONFIG_INFO, ())
     if not rows:
         return CacheFacts()
     row = rows[0]
@@ -464,14 +455,14 @@ def cpu_starvation(
 # -- reading the window ------------------------------------------------------------------------
 # Every vLLM family the signals read, in the order ``missing`` lists the absent ones.
 INPUTS: tuple[str, ...] = (
-    "vllm:request_success_total", "vllm:time_to_first_token_seconds", "vllm:num_preemptions_total",
-    "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total", "vllm:kv_cache_usage_perc",
-    "vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:num_requests_waiting_by_reason",
-    "vllm:inter_token_latency_seconds", "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds",
-    "vllm:request_prefill_time_seconds", "vllm:request_decode_time_seconds",
-    "vllm:request_inference_time_seconds", "vllm:request_time_per_output_token_seconds",
-    "vllm:request_prompt_tokens", "vllm:request_generation_tokens", "vllm:iteration_tokens_total",
-    "vllm:prompt_tokens_total", "vllm:generation_tokens_total",
+    vllm.REQUEST_SUCCESS_TOTAL, vllm.TIME_TO_FIRST_TOKEN_SECONDS, vllm.NUM_PREEMPTIONS_TOTAL,
+    vllm.PREFIX_CACHE_QUERIES_TOTAL, vllm.PREFIX_CACHE_HITS_TOTAL, vllm.KV_CACHE_USAGE_PERC,
+    vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING, vllm.NUM_REQUESTS_WAITING_BY_REASON,
+    vllm.INTER_TOKEN_LATENCY_SECONDS, vllm.E2E_REQUEST_LATENCY_SECONDS, vllm.REQUEST_QUEUE_TIME_SECONDS,
+    vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_DECODE_TIME_SECONDS,
+    vllm.REQUEST_INFERENCE_TIME_SECONDS, vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
+    vllm.REQUEST_PROMPT_TOKENS, vllm.REQUEST_GENERATION_TOKENS, vllm.ITERATION_TOKENS_TOTAL,
+    vllm.PROMPT_TOKENS_TOTAL, vllm.GENERATION_TOKENS_TOTAL,
 )
 API_SERVER_CPU_ABSENT = "process_cpu_seconds_total absent (API-server scale-out or non-Python frontend)"
 
@@ -520,16 +511,16 @@ def missing_inputs(window: Window) -> tuple[str, ...]:
 
 def traffic(window: Window) -> Traffic:
     duration = window.duration
-    finished = _increase(window, "vllm:request_success_total")
-    ttft = _histogram(window, "vllm:time_to_first_token_seconds")
-    prompt_len = _histogram(window, "vllm:request_prompt_tokens")
-    prompt_rate = _rate(window, "vllm:prompt_tokens_total")
-    generation_rate = _rate(window, "vllm:generation_tokens_total")
-    prefix_hits = _increase(window, "vllm:prefix_cache_hits_total")
+    finished = _increase(window, vllm.REQUEST_SUCCESS_TOTAL)
+    ttft = _histogram(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    prompt_len = _histogram(window, vllm.REQUEST_PROMPT_TOKENS)
+    prompt_rate = _rate(window, vllm.PROMPT_TOKENS_TOTAL)
+    generation_rate = _rate(window, vllm.GENERATION_TOKENS_TOTAL)
+    prefix_hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
     # Prompt tokens the engine computed: all of them minus the ones the prefix cache served.
     computed_prompt_rate = None
-    if window.present("vllm:prompt_tokens_by_source_total"):
-        computed_prompt_rate = window.rate("vllm:prompt_tokens_by_source_total", _source("local_compute"))
+    if window.present(vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL):
+        computed_prompt_rate = window.rate(vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL, _source("local_compute"))
     elif prompt_rate is not None and prefix_hits is not None and duration > 0:
         computed_prompt_rate = max(0.0, prompt_rate - prefix_hits / duration)
     prefill_share = None
@@ -543,21 +534,21 @@ def traffic(window: Window) -> Traffic:
         generation_tokens_per_second=generation_rate,
         prompt_length_mean=_hist_mean(prompt_len),
         prompt_length_p95=prompt_len.quantile(0.95) if prompt_len is not None else None,
-        generation_length_mean=_hist_mean(_histogram(window, "vllm:request_generation_tokens")),
+        generation_length_mean=_hist_mean(_histogram(window, vllm.REQUEST_GENERATION_TOKENS)),
         prefill_token_share=prefill_share,
-        admission_rejections_per_second=_rate(window, "vllm:admission_rejections_total"),
+        admission_rejections_per_second=_rate(window, vllm.ADMISSION_REJECTIONS_TOTAL),
     )
 
 
 def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     duration = window.duration
-    preemptions = _increase(window, "vllm:num_preemptions_total")
+    preemptions = _increase(window, vllm.NUM_PREEMPTIONS_TOTAL)
     # Requests admitted in the window: finished ones, or first tokens when long outputs finish later.
     admitted = max((v for v in (flow.requests_finished, flow.first_tokens) if v is not None), default=None)
-    name = "vllm:kv_cache_usage_perc"
+    name = vllm.KV_CACHE_USAGE_PERC
     usage = window.gauge_series(name, "max") if window.present(name) else []
-    queries = _increase(window, "vllm:prefix_cache_queries_total")
-    hits = _increase(window, "vllm:prefix_cache_hits_total")
+    queries = _increase(window, vllm.PREFIX_CACHE_QUERIES_TOTAL)
+    hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
     return Kv(
         preemptions=preemptions,
         preemption_rate=_ratio(preemptions, duration),
@@ -573,12 +564,12 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
 
 def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
     duration = window.duration
-    running = _series(window, "vllm:num_requests_running")
-    waiting = _series(window, "vllm:num_requests_waiting")
-    by_reason = "vllm:num_requests_waiting_by_reason"
+    running = _series(window, vllm.NUM_REQUESTS_RUNNING)
+    waiting = _series(window, vllm.NUM_REQUESTS_WAITING)
+    by_reason = vllm.NUM_REQUESTS_WAITING_BY_REASON
     has_reason = window.present(by_reason)
     queued = window.gauge_series(by_reason, "sum", _reason("capacity")) if has_reason else waiting
-    steps = _histogram(window, "vllm:iteration_tokens_total")
+    steps = _histogram(window, vllm.ITERATION_TOKENS_TOTAL)
     busy = None
     if steps is not None and itl_mean is not None and duration > 0:
         busy = min(1.0, steps.count / duration * (itl_mean or 0.0))
@@ -602,11 +593,11 @@ def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
 
 def latency(window: Window, itl: HistogramDelta | None) -> Latency:
     """``itl`` is the window's ITL histogram (read once by ``compute``: the step-wait estimate needs it too)."""
-    ttft = _histogram(window, "vllm:time_to_first_token_seconds")
-    e2e = _histogram(window, "vllm:e2e_request_latency_seconds")
-    queue_mean = _hist_mean(_histogram(window, "vllm:request_queue_time_seconds"))
-    prefill_mean = _hist_mean(_histogram(window, "vllm:request_prefill_time_seconds"))
-    inference_mean = _hist_mean(_histogram(window, "vllm:request_inference_time_seconds"))
+    ttft = _histogram(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    e2e = _histogram(window, vllm.E2E_REQUEST_LATENCY_SECONDS)
+    queue_mean = _hist_mean(_histogram(window, vllm.REQUEST_QUEUE_TIME_SECONDS))
+    prefill_mean = _hist_mean(_histogram(window, vllm.REQUEST_PREFILL_TIME_SECONDS))
+    inference_mean = _hist_mean(_histogram(window, vllm.REQUEST_INFERENCE_TIME_SECONDS))
     ttft_mean, e2e_mean = _hist_mean(ttft), _hist_mean(e2e)
     unresolved: list[str] = []
     quantiles = {family: _quantiles(hist, family, unresolved) for family, hist in (("ttft", ttft), ("itl", itl),
@@ -627,10 +618,10 @@ def latency(window: Window, itl: HistogramDelta | None) -> Latency:
         ttft_mean=ttft_mean,
         itl_mean=_hist_mean(itl),
         e2e_mean=e2e_mean,
-        tpot_mean=_hist_mean(_histogram(window, "vllm:request_time_per_output_token_seconds")),
+        tpot_mean=_hist_mean(_histogram(window, vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS)),
         queue_mean=queue_mean,
         prefill_mean=prefill_mean,
-        decode_mean=_hist_mean(_histogram(window, "vllm:request_decode_time_seconds")),
+        decode_mean=_hist_mean(_histogram(window, vllm.REQUEST_DECODE_TIME_SECONDS)),
         inference_mean=inference_mean,
         ttft_frontend_mean=ttft_frontend,
         e2e_frontend_mean=e2e_frontend,
@@ -642,8 +633,8 @@ def latency(window: Window, itl: HistogramDelta | None) -> Latency:
         unresolved_quantiles=tuple(unresolved),
         itl_tail_ratio=tail_ratio,
         itl_tail_note=tail_note,
-        ttft_histogram=_with_edges(window, "vllm:time_to_first_token_seconds", ttft),
-        itl_histogram=_with_edges(window, "vllm:inter_token_latency_seconds", itl),
+        ttft_histogram=_with_edges(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS, ttft),
+        itl_histogram=_with_edges(window, vllm.INTER_TOKEN_LATENCY_SECONDS, itl),
     )
 
 
@@ -678,8 +669,8 @@ def cpu(window: Window, thresholds: Thresholds, host: HostInputs, frontend_share
 def gpu(window: Window, host: HostInputs) -> Gpu:
     return Gpu(
         utilization=host.gpu_utilization,
-        read_bytes_per_second=_moving_rate(window, "vllm:estimated_read_bytes_per_gpu_total"),
-        flops_per_second=_moving_rate(window, "vllm:estimated_flops_per_gpu_total"),
+        read_bytes_per_second=_moving_rate(window, vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL),
+        flops_per_second=_moving_rate(window, vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL),
     )
 
 
@@ -687,7 +678,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     """Derive every signal from the window (and optional host readings)."""
     host = host or HostInputs()
     flow = traffic(window)
-    itl = _histogram(window, "vllm:inter_token_latency_seconds")
+    itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     times = latency(window, itl)
     steps = scheduler(window, times.itl_mean)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))

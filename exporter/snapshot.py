@@ -5,7 +5,6 @@ Plain frozen data, no logic beyond small accessors, so each stage can be tested 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -59,7 +58,3 @@ def label_value(labels: LabelSet, name: str) -> str | None:
         if key == name:
             return value
     return None
-
-
-def is_finite(value: float) -> bool:
-    return not (math.isnan(value) or math.isinf(value))

@@ -8,19 +8,39 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from exporter.catalog.symptoms import LAYERS, Action
 from exporter.facts.base import Fact
 from exporter.objectives import ObjectiveStatus
+from exporter.record import RecordStatus
 from exporter.signals import Signals
-
-if TYPE_CHECKING:  # the advisor pulls in the simulator: only for type checking here
-    from exporter.advisor.result import AdviceResult
-    from exporter.record import RecordStatus
 
 TargetStatus = Literal["ok", "insufficient_evidence", "down"]
 SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
+
+
+class Recommended(Protocol):
+    """The what-if advisor's top recommendation, as far as the published state reads it."""
+
+    @property
+    def knob(self) -> str: ...
+    @property
+    def current(self) -> Any: ...
+    @property
+    def proposed(self) -> Any: ...
+
+
+class Advice(Protocol):
+    """The what-if advisor's answer (``exporter.advisor.result.AdviceResult``) as the state carries it.
+
+    A protocol, not the advisor's class: the advisor sits above the pipeline (it calibrates the
+    simulator's engine model to a window), so the state names only what it publishes.
+    """
+
+    @property
+    def top(self) -> Recommended | None: ...
+    def to_dict(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +149,7 @@ class TargetState:
     rule_errors_total: Mapping[str, int] = field(default_factory=dict)  # cause id -> evaluations that raised
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
     engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
-    advice: AdviceResult | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
+    advice: Advice | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
     # The latency objectives judged over the window (exporter/objectives), by name (ttft, itl).
     objectives: Mapping[str, ObjectiveStatus] = field(default_factory=dict)
     # The paging rules' inputs (catalog.metrics.WATCHED_INPUTS) -> available; empty before the first scrape.

@@ -75,10 +75,6 @@ class TimeBuffer(Generic[T]):
         return self._entries[-1][1] if self._entries else None
 
     @property
-    def latest_timestamp(self) -> float | None:
-        return self._entries[-1][0] if self._entries else None
-
-    @property
     def covered_seconds(self) -> float:
         """Seconds between the oldest and the newest item (0 with fewer than two)."""
         if len(self._entries) < 2:

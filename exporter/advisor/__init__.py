@@ -32,6 +32,7 @@ from exporter.advisor.candidates import (
 )
 from exporter.advisor.predict import predict, score
 from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
 from exporter.window import Window
@@ -140,6 +141,6 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
 
 
 def _running_mean(window: Window) -> float:
-    series = window.gauge_series("vllm:num_requests_running")
+    series = window.gauge_series(vllm.NUM_REQUESTS_RUNNING)
     return sum(series) / len(series) if series else 0.0
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from exporter.advisor.model import Clients, OpenArrivals
+from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.window import Window
 
@@ -56,14 +57,14 @@ class ArrivalModel:
 def _finished_per_step(window: Window) -> list[float]:
     out = []
     for step in window.steps:
-        out.append(sum(step.counters.get("vllm:request_success_total", {}).values()))
+        out.append(sum(step.counters.get(vllm.REQUEST_SUCCESS_TOTAL, {}).values()))
     return out
 
 
 def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | None) -> ArrivalModel:
-    completed = window.rate("vllm:request_success_total") or 0.0
-    running = window.gauge_series("vllm:num_requests_running")
-    waiting = window.gauge_series("vllm:num_requests_waiting")
+    completed = window.rate(vllm.REQUEST_SUCCESS_TOTAL) or 0.0
+    running = window.gauge_series(vllm.NUM_REQUESTS_RUNNING)
+    waiting = window.gauge_series(vllm.NUM_REQUESTS_WAITING)
     occupancy = [r + w for r, w in zip(running, waiting)] or [0.0]
     # Open arrivals are what finished plus what piled up: an overloaded engine completes less than arrives.
     growth = (occupancy[-1] - occupancy[0]) / window.duration if window.duration > 0 else 0.0

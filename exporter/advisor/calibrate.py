@@ -30,12 +30,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
+from exporter import numbers
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.catalog import gpus
+from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
-from exporter.publish import numbers
 from exporter.simulator.engine import CostModel, EngineConfig, Histogram
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
 from exporter.window import HistogramDelta, Window
@@ -76,14 +77,14 @@ class Outcome:
 
 def observe(window: Window) -> Outcome:
     """The observed outcome over the window, read exactly as the simulated one is."""
-    ttft = window.histogram("vllm:time_to_first_token_seconds")
-    itl = window.histogram("vllm:inter_token_latency_seconds")
-    queue = window.histogram("vllm:request_queue_time_seconds")
+    ttft = window.histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    itl = window.histogram(vllm.INTER_TOKEN_LATENCY_SECONDS)
+    queue = window.histogram(vllm.REQUEST_QUEUE_TIME_SECONDS)
     return Outcome(
         ttft_p95_seconds=ttft.quantile(0.95) if ttft is not None else None,
         itl_p95_seconds=itl.quantile(0.95) if itl is not None else None,
-        preemption_rate=window.rate("vllm:num_preemptions_total"),
-        generation_tokens_per_second=window.rate("vllm:generation_tokens_total"),
+        preemption_rate=window.rate(vllm.NUM_PREEMPTIONS_TOTAL),
+        generation_tokens_per_second=window.rate(vllm.GENERATION_TOKENS_TOTAL),
         ttft_mean_seconds=ttft.mean() if ttft is not None else None,
         queue_mean_seconds=queue.mean() if queue is not None else None,
         ttft_histogram=ttft, itl_histogram=itl,
@@ -119,19 +120,6 @@ class Empirical:
 
     def _spread(self, i: int) -> float:
         return self.spreads[i] if self.spreads else 0.0
-
-    def capped_mean(self, cap: int) -> float:
-        total, acc = math.fsum(self.weights), 0.0
-        for i, (value, weight) in enumerate(zip(self.values, self.weights)):
-            lo, hi = value - self._spread(i), value + self._spread(i)
-            if cap >= hi:
-                part = value
-            elif cap <= lo:
-                part = float(cap)
-            else:  # E[min(U, cap)] for U uniform on [lo, hi]
-                part = ((cap * cap - lo * lo) / 2.0 + cap * (hi - cap)) / (hi - lo)
-            acc += part * weight
-        return acc / total
 
     def quantile(self, q: float) -> float:
         total, acc = math.fsum(self.weights), 0.0
@@ -344,27 +332,27 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
             raise CannotCalibrate(f"{name} {value}: the model does not cover multi-GPU parallelism")
     if window.restarts:
         raise CannotCalibrate("the engine restarted inside the window")
-    finished = window.increase("vllm:request_success_total") or 0.0
+    finished = window.increase(vllm.REQUEST_SUCCESS_TOTAL) or 0.0
     if finished < thresholds.advice_min_requests:
         raise CannotCalibrate(f"{finished:.0f} finished requests in the window, needs "
                               f"{thresholds.advice_min_requests:.0f} (advice_min_requests)")
     budget = _need(facts.max_num_batched_tokens, "engine.max_num_batched_tokens (configure it or share vLLM's PID "
                                                  "namespace)")
     max_seqs = _need(facts.max_num_seqs, "engine.max_num_seqs (configure it or share vLLM's PID namespace)")
-    blocks = _need(facts.num_gpu_blocks, "num_gpu_blocks from vllm:cache_config_info")
-    block_size = _need(facts.block_size, "block_size from vllm:cache_config_info")
-    prompt_hist = _need(window.histogram("vllm:request_prompt_tokens"), "vllm:request_prompt_tokens")
-    output_hist = _need(window.histogram("vllm:request_generation_tokens"), "vllm:request_generation_tokens")
-    itl_hist = _need(window.histogram("vllm:inter_token_latency_seconds"), "vllm:inter_token_latency_seconds")
-    ttft_hist = _need(window.histogram("vllm:time_to_first_token_seconds"), "vllm:time_to_first_token_seconds")
-    prefill_hist = window.histogram("vllm:request_prefill_time_seconds")
-    queue_hist = window.histogram("vllm:request_queue_time_seconds")
-    e2e_hist = window.histogram("vllm:e2e_request_latency_seconds")
+    blocks = _need(facts.num_gpu_blocks, f"num_gpu_blocks from {vllm.CACHE_CONFIG_INFO}")
+    block_size = _need(facts.block_size, f"block_size from {vllm.CACHE_CONFIG_INFO}")
+    prompt_hist = _need(window.histogram(vllm.REQUEST_PROMPT_TOKENS), vllm.REQUEST_PROMPT_TOKENS)
+    output_hist = _need(window.histogram(vllm.REQUEST_GENERATION_TOKENS), vllm.REQUEST_GENERATION_TOKENS)
+    itl_hist = _need(window.histogram(vllm.INTER_TOKEN_LATENCY_SECONDS), vllm.INTER_TOKEN_LATENCY_SECONDS)
+    ttft_hist = _need(window.histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS), vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    prefill_hist = window.histogram(vllm.REQUEST_PREFILL_TIME_SECONDS)
+    queue_hist = window.histogram(vllm.REQUEST_QUEUE_TIME_SECONDS)
+    e2e_hist = window.histogram(vllm.E2E_REQUEST_LATENCY_SECONDS)
     if not itl_hist.count or not ttft_hist.count:
         raise CannotCalibrate("no token latencies in the window")
     prompt, output = lengths_from_histogram(prompt_hist), lengths_from_histogram(output_hist)
-    queries = window.increase("vllm:prefix_cache_queries_total") or 0.0
-    hits = window.increase("vllm:prefix_cache_hits_total") or 0.0
+    queries = window.increase(vllm.PREFIX_CACHE_QUERIES_TOTAL) or 0.0
+    hits = window.increase(vllm.PREFIX_CACHE_HITS_TOTAL) or 0.0
     hit_ratio = hits / queries if queries > 0 else 0.0
     shared = int(hit_ratio * prompt.mean) // block_size * block_size + (block_size if hit_ratio > 0 else 0)
     shared = min(shared, int(prompt.mean))
@@ -372,7 +360,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     queue_mean = queue_hist.mean() if queue_hist is not None else None
     prefill_mean = prefill_hist.mean() if prefill_hist is not None else None
     e2e_mean = e2e_hist.mean() if e2e_hist is not None else None
-    inference_hist = window.histogram("vllm:request_inference_time_seconds")
+    inference_hist = window.histogram(vllm.REQUEST_INFERENCE_TIME_SECONDS)
     inference_mean = inference_hist.mean() if inference_hist is not None else None
     frontend = _frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean,
                                  finished / window.duration)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import math
 
+from exporter import numbers
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.candidates import Candidate, apply
 from exporter.advisor.model import Clients, OpenArrivals
 from exporter.advisor.result import Prediction
 from exporter.catalog.thresholds import Thresholds
-from exporter.publish import numbers
 
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preemptions/s",
           "generation_tokens_per_second": "generation tokens/s"}

@@ -4,6 +4,13 @@ Every metric has one canonical name: the current (0.12+) wire name of its family
 wire names are aliases that map onto it (vLLM's renames, by release: vllm/v1/metrics/loggers.py of each version), so the
 rest of the pipeline never sees a version difference. A family absent from a scrape is
 absent, never zero: the signals that need it abstain and list it under ``missing``.
+
+This module is the one place a ``vllm:`` name is written: code elsewhere names a family by its
+constant below (``vllm.KV_CACHE_USAGE_PERC`` with ``from exporter.catalog import metrics as vllm``),
+so a typo fails at import and in mypy, not as a family that never appears (tests/unit/test_metric_names.py
+keeps it so). ``METRICS`` are the families the sidecar reads (the parser keeps only these);
+``UNREAD_METRICS`` the rest of what vLLM 0.32 exports, which the simulator exports too.
+docs/vllm-metrics.md is generated from here (``vllm-diag render docs``).
 """
 
 from __future__ import annotations
@@ -11,6 +18,55 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Final
+
+NAMESPACE: Final = "vllm:"  # every vLLM family's name starts with it
+
+# -- vLLM's family names (counters with the _total their samples carry) ---------------------------
+NUM_REQUESTS_RUNNING: Final = "vllm:num_requests_running"
+NUM_REQUESTS_WAITING: Final = "vllm:num_requests_waiting"
+NUM_REQUESTS_WAITING_BY_REASON: Final = "vllm:num_requests_waiting_by_reason"
+KV_CACHE_USAGE_PERC: Final = "vllm:kv_cache_usage_perc"
+ENGINE_SLEEP_STATE: Final = "vllm:engine_sleep_state"
+CACHE_CONFIG_INFO: Final = "vllm:cache_config_info"
+NUM_PREEMPTIONS_TOTAL: Final = "vllm:num_preemptions_total"
+PROMPT_TOKENS_TOTAL: Final = "vllm:prompt_tokens_total"
+GENERATION_TOKENS_TOTAL: Final = "vllm:generation_tokens_total"
+REQUEST_SUCCESS_TOTAL: Final = "vllm:request_success_total"
+PREFIX_CACHE_QUERIES_TOTAL: Final = "vllm:prefix_cache_queries_total"
+PREFIX_CACHE_HITS_TOTAL: Final = "vllm:prefix_cache_hits_total"
+EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL: Final = "vllm:external_prefix_cache_queries_total"
+EXTERNAL_PREFIX_CACHE_HITS_TOTAL: Final = "vllm:external_prefix_cache_hits_total"
+PROMPT_TOKENS_BY_SOURCE_TOTAL: Final = "vllm:prompt_tokens_by_source_total"
+ADMISSION_REJECTIONS_TOTAL: Final = "vllm:admission_rejections_total"
+ESTIMATED_FLOPS_PER_GPU_TOTAL: Final = "vllm:estimated_flops_per_gpu_total"
+ESTIMATED_READ_BYTES_PER_GPU_TOTAL: Final = "vllm:estimated_read_bytes_per_gpu_total"
+TIME_TO_FIRST_TOKEN_SECONDS: Final = "vllm:time_to_first_token_seconds"
+INTER_TOKEN_LATENCY_SECONDS: Final = "vllm:inter_token_latency_seconds"
+REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS: Final = "vllm:request_time_per_output_token_seconds"
+E2E_REQUEST_LATENCY_SECONDS: Final = "vllm:e2e_request_latency_seconds"
+REQUEST_QUEUE_TIME_SECONDS: Final = "vllm:request_queue_time_seconds"
+REQUEST_PREFILL_TIME_SECONDS: Final = "vllm:request_prefill_time_seconds"
+REQUEST_DECODE_TIME_SECONDS: Final = "vllm:request_decode_time_seconds"
+REQUEST_INFERENCE_TIME_SECONDS: Final = "vllm:request_inference_time_seconds"
+REQUEST_PROMPT_TOKENS: Final = "vllm:request_prompt_tokens"
+REQUEST_GENERATION_TOKENS: Final = "vllm:request_generation_tokens"
+REQUEST_PARAMS_MAX_TOKENS: Final = "vllm:request_params_max_tokens"
+ITERATION_TOKENS_TOTAL: Final = "vllm:iteration_tokens_total"  # a histogram, despite the _total
+REQUEST_NUM_PREEMPTIONS: Final = "vllm:request_num_preemptions"
+# vLLM 0.32 families the sidecar does not read.
+ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL: Final = "vllm:estimated_write_bytes_per_gpu_total"
+MM_CACHE_QUERIES_TOTAL: Final = "vllm:mm_cache_queries_total"
+MM_CACHE_HITS_TOTAL: Final = "vllm:mm_cache_hits_total"
+PROMPT_TOKENS_CACHED_TOTAL: Final = "vllm:prompt_tokens_cached_total"
+PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL: Final = "vllm:prompt_tokens_cached_by_source_total"
+REQUEST_MAX_NUM_GENERATION_TOKENS: Final = "vllm:request_max_num_generation_tokens"
+REQUEST_PARAMS_N: Final = "vllm:request_params_n"
+REQUEST_PREFILL_KV_COMPUTED_TOKENS: Final = "vllm:request_prefill_kv_computed_tokens"
+# The API-server process' own families (prometheus_client's defaults and the HTTP instrumentator).
+PROCESS_CPU_SECONDS_TOTAL: Final = "process_cpu_seconds_total"
+PROCESS_START_TIME_SECONDS: Final = "process_start_time_seconds"
+HTTP_REQUEST_DURATION_SECONDS: Final = "http_request_duration_seconds"
 
 
 class Kind(StrEnum):
@@ -27,7 +83,8 @@ class MetricDef:
     ``name`` is the canonical (current) family name; for counters it keeps the ``_total``
     suffix because that is the name on the wire and in PromQL. ``aliases`` are older wire
     names, newest first; when a scrape carries both (vLLM 0.9.2-0.11 does), the canonical
-    name wins.
+    name wins. ``since`` is the first release whose /metrics carries ``name`` ("": every release
+    the sidecar reads), ``aliases_last`` the last release series that still exports the aliases.
     """
 
     name: str
@@ -35,67 +92,81 @@ class MetricDef:
     help: str
     aliases: tuple[str, ...] = ()
     since: str = ""
+    aliases_last: str = ""
 
 
 _C, _G, _H, _I = Kind.COUNTER, Kind.GAUGE, Kind.HISTOGRAM, Kind.INFO
 
 METRICS: tuple[MetricDef, ...] = (
     # Scheduler state (gauges, per engine)
-    MetricDef("vllm:num_requests_running", _G, "Requests in model execution batches", since="0.7.3"),
-    MetricDef("vllm:num_requests_waiting", _G, "Requests waiting to be scheduled", since="0.7.3"),
+    MetricDef(NUM_REQUESTS_RUNNING, _G, "Requests in model execution batches", since="0.7.3"),
+    MetricDef(NUM_REQUESTS_WAITING, _G, "Requests waiting to be scheduled", since="0.7.3"),
     MetricDef(
-        "vllm:num_requests_waiting_by_reason", _G,
+        NUM_REQUESTS_WAITING_BY_REASON, _G,
         "Waiting requests by reason (capacity, deferred)", since="0.20",
     ),
     MetricDef(
-        "vllm:kv_cache_usage_perc", _G, "Fraction of KV blocks held (0..1)",
-        aliases=("vllm:gpu_cache_usage_perc",), since="0.9.2",
+        KV_CACHE_USAGE_PERC, _G, "Fraction of KV blocks held (0..1)",
+        aliases=("vllm:gpu_cache_usage_perc",), since="0.9.2", aliases_last="0.11",
     ),
-    MetricDef("vllm:engine_sleep_state", _G, "Engine sleep state (one-hot)", since="0.11.1"),
-    MetricDef("vllm:cache_config_info", _I, "KV cache configuration as labels", since="0.8.0"),
+    MetricDef(ENGINE_SLEEP_STATE, _G, "Engine sleep state (one-hot)", since="0.11.1"),
+    MetricDef(CACHE_CONFIG_INFO, _I, "KV cache configuration as labels", since="0.8.0"),
     # Counters (per engine)
-    MetricDef("vllm:num_preemptions_total", _C, "Preemptions (recompute) of running requests"),
-    MetricDef("vllm:prompt_tokens_total", _C, "Prompt tokens of requests whose prefill completed"),
-    MetricDef("vllm:generation_tokens_total", _C, "Generated tokens"),
-    MetricDef("vllm:request_success_total", _C, "Finished requests by finished_reason"),
+    MetricDef(NUM_PREEMPTIONS_TOTAL, _C, "Preemptions (recompute) of running requests"),
+    MetricDef(PROMPT_TOKENS_TOTAL, _C, "Prompt tokens of requests whose prefill completed"),
+    MetricDef(GENERATION_TOKENS_TOTAL, _C, "Generated tokens"),
+    MetricDef(REQUEST_SUCCESS_TOTAL, _C, "Finished requests by finished_reason"),
     MetricDef(
-        "vllm:prefix_cache_queries_total", _C, "Prompt tokens looked up in the prefix cache",
-        aliases=("vllm:gpu_prefix_cache_queries_total",), since="0.9.2",
+        PREFIX_CACHE_QUERIES_TOTAL, _C, "Prompt tokens looked up in the prefix cache",
+        aliases=("vllm:gpu_prefix_cache_queries_total",), since="0.9.2", aliases_last="0.11",
     ),
     MetricDef(
-        "vllm:prefix_cache_hits_total", _C, "Prompt tokens found in the prefix cache",
-        aliases=("vllm:gpu_prefix_cache_hits_total",), since="0.9.2",
+        PREFIX_CACHE_HITS_TOTAL, _C, "Prompt tokens found in the prefix cache",
+        aliases=("vllm:gpu_prefix_cache_hits_total",), since="0.9.2", aliases_last="0.11",
     ),
-    MetricDef("vllm:external_prefix_cache_queries_total", _C, "Tokens offered to the KV connector", since="0.11.1"),
-    MetricDef("vllm:external_prefix_cache_hits_total", _C, "Tokens supplied by the KV connector", since="0.11.1"),
-    MetricDef("vllm:prompt_tokens_by_source_total", _C, "Prompt tokens by source", since="0.16"),
-    MetricDef("vllm:admission_rejections_total", _C, "HTTP 503 admission rejections by reason", since="0.32"),
+    MetricDef(EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, _C, "Tokens offered to the KV connector", since="0.11.1"),
+    MetricDef(EXTERNAL_PREFIX_CACHE_HITS_TOTAL, _C, "Tokens supplied by the KV connector", since="0.11.1"),
+    MetricDef(PROMPT_TOKENS_BY_SOURCE_TOTAL, _C, "Prompt tokens by source", since="0.16"),
+    MetricDef(ADMISSION_REJECTIONS_TOTAL, _C, "HTTP 503 admission rejections by reason", since="0.32"),
     # Analytic per-GPU work estimates; they move only with --enable-mfu-metrics (zeros otherwise).
-    MetricDef("vllm:estimated_flops_per_gpu_total", _C, "Estimated FLOPs per GPU (MFU)", since="0.17"),
-    MetricDef("vllm:estimated_read_bytes_per_gpu_total", _C, "Estimated bytes read from GPU memory (MBU)",
+    MetricDef(ESTIMATED_FLOPS_PER_GPU_TOTAL, _C, "Estimated FLOPs per GPU (MFU)", since="0.17"),
+    MetricDef(ESTIMATED_READ_BYTES_PER_GPU_TOTAL, _C, "Estimated bytes read from GPU memory (MBU)",
               since="0.17"),
     # Histograms (per engine)
-    MetricDef("vllm:time_to_first_token_seconds", _H, "Time to first token (frontend clock)"),
+    MetricDef(TIME_TO_FIRST_TOKEN_SECONDS, _H, "Time to first token (frontend clock)"),
     MetricDef(
-        "vllm:inter_token_latency_seconds", _H, "Time between successive outputs of a request",
-        aliases=("vllm:time_per_output_token_seconds",), since="0.10.2",
+        INTER_TOKEN_LATENCY_SECONDS, _H, "Time between successive outputs of a request",
+        aliases=("vllm:time_per_output_token_seconds",), since="0.10.2", aliases_last="0.11",
     ),
-    MetricDef("vllm:request_time_per_output_token_seconds", _H, "Per-request mean time per output token",
+    MetricDef(REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS, _H, "Per-request mean time per output token",
               since="0.11.0"),
-    MetricDef("vllm:e2e_request_latency_seconds", _H, "Arrival to finish (frontend clock)"),
-    MetricDef("vllm:request_queue_time_seconds", _H, "Engine queue time (QUEUED to first SCHEDULED)"),
-    MetricDef("vllm:request_prefill_time_seconds", _H, "First SCHEDULED to first token"),
-    MetricDef("vllm:request_decode_time_seconds", _H, "First token to last token"),
-    MetricDef("vllm:request_inference_time_seconds", _H, "First SCHEDULED to last token"),
-    MetricDef("vllm:request_prompt_tokens", _H, "Prompt length per finished request"),
-    MetricDef("vllm:request_generation_tokens", _H, "Output length per finished request"),
-    MetricDef("vllm:request_params_max_tokens", _H, "max_tokens request parameter", since="0.8.0"),
-    MetricDef("vllm:iteration_tokens_total", _H, "Tokens per engine output batch (about one per step)"),
-    MetricDef("vllm:request_num_preemptions", _H, "Preemptions per finished request", since="0.30"),
+    MetricDef(E2E_REQUEST_LATENCY_SECONDS, _H, "Arrival to finish (frontend clock)"),
+    MetricDef(REQUEST_QUEUE_TIME_SECONDS, _H, "Engine queue time (QUEUED to first SCHEDULED)"),
+    MetricDef(REQUEST_PREFILL_TIME_SECONDS, _H, "First SCHEDULED to first token"),
+    MetricDef(REQUEST_DECODE_TIME_SECONDS, _H, "First token to last token"),
+    MetricDef(REQUEST_INFERENCE_TIME_SECONDS, _H, "First SCHEDULED to last token"),
+    MetricDef(REQUEST_PROMPT_TOKENS, _H, "Prompt length per finished request"),
+    MetricDef(REQUEST_GENERATION_TOKENS, _H, "Output length per finished request"),
+    MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
+    MetricDef(ITERATION_TOKENS_TOTAL, _H, "Tokens per engine output batch (about one per step)"),
+    MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
     # API-server process (absent with --api-server-count > 1)
-    MetricDef("process_cpu_seconds_total", _C, "API-server process CPU time"),
-    MetricDef("process_start_time_seconds", _G, "API-server process start time"),
-    MetricDef("http_request_duration_seconds", _H, "HTTP request duration by handler"),
+    MetricDef(PROCESS_CPU_SECONDS_TOTAL, _C, "API-server process CPU time"),
+    MetricDef(PROCESS_START_TIME_SECONDS, _G, "API-server process start time"),
+    MetricDef(HTTP_REQUEST_DURATION_SECONDS, _H, "HTTP request duration by handler"),
+)
+
+# What else a vLLM 0.32 API server exports (tests/fixtures/vllm-0.32-cpu): known, so that the simulator
+# exports the same /metrics and docs/vllm-metrics.md lists it, but never parsed.
+UNREAD_METRICS: tuple[MetricDef, ...] = (
+    MetricDef(ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL, _C, "Estimated bytes written to GPU memory (MBU)"),
+    MetricDef(MM_CACHE_QUERIES_TOTAL, _C, "Multi-modal cache queries, in items"),
+    MetricDef(MM_CACHE_HITS_TOTAL, _C, "Multi-modal cache hits, in items"),
+    MetricDef(PROMPT_TOKENS_CACHED_TOTAL, _C, "Cached prompt tokens (local and external)"),
+    MetricDef(PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL, _C, "Prefix-cache hit tokens by the cache tier that supplied them"),
+    MetricDef(REQUEST_MAX_NUM_GENERATION_TOKENS, _H, "Maximum requested generation tokens per request"),
+    MetricDef(REQUEST_PARAMS_N, _H, "n request parameter"),
+    MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)"),
 )
 
 # Sample-name suffixes of a histogram family, mapped to the part they carry.
@@ -133,8 +204,20 @@ BY_NAME: Mapping[str, MetricDef] = VLLM.by_name
 SAMPLE_INDEX: Mapping[str, tuple[str, str, int]] = VLLM.sample_index
 
 
+# Every family the catalog knows, read or not, by its canonical name.
+KNOWN: Mapping[str, MetricDef] = {m.name: m for m in (*METRICS, *UNREAD_METRICS)}
+
+
+def known(name: str) -> MetricDef:
+    """The catalog entry of a canonical family name; KeyError names an unknown one."""
+    try:
+        return KNOWN[name]
+    except KeyError:
+        raise KeyError(f"{name} is not a metric the catalog knows (exporter/catalog/metrics.py)") from None
+
+
 def wire_names() -> frozenset[str]:
-    """Every sample name the catalog knows, current and old (for the dashboard/rule lint)."""
+    """Every sample name the catalog reads, current and old (for the dashboard/rule lint)."""
     return frozenset(SAMPLE_INDEX)
 
 
@@ -143,10 +226,10 @@ def wire_names() -> frozenset[str]:
 # ``cpu_source`` is no vLLM family: the host CPU source of a target that configures ``cpu:``.
 CPU_SOURCE_INPUT = "cpu_source"
 WATCHED_INPUTS: Mapping[str, str | None] = {
-    "kv_usage": "vllm:kv_cache_usage_perc",
-    "preemptions": "vllm:num_preemptions_total",
-    "ttft_histogram": "vllm:time_to_first_token_seconds",
-    "itl_histogram": "vllm:inter_token_latency_seconds",
-    "finished_requests": "vllm:request_success_total",
+    "kv_usage": KV_CACHE_USAGE_PERC,
+    "preemptions": NUM_PREEMPTIONS_TOTAL,
+    "ttft_histogram": TIME_TO_FIRST_TOKEN_SECONDS,
+    "itl_histogram": INTER_TOKEN_LATENCY_SECONDS,
+    "finished_requests": REQUEST_SUCCESS_TOTAL,
     CPU_SOURCE_INPUT: None,
 }

@@ -13,6 +13,15 @@ from types import MappingProxyType
 LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
 VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
 
+# Where an alert's runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
+# elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same. The
+# generated alert rules and the HTML page both link through ``runbook_url``.
+RUNBOOK_BASE_URL = "https://github.com/vllm-diag/vllm-diag/blob/main/docs/runbooks"
+
+
+def runbook_url(alert_name: str, base_url: str = RUNBOOK_BASE_URL) -> str:
+    return f"{base_url.rstrip('/')}/{alert_name.lower()}.md"
+
 
 @dataclass(frozen=True, slots=True)
 class Action:

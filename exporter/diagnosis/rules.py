@@ -17,6 +17,7 @@ from typing import Literal
 
 from exporter import objectives
 from exporter.catalog import gpus
+from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
 from exporter.objectives import ObjectiveStatus
@@ -118,7 +119,7 @@ def ttft_breach(ctx: Context) -> Breach:
     s = ctx.signals
     status = objective_status(ctx, "ttft")
     if status.events is None or s.traffic.first_tokens is None:
-        return Breach(False, False, missing=("vllm:time_to_first_token_seconds",))
+        return Breach(False, False, missing=(vllm.TIME_TO_FIRST_TOKEN_SECONDS,))
     if s.traffic.first_tokens < ctx.thresholds.evidence_min_requests:
         return Breach(False, False, missing=("traffic: too few first tokens in the window",))
     return _judged(status, "traffic: too few first tokens in the window")
@@ -128,7 +129,7 @@ def itl_breach(ctx: Context) -> Breach:
     s = ctx.signals
     status = objective_status(ctx, "itl")
     if status.events is None or not status.events:
-        return Breach(False, False, missing=("vllm:inter_token_latency_seconds",))
+        return Breach(False, False, missing=(vllm.INTER_TOKEN_LATENCY_SECONDS,))
     if s.traffic.first_tokens is not None and s.traffic.first_tokens < ctx.thresholds.evidence_min_requests and (
             s.scheduler.running_mean or 0) < 1:
         return Breach(False, False, missing=("traffic: too few streams in the window",))
@@ -204,10 +205,10 @@ def low_prefix_hit(ctx: Context) -> Finding:
     if s.cache.enable_prefix_caching is False:
         return clear("prefix caching is disabled on this engine")
     if s.kv.prefix_hit_ratio is None:
-        return abstain("vllm:prefix_cache_queries_total")
+        return abstain(vllm.PREFIX_CACHE_QUERIES_TOTAL)
     reusable, blocks_text = reusable_prompts(ctx)
     if reusable is None:
-        return abstain("vllm:cache_config_info", "vllm:request_prompt_tokens")
+        return abstain(vllm.CACHE_CONFIG_INFO, vllm.REQUEST_PROMPT_TOKENS)
     if not reusable:
         return clear(f"prompts too short to reuse ({blocks_text})")
     if s.kv.prefix_hit_ratio >= t.prefix_hit_ratio_low:
@@ -225,7 +226,7 @@ def rule_a1(ctx: Context) -> Finding:
     if (early := gate(breach)) is not None:
         return early
     if lat.ttft_prefill_share is None or lat.ttft_queue_share is None or s.traffic.prompt_length_mean is None:
-        return abstain("vllm:request_prefill_time_seconds", "vllm:request_prompt_tokens")
+        return abstain(vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_PROMPT_TOKENS)
     if lat.ttft_prefill_share < t.ttft_prefill_share or lat.ttft_queue_share >= t.ttft_queue_share:
         return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
                      f"queue {_pct(lat.ttft_queue_share)})")
@@ -248,7 +249,7 @@ def rule_a2(ctx: Context) -> Finding:
     if (early := gate(breach)) is not None:
         return early
     if s.latency.ttft_queue_share is None or s.scheduler.queued_fraction is None:
-        return abstain("vllm:request_queue_time_seconds", "vllm:num_requests_waiting")
+        return abstain(vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.NUM_REQUESTS_WAITING)
     if s.latency.ttft_queue_share < t.ttft_queue_share or not queue_sustained(ctx):
         return clear(f"queue is {_pct(s.latency.ttft_queue_share)} of TTFT, requests wait for capacity in "
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")
@@ -312,7 +313,7 @@ def rule_a4(ctx: Context) -> Finding:
     if (early := gate(breach)) is not None:
         return early
     if s.traffic.prompt_length_mean is None:
-        return abstain("vllm:request_prompt_tokens")
+        return abstain(vllm.REQUEST_PROMPT_TOKENS)
     chunks = s.traffic.prompt_length_mean / budget
     if chunks < t.budget_chunks_per_prompt:
         return clear(f"mean prompt fits in {chunks:.1f} chunks of {budget}")
@@ -369,7 +370,7 @@ def rule_b1(ctx: Context) -> Finding:
         return early
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prefill_token_share is None:
-        return abstain("vllm:inter_token_latency_seconds", "vllm:prompt_tokens_total")
+        return abstain(vllm.INTER_TOKEN_LATENCY_SECONDS, vllm.PROMPT_TOKENS_TOTAL)
     if tail < t.itl_tail_ratio:
         return clear(f"ITL is uniform ({_tail_text(s)}), not stuttering")
     if s.traffic.prefill_token_share < t.prefill_token_share:
@@ -394,9 +395,9 @@ def rule_b2(ctx: Context) -> Finding:
         return early
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prompt_length_mean is None or s.traffic.prompt_length_mean <= 0:
-        return abstain("vllm:request_prompt_tokens", "vllm:inter_token_latency_seconds")
+        return abstain(vllm.REQUEST_PROMPT_TOKENS, vllm.INTER_TOKEN_LATENCY_SECONDS)
     if s.scheduler.tokens_per_step_p99 is None:
-        return abstain("vllm:iteration_tokens_total")
+        return abstain(vllm.ITERATION_TOKENS_TOTAL)
     if tail < t.itl_tail_ratio:
         return clear(f"ITL is uniform ({_tail_text(s)})")
     # The budget is to blame when it lets big steps through: the largest steps are long (or use
@@ -432,7 +433,7 @@ def rule_b3(ctx: Context) -> Finding:
         return early
     tail = s.latency.itl_tail_ratio
     if tail is None:
-        return abstain("vllm:inter_token_latency_seconds")
+        return abstain(vllm.INTER_TOKEN_LATENCY_SECONDS)
     if tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters ({_tail_text(s)}): see B1/B2")
     fill = _batch_fill(ctx)
@@ -535,7 +536,7 @@ def rule_c2(ctx: Context) -> Finding:
     """Spare capacity: never a symptom on its own (demand is met), shown for capacity planning."""
     s, t = ctx.signals, ctx.thresholds
     if s.scheduler.running_mean is None or s.scheduler.waiting_max is None or s.traffic.requests_finished is None:
-        return abstain("vllm:num_requests_running", "vllm:num_requests_waiting")
+        return abstain(vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING)
     if s.traffic.requests_finished < t.evidence_min_requests:
         return clear("too little traffic to judge batching")
     if s.scheduler.running_mean >= t.sparse_mean_running or s.scheduler.waiting_max > 0:
@@ -552,7 +553,7 @@ def rule_c2(ctx: Context) -> Finding:
 def rule_c3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if s.scheduler.queued_fraction is None or s.kv.usage_mean is None:
-        return abstain("vllm:num_requests_waiting", "vllm:kv_cache_usage_perc")
+        return abstain(vllm.NUM_REQUESTS_WAITING, vllm.KV_CACHE_USAGE_PERC)
     if not queue_sustained(ctx):
         return clear(f"requests wait for capacity in only {_pct(s.scheduler.queued_fraction)} of scrapes")
     if not kv_full(ctx):
@@ -574,9 +575,9 @@ def rule_c3(ctx: Context) -> Finding:
 def rule_d(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if s.kv.preemptions is None:
-        return abstain("vllm:num_preemptions_total")
+        return abstain(vllm.NUM_PREEMPTIONS_TOTAL)
     if s.kv.preemptions_per_request is None:
-        return abstain("vllm:request_success_total")
+        return abstain(vllm.REQUEST_SUCCESS_TOTAL)
     if not frequent_preemption(ctx):
         return clear(f"{s.kv.preemptions:.0f} preemptions, {s.kv.preemptions_per_request:.2f} per admitted request")
     strength = 0.65 + 0.25 * _excess(s.kv.preemptions_per_request, t.preemptions_per_request,
@@ -600,7 +601,7 @@ def rule_e(ctx: Context) -> Finding:
     """
     s, t = ctx.signals, ctx.thresholds
     if s.kv.usage_mean is None or s.kv.full_fraction is None:
-        return abstain("vllm:kv_cache_usage_perc")
+        return abstain(vllm.KV_CACHE_USAGE_PERC)
     if (s.kv.preemptions_per_request or 0) >= t.preemptions_per_request and frequent_preemption(ctx):
         return clear("preemption is already frequent: see D")
     at_cap = s.kv.full_fraction >= t.kv_full_fraction
@@ -697,7 +698,7 @@ def rule_g(ctx: Context) -> Finding:
     if tail is not None and tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, not communication")
     if s.kv.usage_mean is None:
-        return abstain("vllm:kv_cache_usage_perc")
+        return abstain(vllm.KV_CACHE_USAGE_PERC)
     if s.kv.usage_mean >= t.kv_relief_usage or frequent_preemption(ctx):
         return clear(f"KV is in use ({kv_evidence(s)}): the extra GPUs are buying memory")
     fits, fit_text = model_fits_one_gpu(ctx)

@@ -2,6 +2,9 @@
 
 Both answer without process access, so ``diagnose --url`` uses them too. With ``--api-key`` vLLM
 protects /v1/*: the request is refused and max_model_len stays unknown (the key is never used).
+Both are asked next to the target's /metrics: under the same path prefix when its URL has one
+(``http://gateway/pool-a/metrics`` -> ``http://gateway/pool-a/v1/models``), as a vLLM behind a
+path-prefix proxy (``--root-path``) serves every route.
 """
 
 from __future__ import annotations
@@ -50,8 +53,11 @@ class HttpFactSource:
     parse: Callable[[bytes], Mapping[str, FactValue]]
 
     def url(self, metrics_url: str) -> str:
-        """The endpoint on the same server as the target's /metrics (same scheme, host, credentials)."""
-        return urlsplit(metrics_url)._replace(path=self.path, query="", fragment="").geturl()
+        """The endpoint next to the target's /metrics: same scheme, host, credentials and path prefix."""
+        parts = urlsplit(metrics_url)
+        path = parts.path.rstrip("/")
+        prefix = path[:-len("/metrics")] if path.endswith("/metrics") else ""  # another path: the API at the root
+        return parts._replace(path=prefix + self.path, query="", fragment="").geturl()
 
 
 HTTP_SOURCES: tuple[HttpFactSource, ...] = (

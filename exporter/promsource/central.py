@@ -25,7 +25,6 @@ from aiohttp import web
 from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
 
-from exporter.catalog.exported import CENTRAL_EXPORTED
 from exporter.config import Settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
@@ -34,6 +33,7 @@ from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, read_scrapes, target_for
 from exporter.publish.collector import new_family
+from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.state import TargetState
 
@@ -175,7 +175,7 @@ class _CentralCollector(Collector):
         self.central = central
 
     def collect(self) -> Iterable[Metric]:
-        for metric in CENTRAL_EXPORTED:  # exporter/catalog/exported.py
+        for metric in CENTRAL_EXPORTED:  # exporter/publish/exported.py
             family = new_family(metric)
             family.add_metric([], metric.source(self.central))
             yield family

@@ -14,38 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import SAMPLE_INDEX
+from exporter.promsource.settings import matchers
 
 # Every sample name the parser reads, in every naming generation it knows (current and older).
 WIRE_NAMES: tuple[str, ...] = tuple(sorted(SAMPLE_INDEX))
 # Gauges every vLLM generation exports once per engine: cheap to list, enough to find the targets.
-DISCOVERY_NAMES: tuple[str, ...] = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+DISCOVERY_NAMES: tuple[str, ...] = (vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING)
 
-_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
 _TARGET_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
-
-
-class SelectorError(ValueError):
-    """The --match selector is not a label selector."""
-
-
-def matchers(selector: str) -> list[str]:
-    """The label matchers inside ``{...}``, each as written; the metric name is ours to choose."""
-    text = selector.strip()
-    if not (text.startswith("{") and text.endswith("}")):
-        raise SelectorError(f"{selector!r} is not a label selector: write it like {{job=\"vllm\"}}")
-    inner = text[1:-1].strip()
-    found: list[str] = []
-    pos = 0
-    while pos < len(inner):
-        match = _MATCHER.match(inner, pos)
-        if match is None:
-            raise SelectorError(f"{selector!r}: cannot read the matcher at {inner[pos:pos + 30]!r}")
-        if match.group(1) == "__name__":
-            raise SelectorError(f"{selector!r}: leave out __name__, vllm-diag selects the vLLM names itself")
-        found.append(f'{match.group(1)}{match.group(2)}"{match.group(3)}"')
-        pos = match.end()
-    return found
 
 
 def _quote(value: str) -> str:

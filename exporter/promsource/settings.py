@@ -1,11 +1,16 @@
 """The ``prometheus:`` section of the configuration: where the series live and how to read them.
 
+Part of the configuration layer (``exporter.config`` embeds it), so it reads nothing of the
+promsource pipeline; the label-selector grammar its ``match`` field is checked with lives here and
+``rebuild`` builds its queries from it.
+
 Secrets (token, password) are ``SecretStr``: they never appear in a repr, a log line or an
 error message; a ``*_file`` variant reads them from a mounted file instead of the YAML.
 """
 
 from __future__ import annotations
 
+import re
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, FilePath, SecretStr, field_validator, model_validator
@@ -14,6 +19,31 @@ from pydantic import BaseModel, ConfigDict, Field, FilePath, SecretStr, field_va
 # such cap but load every sample into memory. Three hours per query keeps even a 1 s scrape at
 # 10,800 points per series, under that limit, and the memory of one query small.
 MAX_CHUNK_SECONDS = 3 * 3600.0
+
+_MATCHER = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+
+
+class SelectorError(ValueError):
+    """The --match selector is not a label selector."""
+
+
+def matchers(selector: str) -> list[str]:
+    """The label matchers inside ``{...}``, each as written; the metric name is ours to choose."""
+    text = selector.strip()
+    if not (text.startswith("{") and text.endswith("}")):
+        raise SelectorError(f"{selector!r} is not a label selector: write it like {{job=\"vllm\"}}")
+    inner = text[1:-1].strip()
+    found: list[str] = []
+    pos = 0
+    while pos < len(inner):
+        match = _MATCHER.match(inner, pos)
+        if match is None:
+            raise SelectorError(f"{selector!r}: cannot read the matcher at {inner[pos:pos + 30]!r}")
+        if match.group(1) == "__name__":
+            raise SelectorError(f"{selector!r}: leave out __name__, vllm-diag selects the vLLM names itself")
+        found.append(f'{match.group(1)}{match.group(2)}"{match.group(3)}"')
+        pos = match.end()
+    return found
 
 
 class _Strict(BaseModel):
@@ -78,8 +108,6 @@ class PrometheusSource(_Strict):
     @field_validator("match")
     @classmethod
     def _match(cls, value: str) -> str:
-        from exporter.promsource.rebuild import SelectorError, matchers
-
         try:
             matchers(value)
         except SelectorError as exc:

@@ -20,6 +20,7 @@ from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.history import SpanJudge
 from exporter.promsource.rebuild import DISCOVERY_NAMES, WIRE_NAMES, TargetKey, scrapes, selector, targets
 from exporter.promsource.settings import PrometheusSource
+from exporter.promsource.timespec import iso
 from exporter.publish.timeline import NO_DATA, StepVerdict
 from exporter.state import TargetState
 
@@ -87,7 +88,7 @@ async def judge_span(client: PromClient, source: PrometheusSource, settings: Set
     keys = await discover(client, source, read_from, end)
     if not keys:
         raise PromError(f"{client.shown}: no vLLM series match {source.match} between "
-                        f"{_iso(read_from)} and {_iso(end)} (check --match and the times)")
+                        f"{iso(read_from)} and {iso(end)} (check --match and the times)")
     steps = evaluation_steps(start, end, step)
 
     staleness = min(source.staleness_seconds, window)
@@ -108,14 +109,8 @@ async def judge_span(client: PromClient, source: PrometheusSource, settings: Set
             judge.feed((), until=end)
             final = judge.last_state
             if final is None or judge.results[-1].state == NO_DATA:
-                why = f"no samples in the store within {staleness:g} s before {_iso(end)}"
+                why = f"no samples in the store within {staleness:g} s before {iso(end)}"
                 final = pipeline.ingest(ScrapeResult(started_at=end, duration=0.0, error_reason="connect", error=why))
             return TargetSpan(key, judge.results, final, fed, pipeline)
 
     return list(await asyncio.gather(*(one(key) for key in keys)))
-
-
-def _iso(at: float) -> str:
-    from exporter.promsource.timespec import iso
-
-    return iso(at)

@@ -3,7 +3,7 @@
 ``collect()`` only turns the current immutable states into metric families: nothing is
 computed on scrape, so two Prometheus replicas see the same numbers and polling is never
 stalled by a scraper. The families, their order, help, labels and where each value comes
-from are the catalog ``exporter.catalog.exported``: this module is the loop over it.
+from are the catalog ``exporter.publish.exported``: this module is the loop over it.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from exporter.catalog.exported import EXPORTED, ExportedMetric
 from exporter.config import Settings
+from exporter.publish.exported import EXPORTED, ExportedMetric
 from exporter.state import TargetState
 
 

@@ -2,7 +2,7 @@
 
 Worst target first, each with its verdict (coloured by the severity behind it), since when,
 the last scrape, a pending note while hysteresis holds the verdict, the evidence, runbook
-links and a legend. Numbers go through ``exporter.publish.numbers``, as in the text report.
+links and a legend. Numbers go through ``exporter.numbers``, as in the text report.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
-from exporter.catalog.symptoms import LAYERS, SYMPTOMS
-from exporter.publish import numbers, timeline
+from exporter import numbers
+from exporter.catalog.symptoms import LAYERS, RUNBOOK_BASE_URL, SYMPTOMS
+from exporter.catalog.symptoms import runbook_url as alert_runbook_url
+from exporter.publish import timeline
 from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
 
@@ -47,11 +49,7 @@ def runbook_url(symptom_id: str, base_url: str | None = None) -> str | None:
     alert = next((s.alert for s in SYMPTOMS if s.id == symptom_id), None)
     if alert is None:
         return None
-    if base_url is None:
-        from exporter.render.rules import RUNBOOK_BASE_URL  # the one default, shared with the alert rules
-
-        base_url = RUNBOOK_BASE_URL
-    return f"{base_url.rstrip('/')}/{alert.lower()}.md"
+    return alert_runbook_url(alert, RUNBOOK_BASE_URL if base_url is None else base_url)
 
 
 @lru_cache(maxsize=1)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from exporter.publish import numbers
+from exporter import numbers
 from exporter.publish.document import pending, worst_first
 
-# (signal key, label, unit for exporter.publish.numbers.by_unit)
+# (signal key, label, unit for exporter.numbers.by_unit)
 KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
     ("ttft_p95_seconds", "TTFT p95", "s"),
     ("itl_p95_seconds", "ITL p95", "s"),

@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from exporter import numbers
 from exporter.catalog.symptoms import LAYERS
-from exporter.publish import numbers
 from exporter.state import TargetState
 
 NO_DATA = "no_data"  # verdict of a step without a sample within the staleness horizon

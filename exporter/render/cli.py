@@ -1,4 +1,4 @@
-"""``vllm-diag render rules|dashboards|all [--check]``.
+"""``vllm-diag render rules|dashboards|docs|all [--check]``.
 
 Wire it with ``register(subparsers)``; the parsed ``args.func(args)`` returns the exit status:
 0 when written (or, with ``--check``, when everything is up to date), 1 on drift or a lint
@@ -8,10 +8,21 @@ finding, listing every problem with the command that fixes it.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from exporter.catalog import buckets
+from exporter.config import ConfigError, load_settings
+
+if TYPE_CHECKING:
+    from exporter.render.rules import Options
+
+# The generators (exporter.render.rules, dashboards via grafanalib, ...) build their tables at import,
+# which costs every vllm-diag command's start-up: this module imports them inside the functions
+# that run `render`, never at the top (they import nothing of this module, so no cycle hides here).
 
 EXIT_DRIFT = 1
 
@@ -19,12 +30,13 @@ EXIT_DRIFT = 1
 def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     # Any: the main CLI's subparsers make its own ArgumentParser subclass (one-line errors).
     parser = subparsers.add_parser(
-        "render", help="regenerate alert rules, runbooks and dashboards from the catalog",
+        "render", help="regenerate alert rules, runbooks, dashboards and reference docs from the catalog",
         description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
                     "deploy/kubernetes/prometheusrule.yaml (rules), dashboards/ and "
-                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards) from the catalog. "
+                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards), docs/metrics.md and "
+                    "docs/vllm-metrics.md (docs) from the catalog. "
                     "--check renders in memory and fails on any drift.")
-    parser.add_argument("what", choices=("rules", "dashboards", "all"), help="which artefacts")
+    parser.add_argument("what", choices=("rules", "dashboards", "docs", "all"), help="which artefacts")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
     parser.add_argument("--root", type=Path, default=Path.cwd(),
@@ -42,9 +54,8 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
     parser.set_defaults(func=run)
 
 
-def options_from(args: argparse.Namespace):
+def options_from(args: argparse.Namespace) -> Options | None:
     """Render options from the flags; None (the committed defaults) when no flag is given."""
-    from exporter.config import load_settings
     from exporter.render.rules import DEFAULT_OPTIONS, SEVERITIES, Options
 
     config, job, labels = getattr(args, "config", None), getattr(args, "sidecar_job", None), \
@@ -74,10 +85,6 @@ def options_from(args: argparse.Namespace):
 
 def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
     """vLLM's --custom-histogram-buckets JSON: {"family": [edges...]}, families replaced whole."""
-    import json
-
-    from exporter.catalog import buckets
-
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -91,8 +98,7 @@ def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from exporter.config import ConfigError
-    from exporter.render import check, render, write
+    from exporter.render.generate import check, orphans, render, write
     from exporter.render.lint import lint
 
     root: Path = args.root
@@ -113,8 +119,6 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_DRIFT
         print(f"render --check: {len(outputs)} file(s) up to date")
         return 0
-    from exporter.render import orphans
-
     for line in write(root, outputs, args.what):
         print(line)
     problems += [f"{rel}: orphan, no generator produces it (delete it: `git rm {rel}`)"

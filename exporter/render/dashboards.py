@@ -28,12 +28,13 @@ from typing import Any
 import grafanalib.core as g
 from grafanalib._gen import DashboardEncoder
 
-from exporter.catalog.exported import PREFIX, exported
+from exporter.catalog import metrics as vllm
 from exporter.catalog.symptoms import LAYERS
 from exporter.catalog.thresholds import BY_KEY, DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS
-from exporter.render import PromQL, fmt
+from exporter.publish.exported import PREFIX, exported
 from exporter.render import slo as slo_rules
+from exporter.render.promql import PromQL, fmt
 
 # ---------------------------------------------------------------------------------------------
 # Selectors and constants
@@ -305,8 +306,9 @@ def _templating() -> g.Templating:
         allValue=".*", refresh=2, default="All")
     return g.Templating(list=[
         g.Template(name="datasource", label="Data source", query="prometheus", type="datasource"),
-        query_var("cluster", "Cluster", "label_values(vllm:num_requests_running, cluster)"),
-        query_var("namespace", "Namespace", 'label_values(vllm:num_requests_running{cluster=~"$cluster"}, namespace)'),
+        query_var("cluster", "Cluster", f"label_values({vllm.NUM_REQUESTS_RUNNING}, cluster)"),
+        query_var("namespace", "Namespace",
+                  f'label_values({vllm.NUM_REQUESTS_RUNNING}{{cluster=~"$cluster"}}, namespace)'),
         query_var("target", "Target", f"label_values(vllm_diag_up{{{PLACE_SEL}}}, target)"),
         query_var("model", "Model",
                   f'label_values(vllm_diag_evidence_ready{{{PLACE_SEL}, target=~"$target"}}, model_name)'),
@@ -588,8 +590,8 @@ def overview() -> g.Dashboard:
         "request": [
             timeseries("Throughput", "Prompt and generation tokens per second over the sidecar window.",
                        [(diag("vllm_diag_throughput_tokens_per_second"), "{{target}} {{kind}}"),
-                        (RAW.sum_rate("vllm:generation_tokens_total", RATE), "raw {{model_name}} generation")],
-                       metrics=["vllm_diag_throughput_tokens_per_second", "vllm:generation_tokens_total"],
+                        (RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, RATE), "raw {{model_name}} generation")],
+                       metrics=["vllm_diag_throughput_tokens_per_second", vllm.GENERATION_TOKENS_TOTAL],
                        unit=TOKENS_PER_S),
             timeseries("Finished requests per second", "Client disconnects are not counted by vLLM.",
                        [(diag("vllm_diag_requests_per_second"), "{{target}}"),
@@ -597,16 +599,16 @@ def overview() -> g.Dashboard:
                        metrics=["vllm_diag_requests_per_second", "model:vllm_requests_finished:rate5m"], unit="reqps"),
             timeseries("Mean prompt and output length", "Tokens per finished request; long prompts make "
                        "prefill cost intrinsic (A1).",
-                       [(RAW.mean("vllm:request_prompt_tokens", RATE), "{{model_name}} prompt"),
-                        (RAW.mean("vllm:request_generation_tokens", RATE), "{{model_name}} output")],
-                       metrics=["vllm:request_prompt_tokens_sum", "vllm:request_generation_tokens_sum"],
+                       [(RAW.mean(vllm.REQUEST_PROMPT_TOKENS, RATE), "{{model_name}} prompt"),
+                        (RAW.mean(vllm.REQUEST_GENERATION_TOKENS, RATE), "{{model_name}} output")],
+                       metrics=[vllm.REQUEST_PROMPT_TOKENS + "_sum", vllm.REQUEST_GENERATION_TOKENS + "_sum"],
                        unit=TOKENS, judgement=catalog("long_prompt_tokens")),
         ],
         "scheduler": [
             timeseries("Running and waiting requests", "At the sidecar's last scrape, and the raw reasons.",
                        [(diag("vllm_diag_requests"), "{{target}} {{state}}"),
-                        (RAW.agg("sum", "vllm:num_requests_waiting_by_reason"), "raw {{model_name}} {{reason}}")],
-                       metrics=["vllm_diag_requests", "vllm:num_requests_waiting_by_reason"], unit="none"),
+                        (RAW.agg("sum", vllm.NUM_REQUESTS_WAITING_BY_REASON), "raw {{model_name}} {{reason}}")],
+                       metrics=["vllm_diag_requests", vllm.NUM_REQUESTS_WAITING_BY_REASON], unit="none"),
             timeseries("TTFT breakdown", "Mean time to first token per request by phase.",
                        [(diag("vllm_diag_ttft_breakdown_seconds"), "{{target}} {{phase}}")],
                        metrics=["vllm_diag_ttft_breakdown_seconds"], unit="s"),
@@ -619,8 +621,8 @@ def overview() -> g.Dashboard:
                        metrics=["vllm_diag_tokens_per_step"], unit=TOKENS),
             timeseries("Engine steps per second", "Engine output batches per second (sidecar and raw).",
                        [(diag("vllm_diag_engine_steps_per_second"), "{{target}}"),
-                        (RAW.sum_rate("vllm:iteration_tokens_total_count", RATE), "raw {{model_name}}")],
-                       metrics=["vllm_diag_engine_steps_per_second", "vllm:iteration_tokens_total_count"],
+                        (RAW.sum_rate(vllm.ITERATION_TOKENS_TOTAL + "_count", RATE), "raw {{model_name}}")],
+                       metrics=["vllm_diag_engine_steps_per_second", vllm.ITERATION_TOKENS_TOTAL + "_count"],
                        unit="ops"),
             _itl(),
         ],
@@ -702,9 +704,9 @@ def fleet() -> g.Dashboard:
                 metrics=["vllm_diag_itl_seconds"], links=to_target),
         timeseries("Generation throughput by model", "Tokens per second per model: sidecar sum and raw.",
                    [(f"sum by (model_name) ({GENERATION_THROUGHPUT})", "{{model_name}}"),
-                    (f"sum by (model_name) ({RAW.rate('vllm:generation_tokens_total', RATE)})",
+                    (f"sum by (model_name) ({RAW.rate(vllm.GENERATION_TOKENS_TOTAL, RATE)})",
                      "raw {{model_name}}")],
-                   metrics=["vllm_diag_throughput_tokens_per_second", "vllm:generation_tokens_total"],
+                   metrics=["vllm_diag_throughput_tokens_per_second", vllm.GENERATION_TOKENS_TOTAL],
                    unit=TOKENS_PER_S),
     ])
     return _dashboard("vLLM fleet diagnosis", FLEET_UID, lay,

@@ -3,7 +3,7 @@
 Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must resolve to
 - the vLLM name catalog (``exporter.catalog.metrics.wire_names()``) or ``EXTRA_VLLM_NAMES``
   below (real vLLM names the catalog does not need; a test checks each against a real capture),
-- a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.catalog.exported``, which the
+- a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.publish.exported``, which the
   collector is a loop over; ``_total`` on counters),
 - a recording rule we generate, or
 - a Prometheus built-in series (``up``, and ``ALERTS``, which the dashboards' alert annotation reads).
@@ -15,8 +15,9 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from exporter.catalog.exported import sample_names
 from exporter.catalog.metrics import wire_names
+from exporter.publish.exported import sample_names
+from exporter.render import dashboards, rules, runbooks
 
 # Real vLLM sample names used by the generators that the parsing catalog does not list.
 # Every entry must appear in the real vLLM 0.32 capture (tests/render/test_render.py checks).
@@ -61,15 +62,11 @@ def diag_names() -> frozenset[str]:
 
 
 def known_names() -> frozenset[str]:
-    from exporter.render import rules
-
     return wire_names() | EXTRA_VLLM_NAMES | diag_names() | rules.recording_names() | BUILTIN_SERIES
 
 
 def all_expressions() -> dict[str, list[str]]:
     """Every generated PromQL expression, by where it comes from."""
-    from exporter.render import dashboards, rules, runbooks
-
     return {
         "rules": rules.all_expressions(),
         "runbooks": runbooks.verify_expressions(),

@@ -20,11 +20,13 @@ from typing import Any
 import jinja2
 
 from exporter.catalog import buckets
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import BY_NAME
-from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, SYMPTOMS, Cause, Symptom
+from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, RUNBOOK_BASE_URL, SYMPTOMS, Cause, Symptom, runbook_url
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
-from exporter.render import PromQL, fmt, slo
+from exporter.render import slo
+from exporter.render.promql import PromQL, fmt
 
 # ---------------------------------------------------------------------------------------------
 # Settings (declared once; each says what it controls)
@@ -36,9 +38,6 @@ RAW_ALERTS_FILE = "alert_rules/vllm-diag-raw-alerts.yml"
 ALERTMANAGER_FILE = "deploy/alertmanager/alertmanager.yml"
 ALERTMANAGER_CONFIG_FILE = "deploy/kubernetes/alertmanagerconfig.yaml"
 
-# Where runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
-# elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same.
-RUNBOOK_BASE_URL = "https://github.com/vllm-diag/vllm-diag/blob/main/docs/runbooks"
 RUNBOOK_DIR = "docs/runbooks"
 
 # Rate window of the recording rules: 5m spans >= 4 scrapes at Prometheus' common 15-60 s
@@ -174,7 +173,7 @@ def frontend_overhead(q: PromQL, window: str) -> str:
     so the difference can dip below zero; negative time outside the engine is meaningless.
     """
     diff = "\n-\n".join(f"({q.mean(h, window)})" for h in (
-        "vllm:e2e_request_latency_seconds", "vllm:request_queue_time_seconds", "vllm:request_inference_time_seconds"))
+        vllm.E2E_REQUEST_LATENCY_SECONDS, vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.REQUEST_INFERENCE_TIME_SECONDS))
     return f"clamp_min(\n{diff},\n0)"
 
 
@@ -229,16 +228,16 @@ def sli_recording_rules(o: Options = DEFAULT_OPTIONS) -> list[Recording]:
 
 def recording_rules() -> list[Recording]:
     w = RATE_WINDOW
-    finished = RAW.sum_rate("vllm:request_success_total", w, drop=("finished_reason",))
-    kv, hits, queries = "vllm:kv_cache_usage_perc", "vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"
-    itl = "vllm:inter_token_latency_seconds"
+    finished = RAW.sum_rate(vllm.REQUEST_SUCCESS_TOTAL, w, drop=("finished_reason",))
+    kv, hits, queries = vllm.KV_CACHE_USAGE_PERC, vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL
+    itl = vllm.INTER_TOKEN_LATENCY_SECONDS
     return [
-        Recording(f"model:vllm_preemptions:rate{w}", RAW.sum_rate("vllm:num_preemptions_total", w),
+        Recording(f"model:vllm_preemptions:rate{w}", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w),
                   "Preemptions per second."),
         Recording(f"model:vllm_requests_finished:rate{w}", finished,
                   "Finished requests per second, all finished_reason values (client aborts are not counted by vLLM)."),
         Recording(f"model:vllm_preemptions_per_request:ratio_rate{w}",
-                  RAW.divide(RAW.sum_rate("vllm:num_preemptions_total", w), finished),
+                  RAW.divide(RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w), finished),
                   "Preemptions per finished request (symptom D reads this)."),
         Recording(f"model:vllm_prefix_cache_hit:ratio_rate{w}",
                   generations(lambda n: RAW.ratio(n(hits), n(queries), w), hits, queries),
@@ -248,14 +247,14 @@ def recording_rules() -> list[Recording]:
                   "Highest KV cache usage (0..1) across the model's engines and replicas; "
                   "vLLM <= 0.9 name: gpu_cache_usage_perc."),
         Recording(f"model:vllm_ttft_seconds:p95_rate{w}",
-                  RAW.quantile(0.95, "vllm:time_to_first_token_seconds", w), "TTFT p95 (the SLO quantile)."),
+                  RAW.quantile(0.95, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p95 (the SLO quantile)."),
         Recording(f"model:vllm_ttft_seconds:p99_rate{w}",
-                  RAW.quantile(0.99, "vllm:time_to_first_token_seconds", w), "TTFT p99 (tail latency)."),
+                  RAW.quantile(0.99, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p99 (tail latency)."),
         Recording(f"model:vllm_itl_seconds:p95_rate{w}",
                   generations(lambda n: RAW.quantile(0.95, n(itl), w), itl),
                   "Inter-token latency p95 (the SLO quantile); vLLM <= 0.10 name: time_per_output_token_seconds."),
         Recording(f"model:vllm_requests_waiting:deriv{w}",
-                  f"sum {RAW._without()} (deriv(vllm:num_requests_waiting[{w}]))",
+                  f"sum {RAW._without()} (deriv({vllm.NUM_REQUESTS_WAITING}[{w}]))",
                   "Queue growth: waiting requests added per second (positive = the queue builds up)."),
         Recording(f"model:vllm_frontend_overhead_seconds:mean_rate{w}",
                   frontend_overhead(RAW, w),
@@ -377,38 +376,38 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
     "A": (
         Verify("TTFT quantiles over the sidecar window", "vllm_diag_ttft_seconds"),
         Verify("where the first token's time goes (queue, prefill, frontend)", "vllm_diag_ttft_breakdown_seconds"),
-        Verify("raw TTFT p95", RAW.quantile(0.95, "vllm:time_to_first_token_seconds", _W)),
-        Verify("raw mean queue time", RAW.mean("vllm:request_queue_time_seconds", _W)),
-        Verify("raw mean prompt length (tokens)", RAW.mean("vllm:request_prompt_tokens", _W)),
+        Verify("raw TTFT p95", RAW.quantile(0.95, vllm.TIME_TO_FIRST_TOKEN_SECONDS, _W)),
+        Verify("raw mean queue time", RAW.mean(vllm.REQUEST_QUEUE_TIME_SECONDS, _W)),
+        Verify("raw mean prompt length (tokens)", RAW.mean(vllm.REQUEST_PROMPT_TOKENS, _W)),
     ),
     "B": (
         Verify("ITL quantiles (p99 over p50 = stutter)", "vllm_diag_itl_seconds"),
         Verify("prompt share of computed tokens", "vllm_diag_prefill_token_share"),
-        Verify("raw ITL p95", RAW.quantile(0.95, "vllm:inter_token_latency_seconds", _W)),
-        Verify("running requests", RAW.agg("sum", "vllm:num_requests_running")),
+        Verify("raw ITL p95", RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
+        Verify("running requests", RAW.agg("sum", vllm.NUM_REQUESTS_RUNNING)),
     ),
     "C": (
         Verify("throughput", "vllm_diag_throughput_tokens_per_second"),
         Verify("running and waiting requests", "vllm_diag_requests"),
         Verify("CPU-starvation score and its inputs", "vllm_diag_cpu_starvation_score"),
-        Verify("raw generation tokens per second", RAW.sum_rate("vllm:generation_tokens_total", _W)),
+        Verify("raw generation tokens per second", RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, _W)),
     ),
     "D": (
         Verify("preemptions per finished request", "vllm_diag_preemptions_per_request"),
         Verify("KV usage (latest, window max and mean)", "vllm_diag_kv_cache_usage_ratio"),
-        Verify("raw preemptions per second", RAW.sum_rate("vllm:num_preemptions_total", _W)),
-        Verify("raw requests waiting for capacity", RAW.agg("sum", "vllm:num_requests_waiting_by_reason",
+        Verify("raw preemptions per second", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, _W)),
+        Verify("raw requests waiting for capacity", RAW.agg("sum", vllm.NUM_REQUESTS_WAITING_BY_REASON,
                                                                'reason="capacity"')),
     ),
     "E": (
         Verify("KV usage (latest, window max and mean)", "vllm_diag_kv_cache_usage_ratio"),
-        Verify("raw KV usage", RAW.agg("max", "vllm:kv_cache_usage_perc")),
-        Verify("raw preemptions per second (still rare for E)", RAW.sum_rate("vllm:num_preemptions_total", _W)),
+        Verify("raw KV usage", RAW.agg("max", vllm.KV_CACHE_USAGE_PERC)),
+        Verify("raw preemptions per second (still rare for E)", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, _W)),
     ),
     "F": (
         Verify("prefix-cache hit ratio", "vllm_diag_prefix_cache_hit_ratio"),
-        Verify("raw hit ratio", RAW.ratio("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total", _W)),
-        Verify("raw mean prompt length (tokens)", RAW.mean("vllm:request_prompt_tokens", _W)),
+        Verify("raw hit ratio", RAW.ratio(vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL, _W)),
+        Verify("raw mean prompt length (tokens)", RAW.mean(vllm.REQUEST_PROMPT_TOKENS, _W)),
         Verify("KV usage: full means eviction (F6), room means prompts differ (F)", "vllm_diag_kv_cache_usage_ratio"),
     ),
     "G": (
@@ -516,7 +515,7 @@ def _cause_titles() -> str:
 _SEL = 'namespace=%q, model_name=%q'
 _EVIDENCE = (
     '{{ if eq $labels.layer "kv_cache" }}'
-    '{{ with query (printf "sum(rate(vllm:num_preemptions_total{' + _SEL + '}[5m]))" $labels.namespace '
+    '{{ with query (printf "sum(rate(' + vllm.NUM_PREEMPTIONS_TOTAL + '{' + _SEL + '}[5m]))" $labels.namespace '
     '$labels.model_name) }}, {{ . | first | value | printf "%.2g" }} preemptions/s{{ end }}'
     '{{ with query (printf "max(vllm_diag_kv_cache_usage_ratio{' + _SEL + ', stat=\\"max\\"})" $labels.namespace '
     '$labels.model_name) }}, KV {{ . | first | value | humanizePercentage }}{{ end }}'
@@ -625,8 +624,8 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         Alert(
             name="VLLMEngineStalled", scope="replica", severity="critical", symptom="", layer="unknown",
             for_=FOR_STALLED,
-            expr=(f"{RAW.agg('sum', 'vllm:num_requests_running')} > 0\n"
-                  f"and\n{RAW.sum_rate('vllm:generation_tokens_total', STALL_WINDOW)} == 0"),
+            expr=(f"{RAW.agg('sum', vllm.NUM_REQUESTS_RUNNING)} > 0\n"
+                  f"and\n{RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, STALL_WINDOW)} == 0"),
             summary="A vLLM engine holds running requests but generates no token: it is hung.",
             description=("Replica {{ $labels.pod }}{{ if $labels.instance }} ({{ $labels.instance }}){{ end }} of "
                          "model {{ $labels.model_name }} has {{ $value }} running requests and generated no token "
@@ -634,9 +633,9 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             meaning=("Requests are scheduled but no step completes: a hung collective (NCCL in TP/PP), a dead "
                      "worker process, a GPU fault. The latency SLIs are blind to it (stuck requests record no "
                      "latency), so it pages on its own, from vLLM's raw series."),
-            verify=(Verify("running requests", f'{RAW.agg("sum", "vllm:num_requests_running")}'),
+            verify=(Verify("running requests", f'{RAW.agg("sum", vllm.NUM_REQUESTS_RUNNING)}'),
                     Verify("tokens generated per second",
-                           RAW.sum_rate("vllm:generation_tokens_total", STALL_WINDOW))),
+                           RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, STALL_WINDOW))),
             action="restart the replica (delete the pod); collect `kubectl logs --previous`, `py-spy dump` of the "
                    "engine process and the GPU's Xid errors (`dmesg | grep -i xid`) first if you can",
             tradeoff="in-flight requests on the replica are lost either way",
@@ -827,7 +826,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         ),
         Alert(
             name="VLLMDiagSidecarDown", scope="namespace",
-            expr=(f"{sidecar_up} == 0\nor\n(\n  count by (namespace) (vllm:num_requests_running)\n"
+            expr=(f"{sidecar_up} == 0\nor\n(\n  count by (namespace) ({vllm.NUM_REQUESTS_RUNNING})\n"
                   f"  unless on (namespace)\n  count by (namespace) ({sidecar_up} == 1)\n)"),
             severity="warning", symptom="none", layer="unknown", for_=FOR_OPERATIONS,
             summary="A vllm-diag sidecar cannot be scraped, or a namespace serves vLLM with none up.",
@@ -842,7 +841,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      "has no vLLM either and stays quiet, and one namespace's sidecars never hide another's. "
                      "Serving may be fine; the error-budget pages still fire, with cause `unknown`."),
             verify=(Verify("sidecar scrape state", sidecar_up),
-                    Verify("namespaces serving vLLM", "count by (namespace) (vllm:num_requests_running)")),
+                    Verify("namespaces serving vLLM", f"count by (namespace) ({vllm.NUM_REQUESTS_RUNNING})")),
             action="check the sidecar container (logs, restarts) and the Prometheus scrape config / ServiceMonitor",
             tradeoff="none",
         ),
@@ -934,10 +933,6 @@ INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
 
 def runbook_file(alert_name: str) -> str:
     return f"{RUNBOOK_DIR}/{alert_name.lower()}.md"
-
-
-def runbook_url(alert_name: str, base_url: str = RUNBOOK_BASE_URL) -> str:
-    return f"{base_url.rstrip('/')}/{alert_name.lower()}.md"
 
 
 def add_runbook_links(items: Sequence[Alert], base_url: str = RUNBOOK_BASE_URL) -> list[Alert]:

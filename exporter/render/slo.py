@@ -23,10 +23,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from exporter.catalog import buckets
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import BY_NAME
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Slo
-from exporter.render import fmt
+from exporter.render.promql import fmt
 
 # Recording windows: every window a burn-rate alert reads.
 SLI_WINDOWS: tuple[str, ...] = ("5m", "30m", "1h", "6h", "3d")
@@ -39,8 +40,8 @@ MODEL_LABELS: tuple[str, ...] = ("cluster", "namespace", "model_name")
 OBJECTIVES: tuple[str, ...] = ("ttft", "itl", "availability")
 OBJECTIVE_TITLE: Mapping[str, str] = {"ttft": "TTFT", "itl": "ITL", "availability": "Availability"}
 # The latency histograms by objective (canonical names; older names come from the catalog's aliases).
-HISTOGRAM: Mapping[str, str] = {"ttft": "vllm:time_to_first_token_seconds", "itl": "vllm:inter_token_latency_seconds"}
-FINISHED = "vllm:request_success_total"
+HISTOGRAM: Mapping[str, str] = {"ttft": vllm.TIME_TO_FIRST_TOKEN_SECONDS, "itl": vllm.INTER_TOKEN_LATENCY_SECONDS}
+FINISHED = vllm.REQUEST_SUCCESS_TOTAL
 FAILED_REASONS = ("error", "abort")
 
 

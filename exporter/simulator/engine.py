@@ -40,8 +40,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Final
 
-from exporter.simulator.exposition import (
-    FINISHED_REASONS,
+from exporter.simulator.buckets import (
     HTTP_DURATION_BUCKETS,
     HTTP_DURATION_HIGHR_BUCKETS,
     INTER_TOKEN_LATENCY_BUCKETS,
@@ -53,6 +52,9 @@ from exporter.simulator.exposition import (
     request_token_buckets,
 )
 from exporter.simulator.workload import RequestSpec, Workload, generate
+
+# vLLM's finished_reason label values: the engine counts finished requests by each.
+FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 
 # --------------------------------------------------------------------------------------------
 # Hardware and model descriptions

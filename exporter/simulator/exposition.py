@@ -5,7 +5,7 @@ families in the same order, the same HELP/TYPE lines (trailing spaces included),
 twins for every counter and histogram child, labels sorted alphabetically as prometheus_client
 prints them, every per-engine child pre-created at zero, HTTP children created on the first
 request, ``vllm:cache_config_info`` with the 0.32 label set and the simulated values. Bucket
-boundaries are vLLM's (``vllm/v1/metrics/buckets.py``; ``exporter/catalog/buckets.py`` keeps the latency ones).
+boundaries are vLLM's (``exporter/simulator/buckets.py``).
 Values are printed with prometheus_client's own float formatter.
 
 The DCGM exposition follows dcgm-exporter's default + DCP counters (its CSV help texts, its
@@ -14,38 +14,14 @@ label order, integers for integer fields).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 from prometheus_client.utils import floatToGoString
 
-from exporter.catalog import buckets
+from exporter.catalog import metrics as vllm
+from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions
+from exporter.simulator.engine import FINISHED_REASONS, Engine, Histogram
 
-if TYPE_CHECKING:  # engine imports this module for the bucket lists
-    from exporter.simulator.dataparallel import DataParallelEngine
-    from exporter.simulator.engine import Engine, Histogram
-
-# --------------------------------------------------------------------------------------------
-# vLLM 0.32 bucket families
-# --------------------------------------------------------------------------------------------
-
-REQUEST_LATENCY_BUCKETS: Final = (
-    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0,
-    120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0,
-)
-TIME_TO_FIRST_TOKEN_BUCKETS: Final = buckets.TIME_TO_FIRST_TOKEN
-INTER_TOKEN_LATENCY_BUCKETS: Final = buckets.INTER_TOKEN_LATENCY
-ITERATION_TOKENS_BUCKETS: Final = (
-    1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0,
-)
-REQUEST_PARAMS_N_BUCKETS: Final = (1.0, 2.0, 5.0, 10.0, 20.0)
-REQUEST_NUM_PREEMPTIONS_BUCKETS: Final = (1.0, 2.0, 3.0, 4.0, 5.0, 10.0, 20.0)
-HTTP_DURATION_HIGHR_BUCKETS: Final = (
-    0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5,
-    5.0, 7.5, 10.0, 30.0, 60.0,
-)
-HTTP_DURATION_BUCKETS: Final = (0.1, 0.5, 1.0)
-
-FINISHED_REASONS: Final = ("stop", "length", "abort", "error", "repetition")
 WAITING_REASONS: Final = ("capacity", "deferred")
 SLEEP_STATES: Final = ("awake", "weights_offloaded", "discard_all")
 PROMPT_SOURCES: Final = ("local_compute", "local_cache_hit", "external_kv_transfer")
@@ -54,19 +30,7 @@ ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
-
-
-def request_token_buckets(max_model_len: int) -> tuple[float, ...]:
-    """vLLM's ``build_1_2_5_buckets(max_model_len)``: 1, 2, 5, 10, ... while <= the max."""
-    out: list[float] = []
-    exponent = 0
-    while True:
-        for mantissa in (1, 2, 5):
-            value = mantissa * 10**exponent
-            if value > max_model_len:
-                return tuple(out)
-            out.append(float(value))
-        exponent += 1
+VLLM_VERSION: Final = "0.32.0"  # the release this exposition copies (what its /version answers)
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,66 +42,74 @@ _HTTP_SIZE = (
     "Content length of {} by handler. Only value of header is respected. Otherwise ignored. "
     "No percentile calculated. "
 )
+
+
+def _family(counter: str) -> str:
+    """A counter's family name as prometheus_client declares it: the catalog's sample name without _total."""
+    return counter.removesuffix("_total")
+
+
+# Keyed by the catalog's names (counters with _total); the API server's own families by family name.
 HELP: Final[dict[str, str]] = {
-    "vllm:estimated_flops_per_gpu": f"Estimated number of floating point operations per GPU {_MFU}",
-    "vllm:estimated_read_bytes_per_gpu": f"Estimated number of bytes read from memory per GPU {_MFU}",
-    "vllm:estimated_write_bytes_per_gpu": f"Estimated number of bytes written to memory per GPU {_MFU}",
-    "vllm:num_requests_running": "Number of requests in model execution batches.",
-    "vllm:num_requests_waiting": "Number of requests waiting to be processed.",
-    "vllm:num_requests_waiting_by_reason": (
+    vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL: f"Estimated number of floating point operations per GPU {_MFU}",
+    vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL: f"Estimated number of bytes read from memory per GPU {_MFU}",
+    vllm.ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL: f"Estimated number of bytes written to memory per GPU {_MFU}",
+    vllm.NUM_REQUESTS_RUNNING: "Number of requests in model execution batches.",
+    vllm.NUM_REQUESTS_WAITING: "Number of requests waiting to be processed.",
+    vllm.NUM_REQUESTS_WAITING_BY_REASON: (
         "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
         "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
-        "status). Sum of all reasons equals vllm:num_requests_waiting."
+        f"status). Sum of all reasons equals {vllm.NUM_REQUESTS_WAITING}."
     ),
-    "vllm:engine_sleep_state": (
+    vllm.ENGINE_SLEEP_STATE: (
         "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
         "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
     ),
-    "vllm:kv_cache_usage_perc": "KV-cache usage. 1 means 100 percent usage.",
-    "vllm:prefix_cache_queries": "Prefix cache queries, in terms of number of queried tokens.",
-    "vllm:prefix_cache_hits": "Prefix cache hits, in terms of number of cached tokens.",
-    "vllm:external_prefix_cache_queries": (
+    vllm.KV_CACHE_USAGE_PERC: "KV-cache usage. 1 means 100 percent usage.",
+    vllm.PREFIX_CACHE_QUERIES_TOTAL: "Prefix cache queries, in terms of number of queried tokens.",
+    vllm.PREFIX_CACHE_HITS_TOTAL: "Prefix cache hits, in terms of number of cached tokens.",
+    vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL: (
         "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
         "number of queried tokens."
     ),
-    "vllm:external_prefix_cache_hits": (
+    vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL: (
         "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
         "number of cached tokens."
     ),
-    "vllm:mm_cache_queries": "Multi-modal cache queries, in terms of number of queried items.",
-    "vllm:mm_cache_hits": "Multi-modal cache hits, in terms of number of cached items.",
-    "vllm:num_preemptions": "Cumulative number of preemption from the engine.",
-    "vllm:prompt_tokens": "Number of prefill tokens processed.",
-    "vllm:prompt_tokens_by_source": "Number of prompt tokens by source.",
-    "vllm:prompt_tokens_cached": "Number of cached prompt tokens (local + external).",
-    "vllm:prompt_tokens_cached_by_source": (
+    vllm.MM_CACHE_QUERIES_TOTAL: "Multi-modal cache queries, in terms of number of queried items.",
+    vllm.MM_CACHE_HITS_TOTAL: "Multi-modal cache hits, in terms of number of cached items.",
+    vllm.NUM_PREEMPTIONS_TOTAL: "Cumulative number of preemption from the engine.",
+    vllm.PROMPT_TOKENS_TOTAL: "Number of prefill tokens processed.",
+    vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL: "Number of prompt tokens by source.",
+    vllm.PROMPT_TOKENS_CACHED_TOTAL: "Number of cached prompt tokens (local + external).",
+    vllm.PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL: (
         "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
         "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or "
-        "external_unspecified. Counted at admission; sums to vllm:prefix_cache_hits + "
-        "vllm:external_prefix_cache_hits."
+        f"external_unspecified. Counted at admission; sums to {_family(vllm.PREFIX_CACHE_HITS_TOTAL)} + "
+        f"{_family(vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL)}."
     ),
-    "vllm:generation_tokens": "Number of generation tokens processed.",
-    "vllm:request_success": "Count of successfully processed requests.",
-    "vllm:admission_rejections": "Number of admission attempts rejected by a queue limit, by reason.",
-    "vllm:request_prompt_tokens": "Number of prefill tokens processed.",
-    "vllm:request_generation_tokens": "Number of generation tokens processed.",
-    "vllm:iteration_tokens_total": "Histogram of number of tokens per engine_step.",
-    "vllm:request_max_num_generation_tokens": "Histogram of maximum number of requested generation tokens.",
-    "vllm:request_params_n": "Histogram of the n request parameter.",
-    "vllm:request_params_max_tokens": "Histogram of the max_tokens request parameter.",
-    "vllm:time_to_first_token_seconds": "Histogram of time to first token in seconds.",
-    "vllm:inter_token_latency_seconds": "Histogram of inter-token latency in seconds.",
-    "vllm:request_time_per_output_token_seconds": "Histogram of time_per_output_token_seconds per request.",
-    "vllm:e2e_request_latency_seconds": "Histogram of e2e request latency in seconds.",
-    "vllm:request_queue_time_seconds": "Histogram of time spent in WAITING phase for request.",
-    "vllm:request_inference_time_seconds": "Histogram of time spent in RUNNING phase for request.",
-    "vllm:request_prefill_time_seconds": "Histogram of time spent in PREFILL phase for request.",
-    "vllm:request_decode_time_seconds": "Histogram of time spent in DECODE phase for request.",
-    "vllm:request_num_preemptions": "Histogram of the number of times a request was preempted.",
-    "vllm:request_prefill_kv_computed_tokens": (
+    vllm.GENERATION_TOKENS_TOTAL: "Number of generation tokens processed.",
+    vllm.REQUEST_SUCCESS_TOTAL: "Count of successfully processed requests.",
+    vllm.ADMISSION_REJECTIONS_TOTAL: "Number of admission attempts rejected by a queue limit, by reason.",
+    vllm.REQUEST_PROMPT_TOKENS: "Number of prefill tokens processed.",
+    vllm.REQUEST_GENERATION_TOKENS: "Number of generation tokens processed.",
+    vllm.ITERATION_TOKENS_TOTAL: "Histogram of number of tokens per engine_step.",
+    vllm.REQUEST_MAX_NUM_GENERATION_TOKENS: "Histogram of maximum number of requested generation tokens.",
+    vllm.REQUEST_PARAMS_N: "Histogram of the n request parameter.",
+    vllm.REQUEST_PARAMS_MAX_TOKENS: "Histogram of the max_tokens request parameter.",
+    vllm.TIME_TO_FIRST_TOKEN_SECONDS: "Histogram of time to first token in seconds.",
+    vllm.INTER_TOKEN_LATENCY_SECONDS: "Histogram of inter-token latency in seconds.",
+    vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS: "Histogram of time_per_output_token_seconds per request.",
+    vllm.E2E_REQUEST_LATENCY_SECONDS: "Histogram of e2e request latency in seconds.",
+    vllm.REQUEST_QUEUE_TIME_SECONDS: "Histogram of time spent in WAITING phase for request.",
+    vllm.REQUEST_INFERENCE_TIME_SECONDS: "Histogram of time spent in RUNNING phase for request.",
+    vllm.REQUEST_PREFILL_TIME_SECONDS: "Histogram of time spent in PREFILL phase for request.",
+    vllm.REQUEST_DECODE_TIME_SECONDS: "Histogram of time spent in DECODE phase for request.",
+    vllm.REQUEST_NUM_PREEMPTIONS: "Histogram of the number of times a request was preempted.",
+    vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS: (
         "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
     ),
-    "vllm:cache_config_info": "Information of the LLMEngine CacheConfig",
+    vllm.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
     "http_requests": "Total number of requests by method, status and handler.",
     "http_request_size_bytes": _HTTP_SIZE.format("incoming requests"),
     "http_response_size_bytes": _HTTP_SIZE.format("outgoing responses"),
@@ -153,22 +125,22 @@ HELP: Final[dict[str, str]] = {
 
 # Histograms in exposition order: (family, EngineStats attribute).
 _VLLM_HISTOGRAMS: Final = (
-    ("vllm:request_prompt_tokens", "request_prompt_tokens"),
-    ("vllm:request_generation_tokens", "request_generation_tokens"),
-    ("vllm:iteration_tokens_total", "iteration_tokens"),
-    ("vllm:request_max_num_generation_tokens", "request_max_num_generation_tokens"),
-    ("vllm:request_params_n", "request_params_n"),
-    ("vllm:request_params_max_tokens", "request_params_max_tokens"),
-    ("vllm:time_to_first_token_seconds", "time_to_first_token"),
-    ("vllm:inter_token_latency_seconds", "inter_token_latency"),
-    ("vllm:request_time_per_output_token_seconds", "request_time_per_output_token"),
-    ("vllm:e2e_request_latency_seconds", "e2e_request_latency"),
-    ("vllm:request_queue_time_seconds", "request_queue_time"),
-    ("vllm:request_inference_time_seconds", "request_inference_time"),
-    ("vllm:request_prefill_time_seconds", "request_prefill_time"),
-    ("vllm:request_decode_time_seconds", "request_decode_time"),
-    ("vllm:request_num_preemptions", "request_num_preemptions"),
-    ("vllm:request_prefill_kv_computed_tokens", "request_prefill_kv_computed_tokens"),
+    (vllm.REQUEST_PROMPT_TOKENS, "request_prompt_tokens"),
+    (vllm.REQUEST_GENERATION_TOKENS, "request_generation_tokens"),
+    (vllm.ITERATION_TOKENS_TOTAL, "iteration_tokens"),
+    (vllm.REQUEST_MAX_NUM_GENERATION_TOKENS, "request_max_num_generation_tokens"),
+    (vllm.REQUEST_PARAMS_N, "request_params_n"),
+    (vllm.REQUEST_PARAMS_MAX_TOKENS, "request_params_max_tokens"),
+    (vllm.TIME_TO_FIRST_TOKEN_SECONDS, "time_to_first_token"),
+    (vllm.INTER_TOKEN_LATENCY_SECONDS, "inter_token_latency"),
+    (vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS, "request_time_per_output_token"),
+    (vllm.E2E_REQUEST_LATENCY_SECONDS, "e2e_request_latency"),
+    (vllm.REQUEST_QUEUE_TIME_SECONDS, "request_queue_time"),
+    (vllm.REQUEST_INFERENCE_TIME_SECONDS, "request_inference_time"),
+    (vllm.REQUEST_PREFILL_TIME_SECONDS, "request_prefill_time"),
+    (vllm.REQUEST_DECODE_TIME_SECONDS, "request_decode_time"),
+    (vllm.REQUEST_NUM_PREEMPTIONS, "request_num_preemptions"),
+    (vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS, "request_prefill_kv_computed_tokens"),
 )
 
 
@@ -207,12 +179,13 @@ class _Text:
             when = (at if at is not None else self._created_at) + self._created_seq * 1.3e-5
             self.sample(f"{base}_created", labels, when)
 
-    def counter(self, base: str, children: list[tuple[dict[str, str], float]], at: float | None = None) -> None:
-        help_text = HELP[base]
-        self.header(f"{base}_total", help_text, "counter")
+    def counter(self, name: str, children: list[tuple[dict[str, str], float]], at: float | None = None) -> None:
+        """A vLLM counter by its catalog name (``..._total``), with its ``_created`` twins."""
+        help_text = HELP[name]
+        self.header(name, help_text, "counter")
         for labels, value in children:
-            self.sample(f"{base}_total", labels, value)
-        self.created(base, help_text, [labels for labels, _ in children], at)
+            self.sample(name, labels, value)
+        self.created(_family(name), help_text, [labels for labels, _ in children], at)
 
     def histogram(
         self, name: str, help_text: str, labels: dict[str, str], hist: Histogram, at: float | None = None
@@ -282,8 +255,6 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     ``start_unix`` is the unix time of simulated second 0 (when the engine became ready);
     ``speed`` is simulated seconds per wall second, so that timestamps stay on the wall clock.
     """
-    from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions  # engine imports us
-
     if isinstance(engine, DataParallelEngine):
         return merge_engine_expositions([
             render_vllm(rank, start_unix=start_unix + offset, speed=speed)
@@ -330,56 +301,56 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
 
     # vLLM engine families, in the order the 0.32 logger registers them.
     mfu = engine.cfg.enable_mfu_metrics  # registered always, incremented only with the flag
-    out.counter("vllm:estimated_flops_per_gpu", [(base, round(st.estimated_flops) if mfu else 0)])
-    out.counter("vllm:estimated_read_bytes_per_gpu", [(base, round(st.estimated_read_bytes) if mfu else 0)])
-    out.counter("vllm:estimated_write_bytes_per_gpu", [(base, 0)])
-    out.header("vllm:num_requests_running", HELP["vllm:num_requests_running"], "gauge")
-    out.sample("vllm:num_requests_running", base, engine.num_running)
-    out.header("vllm:num_requests_waiting", HELP["vllm:num_requests_waiting"], "gauge")
-    out.sample("vllm:num_requests_waiting", base, engine.num_waiting)
-    out.header("vllm:num_requests_waiting_by_reason", HELP["vllm:num_requests_waiting_by_reason"], "gauge")
+    out.counter(vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL, [(base, round(st.estimated_flops) if mfu else 0)])
+    out.counter(vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL, [(base, round(st.estimated_read_bytes) if mfu else 0)])
+    out.counter(vllm.ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL, [(base, 0)])
+    out.header(vllm.NUM_REQUESTS_RUNNING, HELP[vllm.NUM_REQUESTS_RUNNING], "gauge")
+    out.sample(vllm.NUM_REQUESTS_RUNNING, base, engine.num_running)
+    out.header(vllm.NUM_REQUESTS_WAITING, HELP[vllm.NUM_REQUESTS_WAITING], "gauge")
+    out.sample(vllm.NUM_REQUESTS_WAITING, base, engine.num_waiting)
+    out.header(vllm.NUM_REQUESTS_WAITING_BY_REASON, HELP[vllm.NUM_REQUESTS_WAITING_BY_REASON], "gauge")
     # The model has no LoRA, KV transfer or blocked states: everything waits for capacity.
     for reason in WAITING_REASONS:
         waiting = engine.num_waiting if reason == "capacity" else 0
-        out.sample("vllm:num_requests_waiting_by_reason", {**base, "reason": reason}, waiting)
-    out.header("vllm:engine_sleep_state", HELP["vllm:engine_sleep_state"], "gauge")
+        out.sample(vllm.NUM_REQUESTS_WAITING_BY_REASON, {**base, "reason": reason}, waiting)
+    out.header(vllm.ENGINE_SLEEP_STATE, HELP[vllm.ENGINE_SLEEP_STATE], "gauge")
     for state in SLEEP_STATES:
-        out.sample("vllm:engine_sleep_state", {**base, "sleep_state": state}, 1 if state == "awake" else 0)
-    out.header("vllm:kv_cache_usage_perc", HELP["vllm:kv_cache_usage_perc"], "gauge")
-    out.sample("vllm:kv_cache_usage_perc", base, engine.kv_cache_usage)
-    out.counter("vllm:prefix_cache_queries", [(base, st.prefix_cache_queries)])
-    out.counter("vllm:prefix_cache_hits", [(base, st.prefix_cache_hits)])
-    out.counter("vllm:external_prefix_cache_queries", [(base, 0)])
-    out.counter("vllm:external_prefix_cache_hits", [(base, 0)])
-    out.counter("vllm:mm_cache_queries", [(base, 0)])
-    out.counter("vllm:mm_cache_hits", [(base, 0)])
-    out.counter("vllm:num_preemptions", [(base, st.num_preemptions)])
-    out.counter("vllm:prompt_tokens", [(base, st.prompt_tokens)])
+        out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if state == "awake" else 0)
+    out.header(vllm.KV_CACHE_USAGE_PERC, HELP[vllm.KV_CACHE_USAGE_PERC], "gauge")
+    out.sample(vllm.KV_CACHE_USAGE_PERC, base, engine.kv_cache_usage)
+    out.counter(vllm.PREFIX_CACHE_QUERIES_TOTAL, [(base, st.prefix_cache_queries)])
+    out.counter(vllm.PREFIX_CACHE_HITS_TOTAL, [(base, st.prefix_cache_hits)])
+    out.counter(vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, [(base, 0)])
+    out.counter(vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL, [(base, 0)])
+    out.counter(vllm.MM_CACHE_QUERIES_TOTAL, [(base, 0)])
+    out.counter(vllm.MM_CACHE_HITS_TOTAL, [(base, 0)])
+    out.counter(vllm.NUM_PREEMPTIONS_TOTAL, [(base, st.num_preemptions)])
+    out.counter(vllm.PROMPT_TOKENS_TOTAL, [(base, st.prompt_tokens)])
     by_source = {
         "local_compute": st.prompt_tokens_local_compute,
         "local_cache_hit": st.prompt_tokens_local_cache_hit,
         "external_kv_transfer": 0,
     }
-    out.counter("vllm:prompt_tokens_by_source", [({**base, "source": s}, by_source[s]) for s in PROMPT_SOURCES])
-    out.counter("vllm:prompt_tokens_cached", [(base, st.prompt_tokens_local_cache_hit)])
+    out.counter(vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL, [({**base, "source": s}, by_source[s]) for s in PROMPT_SOURCES])
+    out.counter(vllm.PROMPT_TOKENS_CACHED_TOTAL, [(base, st.prompt_tokens_local_cache_hit)])
     out.counter(
-        "vllm:prompt_tokens_cached_by_source",
+        vllm.PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL,
         [({**base, "source": s}, st.prefix_cache_hits if s == "device" else 0) for s in CACHED_SOURCES],
     )
-    out.counter("vllm:generation_tokens", [(base, st.generation_tokens)])
+    out.counter(vllm.GENERATION_TOKENS_TOTAL, [(base, st.generation_tokens)])
     out.counter(
-        "vllm:request_success",
+        vllm.REQUEST_SUCCESS_TOTAL,
         [({**base, "finished_reason": r}, st.request_success[r]) for r in FINISHED_REASONS],
     )
     # Admission control lives in the API server: no `engine` label.
     out.counter(
-        "vllm:admission_rejections",
+        vllm.ADMISSION_REJECTIONS_TOTAL,
         [({"model_name": engine.cfg.model_name, "reason": r}, 0) for r in ADMISSION_REASONS],
     )
     for family, attr in _VLLM_HISTOGRAMS:
         out.histogram(family, HELP[family], base, getattr(st, attr))
-    out.header("vllm:cache_config_info", HELP["vllm:cache_config_info"], "gauge")
-    out.sample("vllm:cache_config_info", cache_config_labels(engine), 1.0)
+    out.header(vllm.CACHE_CONFIG_INFO, HELP[vllm.CACHE_CONFIG_INFO], "gauge")
+    out.sample(vllm.CACHE_CONFIG_INFO, cache_config_labels(engine), 1.0)
 
     # prometheus_fastapi_instrumentator. Per-handler children appear with the first request.
     first = st.http_first_request_at

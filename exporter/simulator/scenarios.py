@@ -11,7 +11,7 @@ Numbers are production-scale: Llama-3.1-8B on one H100 unless said otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -99,13 +99,6 @@ class Scenario:
             return DataParallelEngine(self.engine, self.workload, seed, self.data_parallel_size,
                                       dict(self.restart_engine_at))
         return Engine(self.engine, self.workload, seed)
-
-    def with_engine(self, **changes: Any) -> Scenario:
-        """The same scenario with engine settings changed (physics tests, what-ifs)."""
-        return replace(self, engine=replace(self.engine, **changes))
-
-    def with_workload(self, workload: Workload) -> Scenario:
-        return replace(self, workload=workload)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,9 +1,11 @@
 """Serve simulated vLLM deployments over HTTP, the way a real vLLM and dcgm-exporter would.
 
-Routes (for every scenario served): ``/scenarios/{name}/metrics`` (vLLM's exposition) and
-``/scenarios/{name}/dcgm/metrics`` (dcgm-exporter's). With a single scenario, also the plain
-``/metrics``, ``/dcgm/metrics``, ``/health`` and ``/v1/models`` a real deployment answers.
-``/`` lists the scenarios with their engine facts and expected diagnosis (JSON).
+Routes (for every scenario served): ``/scenarios/{name}/metrics`` (vLLM's exposition),
+``/scenarios/{name}/dcgm/metrics`` (dcgm-exporter's) and, as vLLM 0.32 answers them next to its
+/metrics, ``/scenarios/{name}/v1/models`` and ``/scenarios/{name}/version`` (each scenario is one
+vLLM behind a path prefix, the way ``--root-path`` serves it). With a single scenario, also the
+plain ``/metrics``, ``/dcgm/metrics``, ``/health``, ``/v1/models`` and ``/version`` a real
+deployment answers. ``/`` lists the scenarios with their engine facts and expected diagnosis (JSON).
 
 The model advances in simulated time in step with a clock: ``speed`` simulated seconds per
 clock second (1.0 by default). Every scrape first brings the model up to date, and an
@@ -17,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import asdict, dataclass
 
@@ -25,7 +28,7 @@ from aiohttp import web
 from exporter.shutdown import until_stopped
 from exporter.simulator.dataparallel import DataParallelEngine
 from exporter.simulator.engine import Engine
-from exporter.simulator.exposition import CONTENT_TYPE, render_dcgm, render_vllm
+from exporter.simulator.exposition import CONTENT_TYPE, VLLM_VERSION, render_dcgm, render_vllm
 from exporter.simulator.scenarios import Scenario, get_scenario
 
 DEFAULT_PORT = 8000  # vLLM's default
@@ -57,6 +60,7 @@ class LiveScenario:
 SIMS = web.AppKey("simulator_scenarios", dict[str, LiveScenario])
 # A callable type is no class, so AppKey's type argument goes in the annotation.
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("simulator_clock")
+WALL_CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("simulator_wall_clock")  # dates /v1/models' cards
 
 
 def _resolve(scenarios: Scenario | str | Iterable[Scenario | str]) -> list[Scenario]:
@@ -103,22 +107,26 @@ async def _health(request: web.Request) -> web.Response:
 
 
 async def _models(request: web.Request) -> web.Response:
-    live = _live(request, None)
-    cfg = live.engine.cfg
-    return web.json_response(
-        {
-            "object": "list",
-            "data": [
-                {
-                    "id": cfg.model_name,
-                    "object": "model",
-                    "owned_by": "vllm",
-                    "root": cfg.model.name,
-                    "max_model_len": cfg.max_model_len,
-                }
-            ],
-        }
-    )
+    """vLLM 0.32's ``GET /v1/models``: ``ModelList`` of one ``ModelCard`` (the served model, no LoRA),
+    field for field as ``vllm/entrypoints/serve/engine/protocol.py`` dumps it."""
+    cfg = _live(request, request.match_info.get("name")).engine.cfg
+    created = int(request.app[WALL_CLOCK]())
+    permission = {
+        "id": f"modelperm-{uuid.uuid4().int & (2**64 - 1):016x}", "object": "model_permission", "created": created,
+        "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True, "allow_search_indices": False,
+        "allow_view": True, "allow_fine_tuning": False, "organization": "*", "group": None, "is_blocking": False,
+    }
+    card = {
+        "id": cfg.model_name, "object": "model", "created": created, "owned_by": "vllm", "root": cfg.model.name,
+        "parent": None, "max_model_len": cfg.max_model_len, "permission": [permission],
+    }
+    return web.json_response({"object": "list", "data": [card]})
+
+
+async def _version(request: web.Request) -> web.Response:
+    """vLLM's ``GET /version``: the release whose /metrics the simulator copies."""
+    _live(request, request.match_info.get("name"))  # 404 for an unknown scenario, as /metrics
+    return web.json_response({"version": VLLM_VERSION})
 
 
 async def _index(request: web.Request) -> web.Response:
@@ -171,6 +179,7 @@ def build_app(
         raise ValueError("warmup_s must be >= 0")
     start, start_unix = clock() - warmup_s / speed, wall_clock() - warmup_s / speed
     app[CLOCK] = clock
+    app[WALL_CLOCK] = wall_clock
     app[SIMS] = {
         sc.name: LiveScenario(sc, sc.build(seed), start, start_unix, speed) for sc in resolved
     }
@@ -178,6 +187,8 @@ def build_app(
         web.get("/", _index),
         web.get("/scenarios/{name}/metrics", _vllm_metrics),
         web.get("/scenarios/{name}/dcgm/metrics", _dcgm_metrics),
+        web.get("/scenarios/{name}/v1/models", _models),
+        web.get("/scenarios/{name}/version", _version),
     ]
     if len(resolved) == 1:
         routes += [
@@ -185,6 +196,7 @@ def build_app(
             web.get("/dcgm/metrics", _dcgm_metrics),
             web.get("/health", _health),
             web.get("/v1/models", _models),
+            web.get("/version", _version),
         ]
     app.add_routes(routes)
     if background_interval_s is not None:

@@ -92,7 +92,7 @@ def test_golden_files_have_no_stray_scenarios() -> None:
     assert found == set(SCENARIOS_UNDER_TEST)
 
 
-# The exported catalog (exporter/catalog/exported.py) defines the window quantiles as gauges with a
+# The exported catalog (exporter/publish/exported.py) defines the window quantiles as gauges with a
 # `quantile` label (the dashboards and the alert rules select on it), which promtool's lint reserves
 # for summaries. These are the only findings allowed; anything else promtool reports fails the test.
 SPEC_QUANTILE_GAUGES = ("vllm_diag_ttft_seconds", "vllm_diag_itl_seconds", "vllm_diag_e2e_latency_seconds",

@@ -76,3 +76,5 @@ def test_demo_verdicts_are_the_documented_ones_from_the_start_and_hold(tmp_path)
         assert {name: t["verdict"]["layer"] for name, t in later.items()} == expected
     assert seen[-1]["healthy"]["last_scrape_at"] > first["healthy"]["last_scrape_at"]  # live scrapes continued
     assert f"http://127.0.0.1:{listen}/" in output and "window 180 s" in output  # what to open, and the window
+    # Its simulated engines answer /v1/models and /version: no engine-fact source logs that it is unreadable.
+    assert "unavailable" not in output, output

@@ -10,15 +10,8 @@ import pytest
 from exporter.catalog.metrics import SAMPLE_INDEX
 from exporter.parse import parse
 from exporter.promsource import backfill
-from exporter.promsource.rebuild import (
-    WIRE_NAMES,
-    SelectorError,
-    TargetKey,
-    matchers,
-    scrapes,
-    selector,
-    targets,
-)
+from exporter.promsource.rebuild import WIRE_NAMES, TargetKey, scrapes, selector, targets
+from exporter.promsource.settings import SelectorError, matchers
 
 
 def as_matrix(captures: list[tuple[float, str]], extra: dict[str, str]) -> list[dict[str, object]]:

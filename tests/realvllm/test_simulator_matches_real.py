@@ -8,7 +8,7 @@ import asyncio
 import pytest
 
 from exporter.simulator import SCENARIOS
-from exporter.simulator.exposition import request_token_buckets
+from exporter.simulator.buckets import request_token_buckets
 from tests.simulator.test_format import REQUEST_TOKEN_FAMILIES, parse, scenario_text
 
 from .harness import RealVLLM, run_phase

@@ -270,7 +270,7 @@ def test_links_name_only_labels_their_series_carry() -> None:
     """A data link naming a missing field would open the overview with a literal `${__data...}`:
     every field a link reads (namespace aside: its link sits on the namespace column, which exists
     only where the series carry it) is a label of every sidecar family the panel queries."""
-    from exporter.catalog.exported import exported
+    from exporter.publish.exported import exported
 
     checked = 0
     for p in _panels(DASHBOARDS[FLEET]):

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from exporter.catalog.exported import CENTRAL_EXPORTED, EXPORTED, PREFIX, exported, sample_names
 from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exported import CENTRAL_EXPORTED, EXPORTED, PREFIX, exported, sample_names
 from exporter.render import dashboards, lint
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,7 +22,8 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import load_settings
-from exporter.render import render, rules, write
+from exporter.render import rules
+from exporter.render.generate import render, write
 from exporter.simulator import SCENARIOS
 from tests.e2e import replay
 

@@ -14,6 +14,7 @@ import pytest
 from exporter.advisor.worker import AdvisorWorker
 from exporter.cli import _diagnosed, build_parser, main
 from exporter.simulator import SCENARIOS, write_captures
+from tests.helpers import scenario_with_engine
 
 pytestmark = pytest.mark.slow  # a few simulated minutes and the advisor's seeds: ~20 s
 
@@ -29,7 +30,7 @@ def small_budget(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     scenario = SCENARIOS["small-token-budget"]
     before, after = tmp_path_factory.mktemp("before"), tmp_path_factory.mktemp("after")
     write_captures(scenario, before, 180, 15)
-    write_captures(scenario.with_engine(max_num_batched_tokens=2048), after, 180, 15)
+    write_captures(scenario_with_engine(scenario, max_num_batched_tokens=2048), after, 180, 15)
     return before, after
 
 

@@ -19,7 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.simulator import SCENARIOS, main, write_captures
-from exporter.simulator.exposition import render_dcgm, render_vllm, request_token_buckets
+from exporter.simulator.buckets import request_token_buckets
+from exporter.simulator.exposition import render_dcgm, render_vllm
 
 START = 1_800_000_000.0
 SIM_SECONDS = 120.0  # long enough for every scenario to finish some requests

@@ -23,6 +23,7 @@ import pytest
 from exporter.simulator.engine import Engine, EngineStats, Histogram
 from exporter.simulator.scenarios import SCENARIOS, Scenario
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
+from tests.helpers import scenario_with_engine
 
 pytestmark = pytest.mark.slow  # minutes of simulated traffic per test
 
@@ -42,7 +43,7 @@ def _run(sc: Scenario, duration: float = DURATION) -> Engine:
 
 def _with_class(sc: Scenario, **changes: object) -> Scenario:
     first, *rest = sc.workload.classes
-    return sc.with_workload(replace(sc.workload, classes=(replace(first, **changes), *rest)))
+    return replace(sc, workload=replace(sc.workload, classes=(replace(first, **changes), *rest)))
 
 
 def _frontend_mean(st: EngineStats) -> float:
@@ -53,8 +54,8 @@ def _frontend_mean(st: EngineStats) -> float:
 def test_larger_token_budget_lowers_ttft_and_raises_itl() -> None:
     # ~4000-token prompts at a load both budgets can carry (2 req/s).
     base = _with_class(SCENARIOS["small-token-budget"], arrivals=Arrivals("steady", rate=2.0))
-    small = _run(base.with_engine(max_num_batched_tokens=256)).stats
-    large = _run(base.with_engine(max_num_batched_tokens=2048)).stats
+    small = _run(scenario_with_engine(base, max_num_batched_tokens=256)).stats
+    large = _run(scenario_with_engine(base, max_num_batched_tokens=2048)).stats
     ttft_small, ttft_large = _mean(small.time_to_first_token), _mean(large.time_to_first_token)
     itl_small, itl_large = _mean(small.inter_token_latency), _mean(large.inter_token_latency)
     numbers = f"TTFT {ttft_small:.3f}s -> {ttft_large:.3f}s, ITL {itl_small * 1e3:.1f}ms -> {itl_large * 1e3:.1f}ms"
@@ -67,7 +68,7 @@ def test_larger_token_budget_lowers_ttft_and_raises_itl() -> None:
 def test_fewer_kv_blocks_raise_preemptions() -> None:
     sc = SCENARIOS["kv-pressure"]
     preemptions = {
-        blocks: _run(sc.with_engine(num_gpu_blocks_override=blocks)).stats.num_preemptions
+        blocks: _run(scenario_with_engine(sc, num_gpu_blocks_override=blocks)).stats.num_preemptions
         for blocks in (16000, 6000, 4000)
     }
     assert preemptions[16000] == 0, preemptions
@@ -93,7 +94,7 @@ def test_breaking_the_shared_prefix_lowers_the_hit_ratio() -> None:
 def test_cpu_contention_means_fewer_steps_and_more_frontend_time() -> None:
     base = SCENARIOS["healthy"]
     free = _run(base).stats
-    starved = _run(base.with_engine(cpu_share=0.3)).stats
+    starved = _run(scenario_with_engine(base, cpu_share=0.3)).stats
     steps_free, steps_starved = free.steps / DURATION, starved.steps / DURATION
     front_free, front_starved = _frontend_mean(free), _frontend_mean(starved)
     numbers = (
@@ -111,7 +112,7 @@ def test_cpu_contention_means_fewer_steps_and_more_frontend_time() -> None:
 def test_tensor_parallel_over_a_slow_link_makes_steps_longer() -> None:
     sc = SCENARIOS["tp-overhead"]
     tp4 = _run(sc).stats
-    tp1 = _run(sc.with_engine(tensor_parallel_size=1)).stats
+    tp1 = _run(scenario_with_engine(sc, tensor_parallel_size=1)).stats
     step4, step1 = tp4.step_time_s / tp4.steps, tp1.step_time_s / tp1.steps
     comm_share = tp4.comm_time_s / tp4.step_time_s
     numbers = (

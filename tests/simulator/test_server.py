@@ -14,6 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
+from exporter.simulator import SCENARIOS
 from exporter.simulator.exposition import CONTENT_TYPE
 from exporter.simulator.server import build_app
 
@@ -100,6 +101,21 @@ async def test_dcgm_health_and_models(single: TestClient, clock: FakeClock) -> N
     assert (await single.get("/health")).status == 200
     models = await (await single.get("/v1/models")).json()
     assert models["data"][0]["max_model_len"] == 32768
+    assert await (await single.get("/version")).json() == {"version": "0.32.0"}
+
+
+async def test_v1_models_has_vllm_032_shape(single: TestClient) -> None:
+    # vllm/entrypoints/serve/engine/protocol.py (0.32): ModelList of ModelCard with one ModelPermission.
+    models = await (await single.get("/v1/models")).json()
+    assert models["object"] == "list"
+    [card] = models["data"]
+    assert set(card) == {"id", "object", "created", "owned_by", "root", "parent", "max_model_len", "permission"}
+    assert card["object"] == "model" and card["owned_by"] == "vllm" and card["parent"] is None
+    [permission] = card["permission"]
+    assert permission["object"] == "model_permission" and permission["id"].startswith("modelperm-")
+    assert set(permission) == {"id", "object", "created", "allow_create_engine", "allow_sampling", "allow_logprobs",
+                               "allow_search_indices", "allow_view", "allow_fine_tuning", "organization", "group",
+                               "is_blocking"}
 
 
 async def test_speed_up_and_index(clock: FakeClock) -> None:
@@ -126,6 +142,12 @@ async def test_several_scenarios_in_one_app(clock: FakeClock) -> None:
         clock.now += 10.0
         for name in ("healthy", "tp-overhead"):
             assert (await client.get(f"/scenarios/{name}/metrics")).status == 200
+            # Each scenario is a vLLM behind its own path prefix: its API answers under it.
+            models = await (await client.get(f"/scenarios/{name}/v1/models")).json()
+            assert models["data"][0]["id"] == SCENARIOS[name].engine.model_name
+            assert (await client.get(f"/scenarios/{name}/version")).status == 200
+        assert (await client.get("/scenarios/nope/version")).status == 404
+        assert (await client.get("/v1/models")).status == 404  # ambiguous with several scenarios
         dcgm = await (await client.get("/scenarios/tp-overhead/dcgm/metrics")).text()
         util = {f.name: f for f in text_string_to_metric_families(dcgm)}["DCGM_FI_DEV_GPU_UTIL"]
         assert len(util.samples) == 4  # one series per TP rank

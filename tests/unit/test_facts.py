@@ -186,6 +186,18 @@ def test_models_api_gives_max_model_len_of_the_base_model() -> None:
     assert source.url("http://u:p@127.0.0.1:8000/metrics?x=1") == "http://u:p@127.0.0.1:8000/v1/models"
 
 
+@pytest.mark.parametrize("metrics_url, models_url", [
+    ("http://gateway/pool-a/metrics", "http://gateway/pool-a/v1/models"),  # vLLM --root-path behind a proxy
+    ("https://gateway/pool-a/metrics/", "https://gateway/pool-a/v1/models"),
+    ("http://127.0.0.1:8000/scenarios/healthy/metrics", "http://127.0.0.1:8000/scenarios/healthy/v1/models"),
+    ("http://127.0.0.1:9400/vllm-stats", "http://127.0.0.1:9400/v1/models"),  # no /metrics: the API at the root
+])
+def test_the_http_api_is_asked_next_to_metrics_under_its_path_prefix(metrics_url: str, models_url: str) -> None:
+    models, version = http_api.HTTP_SOURCES
+    assert models.url(metrics_url) == models_url
+    assert version.url(metrics_url) == models_url.removesuffix("/v1/models") + "/version"
+
+
 def test_cpu_kv_space_variable_overrides_the_flag_on_the_cpu_build_only() -> None:
     over, under = environ.facts({"VLLM_CPU_KVCACHE_SPACE": "2", "HF_TOKEN": SECRET}, "cpu")
     assert over == {"kv_cache_memory_bytes": 2 * GIB} and under == {}

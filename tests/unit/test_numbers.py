@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.publish import numbers
+from exporter import numbers
 from exporter.publish.document import pending, severity, worst_first
 
 

@@ -6,7 +6,6 @@ import logging
 
 import pytest
 
-from exporter.catalog.exported import EXPORTED
 from exporter.catalog.metrics import WATCHED_INPUTS
 from exporter.config import Objective, Slo, load_settings
 from exporter.inputs import available
@@ -14,6 +13,7 @@ from exporter.objectives import bad_share, bucket_edges, judge
 from exporter.parse import parse
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
+from exporter.publish.exported import EXPORTED
 from exporter.signals import HostInputs
 from exporter.window import HistogramDelta
 

@@ -11,6 +11,7 @@ from exporter.diagnosis.engine import VerdictTracker, diagnose, layer_scores
 from exporter.diagnosis.rules import RULES, Context
 from exporter.signals import CacheFacts, Signals
 from exporter.window import HistogramDelta
+from tests.helpers import signals_with
 
 T = Thresholds()
 SLO = Slo()  # TTFT within 2.5 s and ITL within 0.1 s, each for 99 % of events
@@ -29,7 +30,7 @@ def hist(bounds: tuple[float, ...], per_bucket: list[float]) -> HistogramDelta:
 FACTS = EngineFacts(max_num_batched_tokens=2048, max_num_seqs=64, tensor_parallel_size=1, pipeline_parallel_size=1)
 
 # A comfortable engine: latency well inside the SLO, KV half used, no queue, nothing preempted.
-HEALTHY = Signals(window_seconds=60, scrapes=13).with_values(
+HEALTHY = signals_with(Signals(window_seconds=60, scrapes=13),
     requests_finished=600, requests_per_second=10, first_tokens=600,
     prompt_tokens_per_second=5000, generation_tokens_per_second=2000, prompt_length_mean=500,
     prompt_length_p95=900, generation_length_mean=200, prefill_token_share=0.5, engine_steps_per_second=40,
@@ -107,7 +108,7 @@ RULE_BY_ID = dict(RULES)
 
 
 def _ctx(signals: dict, facts: dict) -> Context:
-    return Context(HEALTHY.with_values(**signals), FACTS.model_copy(update=facts), T, SLO)
+    return Context(signals_with(HEALTHY, **signals), FACTS.model_copy(update=facts), T, SLO)
 
 
 def test_every_cause_has_a_rule_and_a_case():
@@ -142,7 +143,7 @@ def test_cause_near_miss_does_not_fire(cause):
                                          ("G", "tensor_parallel_size")])
 def test_rules_needing_unexported_facts_abstain_and_say_so(cause, fact):
     (signals, _), _ = CASES[cause]
-    ctx = Context(HEALTHY.with_values(**signals), EngineFacts(), T, SLO)
+    ctx = Context(signals_with(HEALTHY, **signals), EngineFacts(), T, SLO)
     finding = RULE_BY_ID[cause](ctx)
     assert finding.status == "abstain" and any(fact in m for m in finding.missing)
 
@@ -203,8 +204,9 @@ def test_correlated_causes_do_not_saturate_the_layer_score():
 
 
 def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
-    low_bar = Thresholds({"verdict_enter_score": 0.46, "verdict_exit_score": 0.3})
-    ctx = Context(HEALTHY.with_values(running_mean=0.8, running_max=2, prefix_cache_hit_ratio=0.0), FACTS, low_bar, SLO)
+    low_bar = Thresholds.of({"verdict_enter_score": 0.46, "verdict_exit_score": 0.3})
+    signals = signals_with(HEALTHY, running_mean=0.8, running_max=2, prefix_cache_hit_ratio=0.0)
+    ctx = Context(signals, FACTS, low_bar, SLO)
     result = diagnose(ctx, VerdictTracker(), now=0.0)
     assert {c.id for c in result.active_causes} >= {"C2", "F"}
     assert all(c.informational for c in result.active_causes)
@@ -215,7 +217,7 @@ def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
                                        {"info_strength": 0.5}, {"cpu_psi_floor": 0.7}])
 def test_thresholds_reject_a_band_that_is_not_a_band(overrides):
     with pytest.raises(ValueError):
-        Thresholds(overrides)
+        Thresholds.of(overrides)
 
 
 def test_light_healthy_traffic_is_capacity_information_not_symptom_c():

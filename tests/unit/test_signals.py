@@ -13,6 +13,7 @@ from exporter.pipeline import COUNTERS
 from exporter.signals import compute
 from exporter.window import Window
 from tests.conftest import read_capture
+from tests.helpers import signals_with
 
 # vLLM <= 0.9.1 / 0.10 names for the same families (exporter/catalog/metrics.py aliases)
 OLD_NAMES = (
@@ -192,11 +193,11 @@ def test_to_dict_gives_the_flat_keys_in_order_then_the_quantiles(fixtures_dir):
     assert isinstance(data["missing"], list) and isinstance(data["cpu_inputs"], dict)
 
 
-def test_with_values_sets_a_grouped_field_by_its_json_name():
-    s = Signals(window_seconds=60, scrapes=13).with_values(kv_cache_usage_max=0.9, engine_busy_fraction=0.5,
-                                                          restarts=2, itl_quantiles={0.95: 0.2})
+def test_signals_with_sets_a_grouped_field_by_its_json_name():
+    s = signals_with(Signals(window_seconds=60, scrapes=13), kv_cache_usage_max=0.9, engine_busy_fraction=0.5,
+                     restarts=2, itl_quantiles={0.95: 0.2})
     assert s.kv.usage_max == 0.9 and s.scheduler.busy_fraction == 0.5 and s.restarts == 2
     assert s.latency.quantile("itl", 0.95) == 0.2
     assert s.to_dict()["kv_cache_usage_max"] == 0.9 and s.to_dict()["itl_p95_seconds"] == 0.2
     with pytest.raises(TypeError):
-        s.with_values(kv_usage_max=0.9)
+        signals_with(s, kv_usage_max=0.9)

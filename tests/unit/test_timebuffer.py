@@ -44,10 +44,10 @@ def test_a_baseline_buffer_never_empties_itself():
 
 def test_latest_newest_first_and_replace_latest():
     buffer = _filled(True, [1, 2, 3])
-    assert buffer.latest == 300 and buffer.latest_timestamp == 3
+    assert buffer.latest == 300
     assert list(buffer.newest_first()) == [300, 200, 100]
     buffer.replace_latest(7)
-    assert list(buffer) == [100, 200, 7] and buffer.latest_timestamp == 3
+    assert list(buffer) == [100, 200, 7] and buffer.covered_seconds == 2  # the timestamp stays
     buffer.clear()
     assert len(buffer) == 0
 

@@ -1,6 +1,9 @@
 """Catalog of the metrics the sidecar EXPORTS (``vllm_diag_*``): name, type, unit, help, labels, source.
 
-The collector (``exporter.publish.collector``) is a loop over ``EXPORTED``, in this order; the
+It lives next to the collector, not in ``exporter.catalog``: each family's ``source`` reads the
+published state (``exporter.state``, ``exporter.signals``), and the catalog package is a leaf that
+imports nothing of the pipeline. The collector (``exporter.publish.collector``) is a loop over
+``EXPORTED``, in this order; the
 lint of generated rules and dashboards (``exporter.render.lint``) and the dashboard builders
 (``exporter.render.dashboards``) check every ``vllm_diag_*`` name they use against it. Names,
 help texts and labels are a contract with alert rules, dashboards and users' queries: change
@@ -15,19 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar
 
 from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
+from exporter.config import Settings
 from exporter.signals import QUANTILES, Signals
 from exporter.state import SCRAPE_ERROR_REASONS, TargetState
-
-if TYPE_CHECKING:
-    from exporter.config import Settings
 
 PREFIX = "vllm_diag_"
 
 Sample = tuple[list[str], float]
-Source = Callable[[Sequence[TargetState], "Settings | None"], Iterator[Sample]]
+Source = Callable[[Sequence[TargetState], Settings | None], Iterator[Sample]]
 TM = ("target", "model_name")
 S = TypeVar("S")
 
@@ -406,4 +407,4 @@ def exported(sample_name: str) -> ExportedMetric[Source] | ExportedMetric[Centra
     for metric in ALL_EXPORTED:
         if metric.sample_name == sample_name:
             return metric
-    raise KeyError(f"{sample_name} is not an exported vllm-diag metric (exporter/catalog/exported.py)")
+    raise KeyError(f"{sample_name} is not an exported vllm-diag metric (exporter/publish/exported.py)")
