@@ -96,8 +96,8 @@ class Variant:
         extra = dataclasses.replace(first, name=f"{first.name}-surge", prefix=PrefixSpec(),
                                     prompt=LengthDist("lognormal", prompt, 0.2, 1, 10 * prompt),
                                     arrivals=Arrivals("steady", rate=rate, start_s=start, stop_s=stop))
-        return scenario.with_workload(dataclasses.replace(scenario.workload,
-                                                          classes=(*scenario.workload.classes, extra)))
+        workload = dataclasses.replace(scenario.workload, classes=(*scenario.workload.classes, extra))
+        return dataclasses.replace(scenario, workload=workload)
 
 
 # Fleet timelines (tests/e2e/test_fleet_pages.py): 36 simulated minutes each, enough for a page
