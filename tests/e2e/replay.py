@@ -192,25 +192,22 @@ def _lowest_priority() -> None:
 
 
 def prefetch(names: list[str], workers: int = 2) -> None:
-    """Start computing timelines in the background at the lowest CPU priority, longest first, so they
-    use the cycles that tests waiting on servers leave idle; `run_all` collects them."""
+    """Start computing timelines in the background at the lowest CPU priority, in the order given, so
+    they use the cycles that tests waiting on servers leave idle; `run_all` collects them."""
     global _POOL
     todo = [n for n in dict.fromkeys(names) if n not in _RUN and n not in _PENDING]
     if not todo:
         return
     if _POOL is None:
         _POOL = ProcessPoolExecutor(max_workers=workers, initializer=_lowest_priority)
-    for name in sorted(todo, key=lambda n: -_duration_s(n)):
+    for name in todo:
         _PENDING[name] = _POOL.submit(run_timeline, name)
 
 
-def _duration_s(name: str) -> float:
-    return VARIANTS[name].duration_s if name in VARIANTS else DURATION_S
-
-
 def all_timeline_names() -> list[str]:
-    """What the suite's Prometheus replays read: the matrix's timelines and the fleet's."""
-    return [*timeline_names(), *VARIANTS]
+    """What the suite's Prometheus replays read, in the order the suite reads them: the matrix's
+    timelines, then the fleet's, the longest of those first so it does not finish last alone."""
+    return [*timeline_names(), *sorted(VARIANTS, key=lambda n: -VARIANTS[n].duration_s)]
 
 
 def run_all(names: list[str], workers: int = 2) -> dict[str, Timeline]:
