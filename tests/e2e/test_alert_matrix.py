@@ -3,9 +3,9 @@
 Each scenario of the simulator's catalog (``exporter.simulator.SCENARIOS``, so scenarios added
 there join the matrix by themselves), two rollout timelines and a pair of replicas that are both
 called ``vllm-0`` become one sidecar endpoint each (``tests/e2e/replay.py``: the real pipeline run
-offline over 21 simulated minutes, served at 15x). One Prometheus scrapes them all (job
+offline over 21 simulated minutes, served at 60x). One Prometheus scrapes them all (job
 ``vllm-diag``, ``instance`` per endpoint, as a sidecar per pod would be) and evaluates the
-generated rules with every duration divided by 15; one Alertmanager runs the generated example
+generated rules with every duration divided by 60; one Alertmanager runs the generated example
 (routes and inhibitions unchanged, receivers pointed at a local webhook, group_wait 0.5 s).
 
 Assertions, per endpoint:
@@ -22,7 +22,8 @@ Assertions, per endpoint:
   (Alertmanager API: alerts and groups), although both targets are named ``vllm-0``.
 
 The measured matrix is printed (``-s``) and kept in docs/alerting.md. Runtime: the offline replay
-takes 2-4 minutes on two busy cores, the playback 84 s.
+takes about 2 minutes of two cores (started in the background when the session starts, see
+tests/conftest.py), the playback 21 s.
 """
 
 from __future__ import annotations
