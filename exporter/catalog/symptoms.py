@@ -13,6 +13,12 @@ from types import MappingProxyType
 LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
 VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
 
+# Which symptom classes' causes explain a miss (a burn) of each objective: the page alert names the
+# cause active on most replicas among these classes. C explains ITL too: the B rules leave a slow
+# stream on a starved CPU to C1, as they leave one under preemption to D.
+EXPLAINED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"ttft": ("A", "C", "D"), "itl": ("B", "C", "D", "G"), "availability": ("D",)})
+
 # Where an alert's runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
 # elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same. The
 # generated alert rules and the HTML page both link through ``runbook_url``.

@@ -22,7 +22,16 @@ import jinja2
 from exporter.catalog import buckets
 from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import BY_NAME
-from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, RUNBOOK_BASE_URL, SYMPTOMS, Cause, Symptom, runbook_url
+from exporter.catalog.symptoms import (
+    CAUSE_BY_ID,
+    CAUSES,
+    EXPLAINED_BY,
+    RUNBOOK_BASE_URL,
+    SYMPTOMS,
+    Cause,
+    Symptom,
+    runbook_url,
+)
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
 from exporter.render import slo
@@ -474,9 +483,10 @@ def _indent(text: str, prefix: str = "  ") -> str:
 # Service-level objectives: error-budget burn per model, the page (exporter.render.slo)
 # ---------------------------------------------------------------------------------------------
 
-# The symptom classes whose causes can explain a burn of each objective; the page names the cause
-# active on most of the model's replicas (smoothed like the symptom alerts), or `unknown`.
-EXPLAINS: Mapping[str, str] = {"ttft": "A|C|D", "itl": "B|D|G", "availability": "D"}
+# The symptom classes whose causes can explain a burn of each objective (the catalog's EXPLAINED_BY);
+# the page names the cause active on most of the model's replicas (smoothed like the symptom alerts),
+# or `unknown`.
+EXPLAINS: Mapping[str, str] = {objective: "|".join(classes) for objective, classes in EXPLAINED_BY.items()}
 MODEL = slo.MODEL_LABELS
 _MODEL_ON = f"on ({', '.join(MODEL)})"
 _MODEL_OBJ_ON = f"on ({', '.join((*MODEL, 'objective'))})"
