@@ -118,6 +118,8 @@ class Scheduler:
     queued_fraction: float | None = None
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
+    # Share of scrapes where requests wait deferred: waits no queue rule counts (only A0 names them).
+    deferred_fraction: float | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {
         "steps_per_second": "engine_steps_per_second", "busy_fraction": "engine_busy_fraction",
@@ -588,6 +590,8 @@ def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
         queued_fraction=_share_positive(queued),
         waiting_capacity=window.gauge(by_reason, "sum", _reason("capacity")) if has_reason else None,
         waiting_deferred=window.gauge(by_reason, "sum", _reason("deferred")) if has_reason else None,
+        deferred_fraction=(_share_positive(window.gauge_series(by_reason, "sum", _reason("deferred")))
+                           if has_reason else None),
     )
 
 

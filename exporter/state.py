@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from exporter.catalog.symptoms import LAYERS, Action
+from exporter.catalog.symptoms import LAYERS, UNKNOWN_NOT_JUDGED, UNKNOWN_UNEXPLAINED, Action
 from exporter.facts.base import Fact
 from exporter.objectives import ObjectiveStatus
 from exporter.record import RecordStatus
@@ -97,6 +97,16 @@ class Verdict:
     since: float
     pending: str | None = None  # a different layer (or "none") the hysteresis is holding back
     pending_evaluations: int = 0  # evaluations it has won in a row
+    # With layer "unknown": True when an objective is missed that no known cause explains, False when
+    # there is no diagnosis yet (the two meanings every output words apart).
+    unexplained: bool = False
+
+    @property
+    def meaning(self) -> str | None:
+        """What an `unknown` verdict means, in the words every output uses; None for any other verdict."""
+        if self.layer != "unknown":
+            return None
+        return UNKNOWN_UNEXPLAINED if self.unexplained else UNKNOWN_NOT_JUDGED
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +179,8 @@ class TargetState:
             "evaluated_at": self.evaluated_at,
             "last_scrape_at": self.last_scrape_at,
             "verdict": {"layer": d.verdict.layer, "score": round(d.verdict.score, 3), "since": d.verdict.since,
-                        "pending": d.verdict.pending, "pending_evaluations": d.verdict.pending_evaluations},
+                        "pending": d.verdict.pending, "pending_evaluations": d.verdict.pending_evaluations,
+                        "meaning": d.verdict.meaning},
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,

@@ -10,8 +10,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
+from exporter.catalog import metrics as vllm
+
 LAYERS: tuple[str, ...] = ("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed")
 VERDICTS: tuple[str, ...] = (*LAYERS, "none", "unknown")
+# The verdict `unknown` has two meanings, which every output words apart: an objective is missed and
+# no cause the catalog knows explains it (a cause of EFFECT_WITHOUT_CAUSE is active), or no diagnosis
+# has been made (a window too short, a target that cannot be read).
+UNKNOWN_UNEXPLAINED = "objective missed, no known cause explains it"
+UNKNOWN_NOT_JUDGED = "no diagnosis yet"
+
+# Which symptom classes' causes explain a miss (a burn) of each objective. One table for two readers:
+# the page alert names the cause active on most replicas among these classes, and the diagnosis names
+# the effect without a cause (EFFECT_WITHOUT_CAUSE) when none of their causes fires. C explains ITL too:
+# the B rules leave a slow stream on a starved CPU to C1, as they leave one under preemption to D.
+EXPLAINED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {"ttft": ("A", "C", "D"), "itl": ("B", "C", "D", "G"), "availability": ("D",)})
+# Per judged objective, the cause that names its miss while no explaining cause fires: layer `unknown`.
+EFFECT_WITHOUT_CAUSE: Mapping[str, str] = MappingProxyType({"ttft": "A0", "itl": "B0"})
 
 # Where an alert's runbook_url points: <base>/<alertname lowercased>.md. Change it when the docs are served
 # elsewhere (a fork, an internal wiki mirror); the file names under docs/runbooks/ stay the same. The
@@ -93,7 +109,30 @@ _NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs
                     "stable few-shot and tool order",
                     "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")
 
+_CHECK_ABSTAINED = Action("check the evidence listed: the causes that could not be judged name the inputs they "
+                          "lack (engine facts, a CPU source, DCGM); give them those inputs",
+                          "a cause the diagnosis can name, with its own actions",
+                          "configuration work; some inputs need the sidecar in vLLM's PID namespace or DCGM")
+_CLIENT_VIEW = Action("compare with the objective measured at the client or the gateway",
+                      "tells vLLM's share of the latency from a proxy's, the network's or a different measurement's",
+                      "needs client-side or gateway latency metrics")
+
 CAUSES: tuple[Cause, ...] = (
+    Cause("A0", "A", "unknown", "First tokens miss their objective; no known cause explains it",
+          "The first-token objective is missed, yet no cause the diagnosis knows for a slow first token, an "
+          "idle engine or preemption (A1-A5, C, D) fires: each is clear or could not be judged. What vLLM's "
+          "metrics do not attribute: requests waiting for a LoRA adapter slot (--max-loras) or for KV blocks "
+          "from a prefill instance (disaggregated serving), which vLLM counts as waiting by reason `deferred` "
+          "(not capacity); a proxy, gateway or the network in front of vLLM; a client that measures the first "
+          "token differently (its own clock, non-streamed responses).",
+          (_CHECK_ABSTAINED,
+           Action(f"look at the feature metrics named: {vllm.NUM_REQUESTS_WAITING_BY_REASON} "
+                  "(reason deferred: LoRA slots, KV transfers) and, with LoRA, vLLM's lora_requests_info gauge "
+                  "(adapters running and waiting against max_lora, set by --max-loras)",
+                  "finds the waits that are not for capacity",
+                  "raising --max-loras reserves GPU memory for more adapter slots (less KV); routing adapters "
+                  "to their own replicas needs more replicas"),
+           _CLIENT_VIEW)),
     Cause("A1", "A", "request", "Long prompts: prefill cost is intrinsic",
           "TTFT is mostly prefill of long prompts, with no queue or frontend delay behind it. Not a bug.",
           (Action("accept it, or shorten prompts (retrieval top-k, history truncation)", "lower TTFT",
@@ -125,6 +164,19 @@ CAUSES: tuple[Cause, ...] = (
           "Prefill dominates TTFT while prompts that span many blocks rarely hit the prefix cache; the root "
           "cause is usually upstream (see F).",
           (_NORMALISE,)),
+    Cause("B0", "B", "unknown", "Inter-token latency misses its objective; no known cause explains it",
+          "The inter-token objective is missed, yet no cause the diagnosis knows for a slow stream, a starved "
+          "CPU, preemption or parallelism overhead (B1-B4, C, D, G) fires: each is clear or could not be "
+          "judged. What vLLM's metrics do not attribute: speculative decoding (--speculative-config), whose "
+          "steps emit several tokens at once, so the gaps per output event are uneven; KV transfer to or from "
+          "another instance (--kv-transfer-config); a proxy or the network that holds back streamed chunks; a "
+          "client that measures the gap differently (per chunk, not per token).",
+          (_CHECK_ABSTAINED,
+           Action("look at the feature metrics named: with speculative decoding, its acceptance rate and the "
+                  "time per output token beside the per-event gaps",
+                  "tells a few long gaps between multi-token steps from a slow stream",
+                  "an objective per output token may need to replace the per-event one"),
+           _CLIENT_VIEW)),
     Cause("B1", "B", "scheduler", "Decode disturbed by prefill",
           "The ITL tail is far above its median while prompt tokens take a large share of computed tokens: "
           "prefill chunks cut into decode steps.",
@@ -216,4 +268,8 @@ CAUSES: tuple[Cause, ...] = (
 
 SYMPTOM_BY_ID: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in SYMPTOMS})
 CAUSE_BY_ID: Mapping[str, Cause] = MappingProxyType({c.id: c for c in CAUSES})
-assert all(c.layer in LAYERS and c.symptom in SYMPTOM_BY_ID for c in CAUSES)
+# Layer `unknown` is for the causes of an effect without a known cause only; every other cause has a layer.
+assert all((c.layer in LAYERS or (c.layer == "unknown" and c.id in EFFECT_WITHOUT_CAUSE.values()))
+           and c.symptom in SYMPTOM_BY_ID for c in CAUSES)
+assert all(CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective] and CAUSE_BY_ID[cid].layer == "unknown"
+           for objective, cid in EFFECT_WITHOUT_CAUSE.items())

@@ -5,6 +5,9 @@ verdict that neither flaps nor locks in.
   queue fires A2, A4 and B1 together), so combining them as independent evidence would
   saturate every busy layer near 1 and no other layer could ever take over.
 * Informational findings are shown and never count.
+* A second pass of rules reads the first pass's findings: a missed objective that no cause explains
+  is named (A0, B0, layer ``unknown``), and with no layer at the entry score the verdict is then
+  ``unknown`` ("objective missed, no known cause explains it"), never ``none``.
 * The verdict enters at ``verdict_enter_score``, is released below ``verdict_exit_score``,
   and a layer that scores higher than the current one for ``verdict_hold_evaluations``
   evaluations in a row takes over.
@@ -17,22 +20,30 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, replace
 
-from exporter.catalog.symptoms import CAUSE_BY_ID, LAYERS, SYMPTOMS, Action
+from exporter.catalog.symptoms import CAUSE_BY_ID, EFFECT_WITHOUT_CAUSE, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
-from exporter.diagnosis.rules import RULES, Context, Finding, unknown_fact
+from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context, Finding, unknown_fact
 from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
 
 log = logging.getLogger(__name__)
 
 
 def evaluate_rules(ctx: Context) -> tuple[dict[str, Finding], dict[str, str]]:
-    """Run every rule; a rule that raises is reported and treated as abstaining."""
+    """Run every rule, then the second pass over the first's findings; a rule that raises is
+    reported and treated as abstaining."""
     findings: dict[str, Finding] = {}
     errors: dict[str, str] = {}
     for cause_id, rule in RULES:
         try:
             findings[cause_id] = rule(ctx)
         except Exception as exc:  # one broken rule must never blank the diagnosis
+            errors[cause_id] = f"{type(exc).__name__}: {exc}"
+            findings[cause_id] = Finding("abstain", missing=("rule error",))
+    first = dict(findings)  # the second pass reads the first pass only, never each other
+    for cause_id, explaining in EXPLAINING_RULES:
+        try:
+            findings[cause_id] = explaining(ctx, first)
+        except Exception as exc:
             errors[cause_id] = f"{type(exc).__name__}: {exc}"
             findings[cause_id] = Finding("abstain", missing=("rule error",))
     return findings, errors
@@ -43,13 +54,19 @@ def counts(finding: Finding) -> bool:
 
 
 def layer_scores(findings: dict[str, Finding]) -> dict[str, float]:
-    """The strongest active, non-informational cause of each layer."""
+    """The strongest active, non-informational cause of each layer (an effect without a known cause
+    has no layer to score: it makes the verdict ``unknown`` instead, see ``unexplained``)."""
     scores = {layer: 0.0 for layer in LAYERS}
     for cause_id, finding in findings.items():
-        if counts(finding):
-            layer = CAUSE_BY_ID[cause_id].layer
+        layer = CAUSE_BY_ID[cause_id].layer
+        if counts(finding) and layer in scores:
             scores[layer] = max(scores[layer], finding.strength)
     return scores
+
+
+def unexplained(findings: dict[str, Finding]) -> bool:
+    """A missed objective that no known cause explains (A0, B0) is active."""
+    return any(counts(findings[cid]) for cid in EFFECT_WITHOUT_CAUSE.values() if cid in findings)
 
 
 # -- knob actions ---------------------------------------------------------------------------
@@ -156,22 +173,30 @@ class VerdictTracker:
     ``verdict_hold_evaluations`` evaluations in a row. The current layer is released when its
     score falls below ``verdict_exit_score``, and replaced by a layer that scores higher than it
     for ``verdict_hold_evaluations`` evaluations in a row: a verdict can always change its mind.
+    Without a layer at the entry score the verdict is ``none``, or ``unknown`` while an objective is
+    missed that no known cause explains; the two trade places under the same hold. Only the first
+    verdict after a reset (``judged`` False: no diagnosis yet) needs no hold.
     """
 
     layer: str = "unknown"
     since: float = 0.0
+    judged: bool = False  # False: `unknown` means no diagnosis yet; True: an objective missed, unexplained
     _pending: str | None = None
     _pending_count: int = 0
 
     def reset(self, now: float) -> Verdict:
-        if self.layer != "unknown":
+        if self.layer != "unknown" or self.judged:
             self.layer, self.since = "unknown", now
+        self.judged = False
         self._pending, self._pending_count = None, 0
         return Verdict("unknown", 0.0, self.since)
 
-    def candidate(self, scores: dict[str, float], thresholds: Thresholds) -> str:
+    def candidate(self, scores: dict[str, float], thresholds: Thresholds, unexplained: bool = False) -> str:
         best = max(LAYERS, key=lambda layer: (scores[layer], -LAYERS.index(layer)))
-        entering = best if scores[best] >= thresholds.verdict_enter_score else "none"
+        if scores[best] >= thresholds.verdict_enter_score:
+            entering = best
+        else:
+            entering = "unknown" if unexplained else "none"
         if self.layer not in LAYERS:
             return entering
         current = scores.get(self.layer, 0.0)
@@ -181,12 +206,14 @@ class VerdictTracker:
             return best  # a stronger challenger
         return self.layer
 
-    def update(self, scores: dict[str, float], thresholds: Thresholds, now: float) -> Verdict:
-        desired = self.candidate(scores, thresholds)
-        if desired == self.layer:
-            self._pending, self._pending_count = None, 0
-        elif self.layer == "unknown":
+    def update(self, scores: dict[str, float], thresholds: Thresholds, now: float,
+               unexplained: bool = False) -> Verdict:
+        desired = self.candidate(scores, thresholds, unexplained)
+        if not self.judged:
+            self.judged = True
             self.layer, self.since = desired, now  # the first verdict needs no hold
+            self._pending, self._pending_count = None, 0
+        elif desired == self.layer:
             self._pending, self._pending_count = None, 0
         else:
             self._pending_count = self._pending_count + 1 if desired == self._pending else 1
@@ -194,12 +221,13 @@ class VerdictTracker:
             if self._pending_count >= thresholds.verdict_hold_evaluations:
                 self.layer, self.since = desired, now
                 self._pending, self._pending_count = None, 0
-        return Verdict(self.layer, scores.get(self.layer, 0.0), self.since, self._pending, self._pending_count)
+        return Verdict(self.layer, scores.get(self.layer, 0.0), self.since, self._pending, self._pending_count,
+                       unexplained=self.layer == "unknown" and self.judged)
 
 
 def diagnose(ctx: Context, tracker: VerdictTracker, now: float) -> Diagnosis:
     findings, errors = evaluate_rules(ctx)
     scores = layer_scores(findings)
-    verdict = tracker.update(scores, ctx.thresholds, now)
+    verdict = tracker.update(scores, ctx.thresholds, now, unexplained(findings))
     abstained = {cid: f.missing for cid, f in findings.items() if f.status == "abstain"}
     return Diagnosis(verdict, scores, symptoms_from(findings, ctx), abstained, errors)

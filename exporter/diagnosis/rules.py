@@ -7,17 +7,22 @@ not absolute cut-offs tuned to one deployment, and every symptom starts from a u
 effect or a stated objective (an SLO breach, a queue, preemptions, restarts). A cause that
 another active cause explains better clears and says so. Register a new cause by adding its
 function to ``RULES`` and its data entry to ``exporter.catalog.symptoms``.
+
+A second pass (``EXPLAINING_RULES``) reads the first pass's findings: an objective missed that no
+cause of the classes explaining it (``EXPLAINED_BY``) accounts for is named as an effect without a
+known cause (A0, B0: layer ``unknown``), with what was looked at.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
 from exporter import objectives
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
+from exporter.catalog.symptoms import CAUSE_BY_ID, EXPLAINED_BY
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
 from exporter.objectives import ObjectiveStatus
@@ -715,7 +720,55 @@ def rule_g(ctx: Context) -> Finding:
     )
 
 
+# -- effects without a known cause (second pass, over the first pass's findings) ---------------
+def _unexplained(ctx: Context, findings: Mapping[str, Finding], objective: str, breach: Breach) -> Finding:
+    """Fires while ``objective`` is missed and no counting cause of a class that explains it fired."""
+    if (early := gate(breach)) is not None:
+        return early
+    explaining = {cid: f for cid, f in findings.items()
+                  if cid in CAUSE_BY_ID and CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]}
+    active = sorted(cid for cid, f in explaining.items() if f.status == "fired" and not f.informational)
+    if active:
+        return clear("explained by " + ", ".join(f"{cid} ({CAUSE_BY_ID[cid].title})" for cid in active))
+    looked = [breach.evidence]
+    cleared = sorted(cid for cid, f in explaining.items() if f.status == "clear")
+    if cleared:
+        looked.append(f"clear: {', '.join(cleared)}")
+    abstained = sorted((cid, f) for cid, f in explaining.items() if f.status == "abstain")
+    if abstained:
+        # The first input each lacked, shortened: enough to say what to configure.
+        looked.append("not judged: " + "; ".join(f"{cid} (needs {_brief(f.missing)})" for cid, f in abstained))
+    informational = sorted(cid for cid, f in explaining.items() if f.status == "fired" and f.informational)
+    if informational:
+        looked.append(f"information only: {', '.join(informational)}")
+    s = ctx.signals
+    if objective == "ttft" and s.latency.ttft_queue_share is not None and s.latency.ttft_mean:
+        looked.append(f"queue is {_pct(s.latency.ttft_queue_share)} of mean TTFT {_s(s.latency.ttft_mean)} while "
+                      f"requests wait for capacity in {_pct(s.scheduler.queued_fraction or 0)} of scrapes")
+    if objective == "itl" and s.latency.itl_tail_ratio is not None:
+        looked.append(_tail_text(s))
+    if s.scheduler.deferred_fraction:
+        looked.append(f"requests wait deferred in {_pct(s.scheduler.deferred_fraction)} of scrapes "
+                      f"({vllm.NUM_REQUESTS_WAITING_BY_REASON}, reason deferred: a LoRA adapter slot or a KV "
+                      "transfer), a wait no rule attributes")
+    return fired(0.5 + 0.4 * _excess(breach.ratio, 1, ctx.thresholds.burn_rate_full), *looked)
+
+
+def _brief(missing: tuple[str, ...]) -> str:
+    first = missing[0] if missing else "an input"
+    return first.split(" (", 1)[0] + (" ..." if len(missing) > 1 else "")
+
+
+def rule_a0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
+    return _unexplained(ctx, findings, "ttft", ttft_breach(ctx))
+
+
+def rule_b0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
+    return _unexplained(ctx, findings, "itl", itl_breach(ctx))
+
+
 Rule = Callable[[Context], Finding]
+ExplainingRule = Callable[[Context, Mapping[str, Finding]], Finding]
 
 RULES: tuple[tuple[str, Rule], ...] = (
     ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5),
@@ -723,3 +776,5 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
     ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),
 )
+# Evaluated after RULES, with their findings.
+EXPLAINING_RULES: tuple[tuple[str, ExplainingRule], ...] = (("A0", rule_a0), ("B0", rule_b0))

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from exporter import __version__
+from exporter.catalog.symptoms import UNKNOWN_NOT_JUDGED, UNKNOWN_UNEXPLAINED
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.state import TargetState
 
@@ -74,10 +75,25 @@ def severity(target: dict[str, Any]) -> str:
     return "info" if target.get("symptoms") else "ok"
 
 
+def unexplained(target: dict[str, Any]) -> bool:
+    """The verdict is `unknown` because an objective is missed that no known cause explains (older
+    documents, without ``verdict.meaning``, only ever meant "no diagnosis yet")."""
+    verdict = target["verdict"]
+    return verdict["layer"] == "unknown" and verdict.get("meaning") == UNKNOWN_UNEXPLAINED
+
+
+def verdict_meaning(target: dict[str, Any]) -> str | None:
+    """The words for an `unknown` verdict (None for a layer or `none`)."""
+    if target["verdict"]["layer"] != "unknown":
+        return None
+    return UNKNOWN_UNEXPLAINED if unexplained(target) else UNKNOWN_NOT_JUDGED
+
+
 def verdict_severity(target: dict[str, Any]) -> str:
-    """The severity behind the verdict layer: the worst symptom with a cause in that layer."""
+    """The severity behind the verdict layer: the worst symptom with a cause in that layer (for an
+    unexplained miss, the symptom whose cause has layer `unknown`)."""
     layer = target["verdict"]["layer"]
-    if layer == "unknown":
+    if layer == "unknown" and not unexplained(target):
         return "down" if target.get("state") == "down" else "unknown"
     if layer == "none":
         return "ok"

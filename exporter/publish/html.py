@@ -14,10 +14,24 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 
 from exporter import numbers
-from exporter.catalog.symptoms import LAYERS, RUNBOOK_BASE_URL, SYMPTOMS
+from exporter.catalog.symptoms import (
+    EFFECT_WITHOUT_CAUSE,
+    LAYERS,
+    RUNBOOK_BASE_URL,
+    SYMPTOMS,
+    UNKNOWN_NOT_JUDGED,
+    UNKNOWN_UNEXPLAINED,
+)
 from exporter.catalog.symptoms import runbook_url as alert_runbook_url
 from exporter.publish import timeline
-from exporter.publish.document import informational, pending, severity, verdict_severity, worst_first
+from exporter.publish.document import (
+    informational,
+    pending,
+    severity,
+    verdict_meaning,
+    verdict_severity,
+    worst_first,
+)
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
 
 # What each layer means, for the legend (docs/method.md, "The six layers").
@@ -31,7 +45,9 @@ LAYER_HELP: dict[str, str] = {
 }
 VERDICT_HELP: dict[str, str] = {
     "none": "healthy: no layer holds performance back (informational findings may still show)",
-    "unknown": "no diagnosis yet: the window holds too little data, or the target cannot be read",
+    "unknown": (f"either {UNKNOWN_UNEXPLAINED} (the symptom shown names the effect and what was looked "
+                f"at: cause {' or '.join(EFFECT_WITHOUT_CAUSE.values())}, layer unknown), or {UNKNOWN_NOT_JUDGED} "
+                "(the window holds too little data, or the target cannot be read)"),
 }
 SEVERITY_HELP: dict[str, str] = {
     "critical": ("act now: an objective burns its error budget at the paging rate while this symptom is "
@@ -67,6 +83,7 @@ def _environment() -> Environment:
     )
     env.globals.update(
         abstentions=abstentions, severity=severity, verdict_severity=verdict_severity, pending=pending,
+        verdict_meaning=verdict_meaning,
         informational=informational, ago=numbers.ago, objective_title=objective_title,
         objective_state=objective_state, missing_inputs=missing_inputs,
     )

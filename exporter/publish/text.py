@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter import numbers
-from exporter.publish.document import pending, worst_first
+from exporter.publish.document import pending, verdict_meaning, worst_first
 
 # (signal key, label, unit for exporter.numbers.by_unit)
 KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
@@ -91,7 +91,9 @@ def render(document: dict[str, Any]) -> str:
         if target["state"] != "ok":
             reason = target["scrape"]["last_error"] if target["state"] == "down" else "window too short to diagnose"
             lines.append(f"state: {target['state']} ({reason})")
-        lines.append(f"verdict: {verdict['layer']} (score {numbers.score(verdict['score'])})")
+        meaning = verdict_meaning(target)
+        lines.append(f"verdict: {verdict['layer']} ({meaning})" if meaning is not None else
+                     f"verdict: {verdict['layer']} (score {numbers.score(verdict['score'])})")
         challenger = pending(target)
         if challenger is not None:
             lines.append(f"pending: {challenger['layer']} (score {numbers.score(challenger['score'])}) is not the "

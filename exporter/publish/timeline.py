@@ -94,17 +94,23 @@ def segments(steps: Sequence[StepVerdict], step: float) -> list[dict[str, Any]]:
     return out
 
 
+def _incidental(s: StepVerdict | None) -> bool:
+    """A layer as the verdict, or `unknown` on a judged step: an objective missed that no known cause
+    explains (a step with no diagnosis yet is not judged: its state is not ok)."""
+    return s is not None and (s.verdict in LAYERS or (s.verdict == "unknown" and s.state == "ok"))
+
+
 def incidents(target: str, steps: Sequence[StepVerdict], step: float) -> list[dict[str, Any]]:
-    """Runs with one layer as the verdict, each summed up at its worst step."""
+    """Runs with one layer (or an unexplained miss) as the verdict, each summed up at its worst step."""
     found: list[dict[str, Any]] = []
     run: list[StepVerdict] = []
     for s in [*steps, None]:
-        if s is not None and s.verdict in LAYERS and (not run or run[-1].verdict == s.verdict):
+        if s is not None and _incidental(s) and (not run or run[-1].verdict == s.verdict):
             run.append(s)
             continue
         if run:
             found.append(_incident(target, run, step))
-        run = [s] if s is not None and s.verdict in LAYERS else []
+        run = [s] if s is not None and _incidental(s) else []
     return found
 
 

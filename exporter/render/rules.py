@@ -22,7 +22,16 @@ import jinja2
 from exporter.catalog import buckets
 from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import BY_NAME
-from exporter.catalog.symptoms import CAUSE_BY_ID, CAUSES, RUNBOOK_BASE_URL, SYMPTOMS, Cause, Symptom, runbook_url
+from exporter.catalog.symptoms import (
+    CAUSE_BY_ID,
+    CAUSES,
+    EXPLAINED_BY,
+    RUNBOOK_BASE_URL,
+    SYMPTOMS,
+    Cause,
+    Symptom,
+    runbook_url,
+)
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import SLO_PERIOD_DAYS, Settings, Slo
 from exporter.render import slo
@@ -304,6 +313,7 @@ _ROUTE_PREFIX = Mitigation("route requests by prefix at the load balancer (sessi
                            "supports it", "uneven load across replicas")
 # Immediate mitigations per cause: what buys time before a knob change and a restart.
 IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
+    "A0": (_ROLL_BACK, _SCALE_OUT), "B0": (_ROLL_BACK, _SCALE_OUT),
     "A1": (_ROUTE_LONG, _SCALE_OUT), "A2": (_SCALE_OUT, _SHED), "A3": (_FREE_CPU, _SCALE_OUT),
     "A4": (_ROUTE_LONG, _SCALE_OUT), "A5": (_NO_MITIGATION,),
     "B1": (_SPLIT_BATCH, _ROUTE_LONG), "B2": (_SPLIT_BATCH, _ROUTE_LONG), "B3": (_SHED, _SCALE_OUT),
@@ -474,9 +484,11 @@ def _indent(text: str, prefix: str = "  ") -> str:
 # Service-level objectives: error-budget burn per model, the page (exporter.render.slo)
 # ---------------------------------------------------------------------------------------------
 
-# The symptom classes whose causes can explain a burn of each objective; the page names the cause
-# active on most of the model's replicas (smoothed like the symptom alerts), or `unknown`.
-EXPLAINS: Mapping[str, str] = {"ttft": "A|C|D", "itl": "B|D|G", "availability": "D"}
+# The symptom classes whose causes can explain a burn of each objective (the catalog's EXPLAINED_BY, which
+# the diagnosis reads too); the page names the cause active on most of the model's replicas (smoothed like
+# the symptom alerts) -- A0/B0, layer `unknown`, where the sidecars name the effect without a known cause --
+# or `unknown` when no sidecar names one.
+EXPLAINS: Mapping[str, str] = {objective: "|".join(classes) for objective, classes in EXPLAINED_BY.items()}
 MODEL = slo.MODEL_LABELS
 _MODEL_ON = f"on ({', '.join(MODEL)})"
 _MODEL_OBJ_ON = f"on ({', '.join((*MODEL, 'objective'))})"
@@ -522,6 +534,11 @@ _EVIDENCE = (
     '{{ else if eq $labels.layer "cpu" }}'
     '{{ with query (printf "max(vllm_diag_cpu_starvation_score{' + _SEL + '})" $labels.namespace '
     '$labels.model_name) }}, CPU-starvation score {{ . | first | value | printf "%.2f" }}{{ end }}'
+    # No known cause: requests waiting for something other than capacity are the first thing to look at.
+    '{{ else if eq $labels.layer "unknown" }}'
+    '{{ with query (printf "sum(' + vllm.NUM_REQUESTS_WAITING_BY_REASON + '{' + _SEL + ', reason=\\"deferred\\"}) > 0" '
+    '$labels.namespace $labels.model_name) }}, {{ . | first | value | printf "%.0f" }} requests waiting deferred '
+    '(LoRA slot, KV transfer){{ end }}'
     '{{ end }}'
 )
 
@@ -581,10 +598,12 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      f"{page_pairs} (the SRE workbook's multiwindow, multi-burn-rate page). The long window "
                      "proves the burn is significant, the short one that it is still going on. The `cause` label "
                      "is the cause the vllm-diag sidecars name on most replicas (symptom classes that explain "
-                     "this objective), `unknown` when no sidecar runs or none names one. One notification per "
-                     "model: Alertmanager groups pages by cluster, namespace and model_name."),
+                     "this objective): A0 or B0 (layer `unknown`) when they see the objective missed and no cause "
+                     "they know explains it, `unknown` when no sidecar runs or none names a cause. One notification "
+                     "per model: Alertmanager groups pages by cluster, namespace and model_name."),
             verify=slo_verify("model"),
-            action="follow the cause's runbook (the `cause` and `layer` labels); with cause `unknown`, read the "
+            action="follow the cause's runbook (the `cause` and `layer` labels; for A0/B0 the symptom's runbook, "
+                   "and the sidecar's evidence says what it looked at); with cause `unknown`, read the "
                    "overview dashboard's layers or run `vllm-diag diagnose --url` against a replica",
             tradeoff="depends on the cause; the immediate mitigations below buy time",
             mitigations=always(_SCALE_OUT, _SHED, _CAP_TOKENS),

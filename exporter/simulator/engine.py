@@ -10,7 +10,8 @@ What is modelled, and why each piece exists:
   (``max_num_batched_tokens``), at most ``max_num_seqs`` running requests, decode first
   (every running decode gets its one token), then running chunked prefills, then waiting
   requests in FCFS order with head-of-line blocking; no new admissions in a step that
-  preempted.
+  preempted. A waiting request for a LoRA adapter that has no slot (``max_loras`` adapters
+  already run) is skipped, not blocking: vLLM counts it as waiting ``deferred``, not for capacity.
 * **KV cache**: ``num_gpu_blocks`` blocks of ``block_size`` tokens (block 0 is vLLM's null
   block). A prefix cache maps block hashes (a hash chain over the prompt's content) to
   blocks; freed blocks keep their hash and go to the tail of an LRU free queue, allocation
@@ -163,6 +164,7 @@ class EngineConfig:
     cpu_share: float = 1.0
     frontend_cost_scale: float = 1.0
     enable_mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the estimated_* counters move
+    max_loras: int = 1  # vLLM's --max-loras: adapters in one batch (requests of the base model need none)
     costs: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -386,6 +388,14 @@ class Engine:
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)
+
+    @property
+    def num_waiting_deferred(self) -> int:
+        """Waiting requests whose LoRA adapter has no slot while ``max_loras`` adapters run."""
+        running = {r.spec.lora for r in self.running.values() if r.spec.lora}
+        if len(running) < self.cfg.max_loras:
+            return 0
+        return sum(1 for r in self.waiting if r.spec.lora and r.spec.lora not in running)
 
     def gpu_window(self, seconds: int = 1) -> GpuBin:
         """GPU activity over the last ``seconds`` complete simulated seconds (DCGM sampling)."""
@@ -668,18 +678,32 @@ class Engine:
                 r.computed += n
                 budget -= n
 
-        # 3. Waiting requests, FCFS with head-of-line blocking; none after a preemption.
+        # 3. Waiting requests, FCFS with head-of-line blocking; none after a preemption. A request
+        # whose LoRA adapter finds no free slot is set aside (vLLM's skipped waiting requests).
         if not self._preempted_this_step:
             waiting, running, max_seqs = self.waiting, self.running, cfg.max_num_seqs
+            loras: set[int] | None = None  # adapters in the batch, built only when a LoRA request waits
+            skipped: list[_Req] = []
             while budget > 0 and waiting and len(running) < max_seqs:
                 r = waiting[0]
+                lora = r.spec.lora
+                if lora:
+                    if loras is None:
+                        loras = {x.spec.lora for x in running.values() if x.spec.lora}
+                    if lora not in loras and len(loras) >= cfg.max_loras:
+                        skipped.append(waiting.popleft())
+                        continue
                 n = self._admit(r, budget)
                 if n == 0:
                     break
                 waiting.popleft()
+                if lora and loras is not None:
+                    loras.add(lora)
                 chunks.append((r, r.computed, n))
                 r.computed += n
                 budget -= n
+            if skipped:
+                waiting.extendleft(reversed(skipped))  # back at the head, in their order
 
         # 4. How long the step takes.
         n_decode = self._n_decode

@@ -309,9 +309,10 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     out.header(vllm.NUM_REQUESTS_WAITING, HELP[vllm.NUM_REQUESTS_WAITING], "gauge")
     out.sample(vllm.NUM_REQUESTS_WAITING, base, engine.num_waiting)
     out.header(vllm.NUM_REQUESTS_WAITING_BY_REASON, HELP[vllm.NUM_REQUESTS_WAITING_BY_REASON], "gauge")
-    # The model has no LoRA, KV transfer or blocked states: everything waits for capacity.
+    # Deferred: requests whose LoRA adapter has no slot (the model has no KV transfer or blocked states).
+    deferred = engine.num_waiting_deferred
     for reason in WAITING_REASONS:
-        waiting = engine.num_waiting if reason == "capacity" else 0
+        waiting = engine.num_waiting - deferred if reason == "capacity" else deferred
         out.sample(vllm.NUM_REQUESTS_WAITING_BY_REASON, {**base, "reason": reason}, waiting)
     out.header(vllm.ENGINE_SLEEP_STATE, HELP[vllm.ENGINE_SLEEP_STATE], "gauge")
     for state in SLEEP_STATES:

@@ -11,7 +11,7 @@ Numbers are production-scale: Llama-3.1-8B on one H100 unless said otherwise.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -39,7 +39,8 @@ class Expected:
 
     ``symptoms``/``causes`` must be active; ``also_possible`` may co-fire without the
     diagnosis being wrong (the method's classes overlap, e.g. KV pressure also makes the
-    scheduler conservative). ``verdict`` is a layer id or ``none``.
+    scheduler conservative). ``verdict`` is a layer id, ``none``, or ``unknown`` for an objective
+    missed that no cause the catalog knows explains (A0, B0).
     """
 
     verdict: str
@@ -48,7 +49,7 @@ class Expected:
     also_possible: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.verdict not in (*LAYERS, "none"):
+        if self.verdict not in (*LAYERS, "none", "unknown"):
             raise ValueError(f"unknown verdict layer {self.verdict!r}")
 
 
@@ -660,6 +661,22 @@ _COMPUTE_BOUND = Scenario(
     case="B4 (gpu_compute)",
 )
 
+# An effect without a known cause: what the catalog does not model must read `unknown`, never `none`.
+
+_LORA_SLOTS = Scenario(
+    name="lora-slots",
+    description=(
+        "Two LoRA adapters (two tenants' fine-tunes) on one engine started with --max-loras 1, under "
+        "light load: while one adapter's requests run, the other's wait for the slot. vLLM counts them "
+        "as waiting `deferred`, not for capacity, and no cause in the catalog models adapter slots: the "
+        "first tokens miss their objective with no known cause (A0)."
+    ),
+    knobs="max_loras 1; two adapters at 0.5 req/s each, chat (~300-token prompts, ~250 output)",
+    engine=EngineConfig(max_loras=1),
+    workload=_one(replace(_chat(0.5, name="tenant-a"), lora=1), replace(_chat(0.5, name="tenant-b"), lora=2)),
+    expected=Expected(verdict="unknown", symptoms=("A",), causes=("A0",), also_possible=("C2", "F")),
+    case="A0 (unknown)",
+)
 
 SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
     {
@@ -668,7 +685,7 @@ SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
             _HEALTHY, _LONG_PROMPTS, _SMALL_BUDGET, _QUEUE_BACKLOG, _CPU_STARVED, _ITL_STUTTER,
             _SPARSE, _KV_PRESSURE, _HEADROOM, _TEMPLATE, _EVICTION, _TP,
             _CASE1, _CASE2, _CASE3, _CASE4, _CASE5,
-            _LOW_TRAFFIC, _RAG, _SATURATED, _DP_RESTART, _PREEMPTION_STORM, _COMPUTE_BOUND,
+            _LOW_TRAFFIC, _RAG, _SATURATED, _DP_RESTART, _PREEMPTION_STORM, _COMPUTE_BOUND, _LORA_SLOTS,
         )
     }
 )

@@ -142,6 +142,7 @@ class RequestClass:
     output: LengthDist
     prefix: PrefixSpec = field(default_factory=PrefixSpec)
     max_tokens: int | None = 1024
+    lora: int = 0  # the LoRA adapter the requests name (vLLM's lora_int_id); 0 = the base model
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,6 +176,7 @@ class RequestSpec:
     finished_reason: str
     seg_ends: tuple[int, ...]
     seg_keys: tuple[int, ...]
+    lora: int = 0
 
 
 def _chain(segments: list[tuple[int, tuple[int, ...]]]) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -251,6 +253,7 @@ class _ClassStream:
             finished_reason=reason,
             seg_ends=ends,
             seg_keys=keys,
+            lora=cls.lora,
         )
 
     def _pick_group(self) -> int:

@@ -35,6 +35,14 @@ def test_incident_line_names_span_target_layer_and_numbers() -> None:
     assert incident["symptoms"] == ["D"] and incident["from"] == T0 + 120 and incident["to"] == T0 + 18 * 60
 
 
+def test_an_objective_missed_with_no_known_cause_is_an_incident_no_diagnosis_yet_is_not() -> None:
+    missed = [step(m, "unknown", ("A",), ttft_p95_seconds=7.7) for m in range(1, 4)]
+    (incident,) = incidents("vllm-4", [step(0, "none"), *missed, step(4, "none")], 60)
+    assert incident["summary"].startswith("03:01:00-03:03:00 vllm-4: unknown, A: TTFT p95 7.7")
+    starting = StepVerdict(T0, "insufficient_evidence", "unknown", 0.0, (), ())
+    assert incidents("vllm-5", [starting, step(1, "none")], 60) == []
+
+
 def test_no_incident_when_healthy() -> None:
     assert incidents("vllm-0", [step(0, "none"), step(1, "none")], 60) == []
 

@@ -152,6 +152,16 @@ def test_runbook_urls_point_at_existing_runbooks_and_back() -> None:
     assert pages == {n.lower() for n in alerts}, "every runbook page has an alert"
 
 
+def test_the_page_reads_which_classes_explain_an_objective_from_the_catalog() -> None:
+    """One table (the catalog's EXPLAINED_BY) for the page's cause and the diagnosis's A0/B0."""
+    from exporter.catalog.symptoms import EXPLAINED_BY
+
+    page = next(r for r in _alert_rules(ALL_ALERT_FILES) if r["alert"] == "VLLMErrorBudgetBurn")
+    for objective, classes in EXPLAINED_BY.items():
+        assert f'symptom=~"{"|".join(classes)}"' in page["expr"], objective
+        assert f'"objective", "{objective}"' in page["expr"], objective
+
+
 def test_runbooks_carry_catalog_actions_and_costs() -> None:
     text = (REPO / rules.runbook_file("VLLMKVCachePressure")).read_text()
     from exporter.catalog.symptoms import CAUSE_BY_ID

@@ -28,6 +28,9 @@ SLO = Slo()
 TTFT_EDGE = f"{SLO.ttft.threshold_seconds:g}"
 RATE_PER_MIN = 600.0  # first tokens per minute per replica (10/s)
 FIRING = 'count by (alertname, severity, model_name, cause) (ALERTS{{alertstate="firing", model_name="{model}"}})'
+# The same with the cause's layer and symptom, for a case whose layer is the point.
+FIRING_LAYER = ('count by (alertname, severity, model_name, cause, layer, symptom) '
+                '(ALERTS{{alertstate="firing", model_name="{model}"}})')
 
 
 def _promtool() -> str:
@@ -79,6 +82,7 @@ class Case:
     minutes: int
     checks: list[tuple[int, list[tuple[dict[str, str], int]]]]  # (minute, [(labels, value)]) of FIRING
     extra: list[dict[str, str]] = field(default_factory=list)
+    firing: str = FIRING  # the query each check compares with
 
     def series(self) -> list[dict[str, str]]:
         return [s for r in self.replicas for s in r.series(self.minutes)] + self.extra
@@ -86,7 +90,7 @@ class Case:
     def expr_tests(self) -> list[dict[str, Any]]:
         """Checks on this case's model alone, so cases share one promtool run without seeing each other."""
         model = self.replicas[0].model
-        return [{"expr": FIRING.format(model=model), "eval_time": f"{minute}m",
+        return [{"expr": self.firing.format(model=model), "eval_time": f"{minute}m",
                  "exp_samples": [{"labels": "{" + ", ".join(f'{k}="{v}"' for k, v in sorted(lbl.items())) + "}",
                                   "value": value} for lbl, value in expect]}
                 for minute, expect in self.checks]
@@ -122,6 +126,12 @@ CASES = [
     Case("fleet-wide KV crunch: one page naming the cause",
          fleet("kv", [HEALTHY, (0.5, 40)], causes=(("D", "kv_cache", "D"),)), H + 40,
          [(H + 15, []), (H + 20, [(page("kv", "D"), 1)])]),
+    # Every sidecar sees the first tokens miss with no cause it knows (two LoRA adapters waiting for one
+    # slot): the page names the effect, A0 with layer `unknown`, not a bare `unknown`.
+    Case("an effect without a known cause: the page names A0, layer unknown",
+         fleet("lora", [HEALTHY, (0.5, 40)], causes=(("A0", "unknown", "A"),)), H + 40,
+         [(H + 15, []), (H + 20, [({**page("lora", "A0"), "layer": "unknown", "symptom": "A"}, 1)])],
+         firing=FIRING_LAYER),
     # One replica of eight burns: the model's share stays 1/8 of it (6.25x over 1h: no page); the
     # replica alone is a warning.
     Case("one bad replica of eight is a warning, not a page",

@@ -142,7 +142,11 @@ def test_exposition_is_consistent(name: str) -> None:
         "vllm:prompt_tokens_cached_by_source_total", ("source", "device")
     )
     assert one("vllm:prefix_cache_hits_total") <= one("vllm:prefix_cache_queries_total")
-    assert one("vllm:num_requests_waiting") == one("vllm:num_requests_waiting_by_reason", ("reason", "capacity"))
+    # Every waiting request waits for one reason: capacity, or deferred (a LoRA adapter without a slot).
+    assert one("vllm:num_requests_waiting") == sum(
+        one("vllm:num_requests_waiting_by_reason", ("reason", r)) for r in ("capacity", "deferred"))
+    if not any(c.lora for c in SCENARIOS[name].workload.classes):
+        assert one("vllm:num_requests_waiting_by_reason", ("reason", "deferred")) == 0
     assert 0.0 <= one("vllm:kv_cache_usage_perc") <= 1.0
     finished = sum(
         one("vllm:request_success_total", ("finished_reason", r)) for r in ("stop", "length")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.catalog.symptoms import UNKNOWN_UNEXPLAINED
 from exporter.simulator import SCENARIOS
 from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
@@ -61,6 +62,19 @@ def test_preemption_storm_names_kv_cache_and_not_the_budget(tmp_path):
     assert "B" not in {s.id for s in state.diagnosis.active_symptoms}
     b1 = state.signals is not None and state.signals.latency.quantile("itl", 0.95)
     assert b1 and b1 > 0.02  # the stream does miss its objective: B is explained, not absent
+
+
+def test_lora_adapters_waiting_for_a_slot_read_unknown_with_a0_never_none(tmp_path):
+    """Two adapters on --max-loras 1: the first-token objective is missed while nothing waits for
+    capacity; no cause in the catalog models adapter slots, so the effect is named without one."""
+    state = diagnose_scenario("lora-slots", tmp_path)
+    verdict = state.diagnosis.verdict
+    assert verdict.layer == "unknown" and verdict.meaning == UNKNOWN_UNEXPLAINED
+    assert state.objectives["ttft"].met is False
+    (a0,) = [c for c in state.diagnosis.active_causes if not c.informational]
+    assert (a0.id, a0.layer) == ("A0", "unknown")
+    assert any("deferred in" in e and "LoRA adapter slot" in e for e in a0.evidence), a0.evidence
+    assert any(e.startswith("clear: ") and "A2" in e for e in a0.evidence), a0.evidence
 
 
 def test_compute_bound_names_gpu_compute_with_and_without_dcgm(tmp_path):

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.catalog.symptoms import CAUSES
+from exporter.catalog.symptoms import (
+    CAUSE_BY_ID,
+    CAUSES,
+    EFFECT_WITHOUT_CAUSE,
+    EXPLAINED_BY,
+    UNKNOWN_NOT_JUDGED,
+    UNKNOWN_UNEXPLAINED,
+)
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
-from exporter.diagnosis.engine import VerdictTracker, diagnose, layer_scores
-from exporter.diagnosis.rules import RULES, Context
+from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules, layer_scores
+from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context
 from exporter.signals import CacheFacts, Signals
 from exporter.window import HistogramDelta
 from tests.helpers import signals_with
@@ -112,14 +119,18 @@ def _ctx(signals: dict, facts: dict) -> Context:
 
 
 def test_every_cause_has_a_rule_and_a_case():
-    assert [c.id for c in CAUSES] == [cid for cid, _ in RULES]
+    second = [cid for cid, _ in EXPLAINING_RULES]
+    assert [c.id for c in CAUSES if c.id not in second] == [cid for cid, _ in RULES]
+    assert sorted(second) == sorted(EFFECT_WITHOUT_CAUSE.values())
     assert set(CASES) == set(RULE_BY_ID)
 
 
 def test_healthy_window_fires_nothing():
     ctx = _ctx({}, {})
-    fired = [cid for cid, rule in RULES if rule(ctx).status == "fired"]
-    assert fired == []
+    findings, errors = evaluate_rules(ctx)
+    assert [cid for cid, f in findings.items() if f.status == "fired"] == [] and errors == {}
+    result = diagnose(ctx, VerdictTracker(), 0.0)
+    assert result.verdict.layer == "none" and result.symptoms == ()
 
 
 @pytest.mark.parametrize("cause", list(CASES))
@@ -243,6 +254,10 @@ def test_preemption_storm_explains_the_stutter_so_b_stays_quiet():
 def test_cpu_starvation_explains_the_stutter_so_b_stays_quiet():
     ctx = _ctx({**STUTTER, "prefill_token_share": 0.6, "cpu_starvation_score": 0.9}, {})
     assert RULE_BY_ID["B1"](ctx).status == "clear"
+    # ... and the CPU cause it defers to explains the missed ITL objective: no effect without a cause.
+    findings = evaluate_rules(ctx)[0]
+    assert findings["C1"].status == "fired" and findings["B0"].status == "clear"
+    assert "C1" in findings["B0"].evidence[0]
 
 
 def test_b2_needs_big_steps_not_a_static_budget_ratio():
@@ -322,3 +337,121 @@ def test_a_rule_that_raises_is_reported_not_swallowed(monkeypatch):
     result = diagnose(_ctx({}, {}), VerdictTracker(), 0.0)
     assert result.rule_errors == {"G": "ZeroDivisionError: boom"}
     assert result.abstained["G"] == ("rule error",)
+
+
+# -- an effect without a known cause (A0, B0) -------------------------------------------------
+# Two LoRA adapters on --max-loras 1: first tokens wait in the queue for an adapter slot, which vLLM
+# counts as waiting `deferred`, never for capacity, so no queue rule fires.
+LORA_WAIT = dict(SLOW_TTFT, ttft_queue_share=0.85, ttft_prefill_share=0.1, waiting_fraction=0.6, queued_fraction=0.0,
+                 waiting_mean=1.5, waiting_max=3, waiting_capacity=0, waiting_deferred=2, deferred_fraction=0.6)
+# ITL uniformly slow on a small batch while nothing known explains it, and no GPU data for B4.
+SLOW_STREAM = dict(UNIFORM_SLOW_ITL, running_mean=5)
+UNEXPLAINED_BY_ID = {cid: rule for cid, rule in EXPLAINING_RULES}
+
+
+def _findings(signals: dict, facts: dict | None = None) -> dict:
+    return evaluate_rules(_ctx(signals, facts or {}))[0]
+
+
+def test_a_first_token_miss_no_cause_explains_is_a0_with_what_was_looked_at():
+    findings = _findings(LORA_WAIT)
+    a0 = findings["A0"]
+    assert a0.status == "fired" and not a0.informational and 0 < a0.strength <= 1, a0
+    text = " | ".join(a0.evidence)
+    assert "TTFT: 40.0 % of 600 first tokens over 2.5 s" in text  # the objective's numbers
+    assert "clear: A1, A2" in text and "C3" in text and "D" in text  # the explaining causes that cleared
+    assert "queue is 85% of mean TTFT" in text and "deferred in 60% of scrapes" in text
+    assert findings["B0"].status == "clear"  # ITL meets its objective
+
+
+def test_a0_names_the_causes_that_could_not_be_judged_and_what_they_lack():
+    blind = {**LORA_WAIT, "cpu_starvation_score": None, "cpu_inputs": {}}
+    a0 = _findings(blind, {"max_num_batched_tokens": None})["A0"]
+    assert a0.status == "fired"
+    looked = next(e for e in a0.evidence if e.startswith("not judged: "))
+    assert "A3 (needs CPU source" in looked and "A4 (needs engine.max_num_batched_tokens" in looked
+
+
+def test_an_inter_token_miss_no_cause_explains_is_b0():
+    findings = _findings(SLOW_STREAM)
+    b0 = findings["B0"]
+    assert b0.status == "fired", b0
+    assert any(e.startswith("ITL: ") for e in b0.evidence)
+    assert any("B4 (needs DCGM GPU utilisation" in e for e in b0.evidence)  # what would have judged it
+    assert findings["A0"].status == "clear"
+
+
+@pytest.mark.parametrize("objective", sorted(EFFECT_WITHOUT_CAUSE))
+@pytest.mark.parametrize("cause", list(CASES))
+def test_an_effect_without_cause_never_fires_next_to_a_cause_that_explains_it(objective, cause):
+    """Every crafted window, where its cause fires and its near miss: A0/B0 and an explaining cause
+    of their objective never fire together; with the objective missed, the A0/B0 evidence names it."""
+    unexplained = EFFECT_WITHOUT_CAUSE[objective]
+    for signals, facts in CASES[cause]:
+        findings = _findings(signals, facts)
+        explaining = [cid for cid, f in findings.items() if f.status == "fired" and not f.informational
+                      and cid != unexplained and CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]]
+        finding = findings[unexplained]
+        if explaining:
+            assert finding.status != "fired", (explaining, finding)
+            if finding.evidence[0].startswith("explained by"):
+                assert all(cid in finding.evidence[0] for cid in explaining), (explaining, finding)
+
+
+@pytest.mark.parametrize("signals", [{}, {k: v for k, v in LORA_WAIT.items() if not k.startswith("ttft")},
+                                     {"running_mean": 5, "itl_tail_ratio": 1.2}, {"cpu_starvation_score": 0.9}],
+                         ids=["healthy", "deferred-waits-within-objective", "small-batch", "starved-cpu"])
+def test_an_effect_without_cause_never_fires_while_its_objective_is_met(signals):
+    findings = _findings(signals)
+    for cid in EFFECT_WITHOUT_CAUSE.values():
+        assert findings[cid].status == "clear", (cid, findings[cid])
+
+
+def test_an_effect_without_cause_abstains_when_the_objective_cannot_be_judged():
+    few = _findings({**LORA_WAIT, "first_tokens": 3})
+    assert few["A0"].status == "abstain" and few["A0"].missing
+    no_histograms = _findings({"ttft_histogram": None, "itl_histogram": None})
+    assert {no_histograms[cid].status for cid in EFFECT_WITHOUT_CAUSE.values()} == {"abstain"}
+
+
+def test_an_unexplained_miss_is_the_verdict_unknown_never_none():
+    result = diagnose(_ctx(LORA_WAIT, {}), VerdictTracker(), 0.0)
+    assert result.verdict.layer == "unknown" and result.verdict.meaning == UNKNOWN_UNEXPLAINED
+    assert [(s.id, [(c.id, c.layer) for c in s.causes]) for s in result.active_symptoms] == [("A", [("A0", "unknown")])]
+    assert all(score == 0.0 for score in result.layer_scores.values())  # `unknown` is no layer to score
+
+
+def test_unknown_moves_to_the_layer_of_a_cause_that_explains_it_and_back_to_none_under_the_hold():
+    tracker = VerdictTracker()
+    assert diagnose(_ctx(LORA_WAIT, {}), tracker, 0).verdict.layer == "unknown"
+    # The queue turns out to be capacity after all (A2): the scheduler takes over after the hold.
+    explained = _ctx({**LORA_WAIT, **QUEUE}, {})
+    first = diagnose(explained, tracker, 1)
+    assert "A0" not in {c.id for c in first.active_causes} and "A2" in {c.id for c in first.active_causes}
+    assert first.verdict.layer == "unknown" and first.verdict.pending == "scheduler"
+    assert first.verdict.meaning == UNKNOWN_UNEXPLAINED  # held: still the unexplained miss it was
+    assert diagnose(explained, tracker, 2).verdict.layer == "scheduler"
+    # Back within the objective: `none`, again only after the hold.
+    assert diagnose(_ctx({}, {}), tracker, 3).verdict.layer == "scheduler"
+    assert diagnose(_ctx({}, {}), tracker, 4).verdict.layer == "none"
+
+
+def test_none_and_unknown_do_not_flap_on_a_single_evaluation():
+    tracker = VerdictTracker()
+    healthy, missed = _ctx({}, {}), _ctx(LORA_WAIT, {})
+    assert diagnose(healthy, tracker, 0).verdict.layer == "none"
+    once = diagnose(missed, tracker, 1).verdict
+    assert once.layer == "none" and once.pending == "unknown" and once.pending_evaluations == 1
+    assert diagnose(healthy, tracker, 2).verdict.layer == "none"  # one evaluation was a blip
+    diagnose(missed, tracker, 3)
+    settled = diagnose(missed, tracker, 4).verdict
+    assert settled.layer == "unknown" and settled.since == 4 and settled.meaning == UNKNOWN_UNEXPLAINED
+    assert diagnose(healthy, tracker, 5).verdict.layer == "unknown"
+
+
+def test_no_diagnosis_yet_and_an_unexplained_miss_say_different_things():
+    tracker = VerdictTracker()
+    assert tracker.reset(0).meaning == UNKNOWN_NOT_JUDGED
+    diagnose(_ctx(LORA_WAIT, {}), tracker, 1)  # the first verdict after a reset needs no hold
+    assert tracker.reset(2).meaning == UNKNOWN_NOT_JUDGED  # a target we cannot read: no diagnosis again
+    assert diagnose(_ctx({}, {}), VerdictTracker(), 3).verdict.meaning is None  # `none` needs no words
