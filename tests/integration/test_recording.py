@@ -289,7 +289,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
     proc.wait(10)
 
 
-@pytest.mark.slow  # restarts a real sidecar six times, by design
+@pytest.mark.slow  # restarts a real sidecar ten times, by design
 @pytest.mark.timeout(120)
 def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -303,7 +303,7 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
     config = tmp_path / "vllm-diag.yaml"
     config.write_text(f"window_seconds: 60\ntargets:\n{targets}", encoding="utf-8")
     chance = random.Random(30)
-    kills, temporaries_seen = 6, 0  # three at a random moment, three mid-write
+    kills, temporaries_seen = 10, 0  # five at a random moment, five mid-write
     log = (tmp_path / "sidecar.log").open("wb")  # a file, not a pipe nobody reads: a full pipe would block it
     try:
         _wait_for_port(sim_port, simulator)
