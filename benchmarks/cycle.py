@@ -2,7 +2,8 @@
 
 One cycle = ``TargetPipeline.ingest`` (UTF-8 decode, parse, window push, signals, diagnosis)
 plus ``generate_latest(sidecar.registry)`` (the sidecar's own ``/metrics``), fed a sequence of
-different captures with increasing counters, 5 s apart, after the 60 s window has filled.
+different captures with increasing counters, at the shipped scrape interval, after the shipped window
+(``exporter.config``: 180 s at 5 s) has filled.
 Baseline and measured runs are interleaved on the same bytes, so load on the machine hits both.
 """
 
@@ -18,7 +19,7 @@ from collections.abc import Callable
 from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from benchmarks.common import Figure, median
+from benchmarks.common import SHIPPED_INTERVAL, SHIPPED_WINDOW, Figure, median
 from benchmarks.payloads import steady_sequence, synthetic
 from exporter.config import load_settings
 from exporter.parse import parse
@@ -26,8 +27,9 @@ from exporter.poll import ScrapeResult
 from exporter.server import Sidecar
 
 PROMTOOL = "/usr/bin/promtool"
-INTERVAL = 5.0
-WINDOW = 60.0
+INTERVAL = SHIPPED_INTERVAL
+WINDOW = SHIPPED_WINDOW
+CYCLE_VS_PARSE = 3.0  # the 50 KB full cycle against prometheus_client's parse alone (the issue's acceptance)
 
 
 def prometheus_client_parse(body: bytes) -> int:
@@ -127,7 +129,8 @@ def run(quick: bool) -> list[Figure]:
     figures.append(Figure(
         name="full cycle, real ~50 KB capture", measured=r["cycle_ms"], unit="ms",
         baseline=r["baseline_ms"], baseline_name="prometheus_client parse alone",
-        ratio=ratio, ratio_label="faster", target=">= 5x faster", passed=ratio >= 5.0, details=r,
+        ratio=ratio, ratio_label="faster", target=f">= {CYCLE_VS_PARSE:g}x faster", passed=ratio >= CYCLE_VS_PARSE,
+        details=r,
     ))
 
     # 1 MB: the same steady sequence, each capture replicated over engines, models and adapters.
