@@ -1,7 +1,8 @@
 """In-process figures: the full scrape cycle against prometheus_client's parser and promtool.
 
-One cycle = ``TargetPipeline.ingest`` (UTF-8 decode, parse, window push, signals, diagnosis)
-plus ``generate_latest(sidecar.registry)`` (the sidecar's own ``/metrics``), fed a sequence of
+One cycle = ``TargetPipeline.ingest`` (UTF-8 decode, parse, window push, signals, diagnosis) and
+``Sidecar.publish`` (the target's ``/metrics`` lines rendered), plus ``Sidecar.metrics()`` (the
+sidecar's own ``/metrics``, as a request gets it), fed a sequence of
 different captures with increasing counters, at the shipped scrape interval, after the shipped window
 (``exporter.config``: 180 s at 5 s) has filled.
 Baseline and measured runs are interleaved on the same bytes, so load on the machine hits both.
@@ -16,7 +17,6 @@ import tempfile
 import time
 from collections.abc import Callable
 
-from prometheus_client.exposition import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.common import SHIPPED_INTERVAL, SHIPPED_WINDOW, Figure, median
@@ -52,10 +52,10 @@ class Cycle:
     def ingest(self, body: bytes) -> None:
         self.clock += INTERVAL
         state = self.pipeline.ingest(ScrapeResult(started_at=self.clock, duration=0.01, body=body))
-        self.sidecar.states = {**self.sidecar.states, "bench": state}
+        self.sidecar.publish("bench", state)
 
     def render(self) -> int:
-        return len(generate_latest(self.sidecar.registry))
+        return len(self.sidecar.metrics())
 
 
 def _timed(fn: Callable[[], object]) -> tuple[float, float]:
