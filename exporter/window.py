@@ -199,10 +199,10 @@ EXACT = 2 ** 53  # integers up to this magnitude are floats exactly, and so are 
 def _integral(values: Sequence[float]) -> list[int] | None:
     """The values as Python integers, or None when one is not integer-valued (or not finite)."""
     try:
-        ints = [int(v) for v in values]
+        ints = list(map(int, values))
     except (OverflowError, ValueError):
         return None
-    return ints if all(i == v for i, v in zip(ints, values)) else None
+    return ints if ints == list(values) else None  # int == float compares exactly
 
 
 class _SeriesHistogram:
@@ -272,12 +272,12 @@ class _Totals:
         for name, deltas in step.counters.items():
             family = self._family(name)
             for key, delta in deltas.items():
-                ints = _integral((delta,))
-                if ints is None:
-                    family.inexact += sign
+                if float(delta).is_integer():
+                    whole = int(delta)
+                    family.magnitude += sign * abs(whole)
+                    family.counters[key] = family.counters.get(key, 0) + sign * whole
                 else:
-                    family.magnitude += sign * abs(ints[0])
-                    family.counters[key] = family.counters.get(key, 0) + sign * ints[0]
+                    family.inexact += sign
                 if sign > 0:
                     family.parts[key] = family.parts.get(key, 0) + 1
                 else:
