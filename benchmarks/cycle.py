@@ -29,6 +29,7 @@ from exporter.server import Sidecar
 PROMTOOL = "/usr/bin/promtool"
 INTERVAL = SHIPPED_INTERVAL
 WINDOW = SHIPPED_WINDOW
+WARM = int(WINDOW / INTERVAL) + 1  # scrapes that fill the window before the measured rounds
 CYCLE_VS_PARSE = 3.0  # the 50 KB full cycle against prometheus_client's parse alone (the issue's acceptance)
 
 
@@ -67,14 +68,16 @@ def _timed(fn: Callable[[], object]) -> tuple[float, float]:
 def full_cycle(bodies: list[bytes], rounds: int) -> dict:
     """Interleaved: prometheus_client parse, then the full cycle, on each body in turn."""
     cycle = Cycle()
-    warm = int(WINDOW / INTERVAL) + 1
+    warm = WARM
+    # Every round a new capture: wrapping around would take the counters back (a false restart).
+    assert len(bodies) >= warm + rounds, (len(bodies), warm, rounds)
     for body in bodies[:warm]:  # fill the window: diagnosis runs from here on
         cycle.ingest(body)
         cycle.render()
     assert cycle.pipeline.state.status == "ok", cycle.pipeline.state.status
     base_w, base_c, full_w, full_c, parse_w, ingest_w, render_w = [], [], [], [], [], [], []
     for i in range(rounds):
-        body = bodies[(warm + i) % len(bodies)]
+        body = bodies[warm + i]
         text = body.decode("utf-8")
         # Default arguments bind this round's body and text (_timed calls each lambda at once anyway).
         w, c = _timed(lambda body=body: prometheus_client_parse(body))
@@ -122,7 +125,7 @@ def promtool_run(path: str) -> tuple[float, float, int]:
 def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     rounds_small = 40 if quick else 200
-    seq = steady_sequence(rounds_small + 24)
+    seq = steady_sequence(rounds_small + WARM)
     small = [t.encode("utf-8") for t in seq]
     r = full_cycle(small, rounds_small)
     ratio = r["baseline_ms"] / r["cycle_ms"]
@@ -135,7 +138,7 @@ def run(quick: bool) -> list[Figure]:
 
     # 1 MB: the same steady sequence, each capture replicated over engines, models and adapters.
     rounds_big = 8 if quick else 30
-    big = [synthetic(t).encode("utf-8") for t in seq[: rounds_big + 14]]
+    big = [synthetic(t).encode("utf-8") for t in seq[: rounds_big + WARM]]
     r = full_cycle(big, rounds_big)
     with tempfile.TemporaryDirectory() as tmp:
         prom_w, prom_c, codes = [], [], set()
@@ -145,7 +148,7 @@ def run(quick: bool) -> list[Figure]:
         for i in range(rounds_big):
             path = os.path.join(tmp, f"cap{i}.txt")
             with open(path, "wb") as f:
-                f.write(big[(13 + i) % len(big)])
+                f.write(big[WARM + i])
             w, c, code = promtool_run(path)
             prom_w.append(w)
             prom_c.append(c)
