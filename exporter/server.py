@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
@@ -186,13 +187,16 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 # Above this many targets /metrics is joined in a worker thread: a state not rendered yet (the
 # central diagnoser's, a first request) is rendered there, and the event loop keeps polling meanwhile.
+# The thread is its own: in the loop's default executor a request would queue behind the engine-fact
+# reads of every target (a thousand of them at start and every minute).
 RENDER_OFFLOAD_TARGETS = 50
+_RENDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-diag-metrics")
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     if len(sidecar.pipelines) >= RENDER_OFFLOAD_TARGETS:
-        body = await asyncio.get_running_loop().run_in_executor(None, sidecar.metrics)
+        body = await asyncio.get_running_loop().run_in_executor(_RENDER, sidecar.metrics)
     else:
         body = sidecar.metrics()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
