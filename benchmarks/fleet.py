@@ -31,11 +31,13 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import SHIPPED_WINDOW
+
 SCENARIOS = ("healthy", "kv-pressure", "cpu-starved", "queue-backlog", "itl-stutter", "long-prompts",
              "preemption-storm", "sparse-traffic")
 INTERVAL = 15.0
-DURATION = 420.0  # 28 scrapes per target: a 180 s window plus 16 cycles of steady state
-WINDOW = 180.0
+DURATION = 420.0  # 28 scrapes per target: the shipped 180 s window plus 16 cycles of steady state
+WINDOW = SHIPPED_WINDOW
 STEADY_CYCLES = 8
 
 

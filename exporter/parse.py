@@ -10,6 +10,7 @@ twins and unknown families are dropped without building their labels.
 from __future__ import annotations
 
 import math
+import operator
 import re
 from types import MappingProxyType
 
@@ -54,12 +55,14 @@ def _labels(block: str, lineno: int) -> dict[str, str]:
 
 # Label blocks repeat across lines, families and scrapes (same engine, model and le values), so
 # parsed blocks are memoised; the cache is bounded and simply cleared when full.
-_BLOCK_CACHE: dict[str, tuple[LabelSet, str | None, tuple[tuple[str, str], ...]]] = {}
+# (sorted labels without le, the le text, the le as a number when it is one, all labels)
+_Block = tuple[LabelSet, str | None, float | None, tuple[tuple[str, str], ...]]
+_BLOCK_CACHE: dict[str, _Block] = {}
 _BLOCK_CACHE_MAX = 8192
 
 
-def _label_block(block: str, lineno: int) -> tuple[LabelSet, str | None, tuple[tuple[str, str], ...]]:
-    """(sorted labels without le, the le text, all labels) for one label block."""
+def _label_block(block: str, lineno: int) -> _Block:
+    """(sorted labels without le, the le text, its number, all labels) for one label block."""
     cached = _BLOCK_CACHE.get(block)
     if cached is not None:
         return cached
@@ -67,9 +70,15 @@ def _label_block(block: str, lineno: int) -> tuple[LabelSet, str | None, tuple[t
     le = labels.pop("le", None)
     key: LabelSet = tuple(sorted(labels.items()))
     everything = tuple(labels.items()) + ((("le", le),) if le is not None else ())
+    try:
+        bound = float(le) if le is not None else None
+    except ValueError:
+        bound = None  # reported with its line when a bucket reads it
+    if bound is not None and math.isnan(bound):
+        bound = None  # NaN: a new float per line, as before (one cached NaN would equal itself in a dict)
     if len(_BLOCK_CACHE) >= _BLOCK_CACHE_MAX:
         _BLOCK_CACHE.clear()
-    _BLOCK_CACHE[block] = result = (key, le, everything)
+    _BLOCK_CACHE[block] = result = (key, le, bound, everything)
     return result
 
 
@@ -110,6 +119,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     dropped = 0
     seen_eof = False
     index = catalog.sample_index
+    kinds = {name: metric.kind for name, metric in catalog.by_name.items()}
 
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line:
@@ -152,25 +162,31 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                 close = line.rfind("}")
                 if close < brace:
                     raise ParseError(f"line {lineno}: unterminated label block: {line[:80]!r}")
-            key, le_text, everything = _label_block(line[brace + 1:close], lineno)
+            key, le_text, bound, everything = _label_block(line[brace + 1:close], lineno)
             rest = line[close + 1:]
         else:
-            key, le_text, everything = (), None, ()
+            key, le_text, bound, everything = (), None, None, ()
             rest = line[end:]
         fields = rest.split()
-        if not fields or rest[:1] not in (" ", "\t") or not _valid_tail(fields[1:]):
+        # Most lines are just "name{labels} value": the tail check is for the others.
+        if (not fields or rest[:1] not in (" ", "\t")
+                or (len(fields) > 1 and not _valid_tail(fields[1:]))):
             raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
-        value = _value(fields[0], lineno)
+        try:
+            value = float(fields[0])
+        except ValueError:
+            raise ParseError(f"line {lineno}: value {fields[0][:40]!r} is not a number") from None
 
-        metric = catalog.by_name[canonical]
-        if metric.kind is Kind.INFO:
+        if kinds[canonical] is Kind.INFO:
             info.setdefault(canonical, []).append(dict(everything))
             continue
         if part == "bucket":
             if le_text is None:
                 raise ParseError(f"line {lineno}: histogram bucket without le")
-            le = _value(le_text, lineno)
-            family = buckets.setdefault(canonical, {})
+            le = bound if bound is not None else _value(le_text, lineno)
+            family = buckets.get(canonical)
+            if family is None:
+                family = buckets[canonical] = {}
             series = family.get(key)
             if series is None:
                 if len(family) >= max_series_per_family:
@@ -223,10 +239,10 @@ def _assemble(
     bounds = tuple(sorted(by_le))
     if not bounds or bounds[-1] != math.inf:
         return None
-    cumulative = tuple(by_le[b] for b in bounds)
-    if any(math.isnan(c) or math.isinf(c) for c in cumulative):
+    cumulative = tuple(map(by_le.__getitem__, bounds))
+    if not all(map(math.isfinite, cumulative)):
         return None
-    if any(later < earlier for earlier, later in zip(cumulative, cumulative[1:])):
+    if not all(map(operator.le, cumulative, cumulative[1:])):  # finite: "not <=" is "went down"
         return None
     count = counts.get(key, cumulative[-1])
     total = sums.get(key, math.nan)

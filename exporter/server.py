@@ -12,6 +12,7 @@ import json
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
 import aiohttp
@@ -28,7 +29,7 @@ from exporter.facts.discovery import FactDiscovery
 from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
 from exporter.publish import document, html, text, timeline
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exposition import Exposition
 from exporter.publish.timeline import VerdictHistory
 from exporter.record import Recorder
 from exporter.state import TargetState
@@ -62,8 +63,10 @@ class Sidecar:
         self.discoveries = {t.name: FactDiscovery(t, local=None if read_processes else False)
                             for t in settings.targets}
         self.attempted: set[str] = set()
+        # /metrics = the vllm_diag_* families, each target's lines rendered once per evaluation
+        # (``exposition``), then whatever else is registered (process metrics, a subclass' own).
+        self.exposition = Exposition(settings)
         self.registry = CollectorRegistry(auto_describe=True)
-        self.registry.register(DiagnosisCollector(lambda: self.states, settings))
         ProcessCollector(namespace="vllm_diag", registry=self.registry)
         self.session: aiohttp.ClientSession | None = None
         self.histories: dict[str, VerdictHistory] = {}  # the page's verdict timelines, bounded per target
@@ -114,11 +117,20 @@ class Sidecar:
             state = await asyncio.get_running_loop().run_in_executor(None, pipeline.ingest, result)
         else:
             state = pipeline.ingest(result)
+        return self.publish(name, state)
+
+    def publish(self, name: str, state: TargetState) -> TargetState:
+        """Make a scrape's state the target's published one."""
         self.attempted.add(name)
         self.history_for(name).record(state)
+        self.exposition.fragment(state)  # rendered here, once: /metrics only joins the fragments
         # Swap the whole state: readers never see half of an evaluation.
         self.states = {**self.states, name: state}
         return state
+
+    def metrics(self) -> bytes:
+        """The body of ``/metrics``."""
+        return self.exposition.render(self.states.values()) + generate_latest(self.registry)
 
     def recorders(self) -> list[Recorder]:
         return [p.recorder for p in self.pipelines.values() if p.recorder is not None]
@@ -173,17 +185,20 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
             await asyncio.get_running_loop().run_in_executor(None, recorder.close)
 
 
-# Above this many targets /metrics is rendered in a worker thread: at 1000 targets one render
-# takes most of a second, and the event loop must keep polling meanwhile.
+# Above this many targets /metrics is joined in a worker thread: a state not rendered yet (the
+# central diagnoser's, a first request) is rendered there, and the event loop keeps polling meanwhile.
+# The thread is its own: in the loop's default executor a request would queue behind the engine-fact
+# reads of every target (a thousand of them at start and every minute).
 RENDER_OFFLOAD_TARGETS = 50
+_RENDER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="vllm-diag-metrics")
 
 
 async def handle_metrics(request: web.Request) -> web.Response:
     sidecar = request.app[SIDECAR]
     if len(sidecar.pipelines) >= RENDER_OFFLOAD_TARGETS:
-        body = await asyncio.get_running_loop().run_in_executor(None, generate_latest, sidecar.registry)
+        body = await asyncio.get_running_loop().run_in_executor(_RENDER, sidecar.metrics)
     else:
-        body = generate_latest(sidecar.registry)
+        body = sidecar.metrics()
     return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 

@@ -5,13 +5,20 @@ over stored steps (no re-walk of raw snapshots) and a counter reset is decided o
 it happens: a counter that went down restarted from zero, so its step increase is its new
 value, never a negative or a huge number. A vLLM restart (``process_start_time_seconds``
 changed) resets every counter of that step the same way.
+
+The sums over the stored steps are kept as running totals (:class:`_Totals`: a step is added when
+it enters the window and subtracted when it leaves), so a query costs the same whatever the window
+holds. They are exact: a family whose deltas are all integers (vLLM's counts) is summed in Python
+integers, which gives the very float the step-by-step sum gives while the magnitudes stay within
+2**53; any other family (a CPU-seconds counter, a non-integer bucket) is summed step by step.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from itertools import islice
 from types import MappingProxyType
 from typing import Literal
@@ -181,6 +188,151 @@ class _Scrape:
 
     snapshot: Snapshot
     step: Step | None
+    # (family, aggregation) -> the gauge at this scrape: the snapshot is immutable, and each scrape
+    # stays in the window for 36 evaluations at the shipped 180 s / 5 s.
+    gauges: dict[tuple[str, str], float | None] = field(default_factory=dict, compare=False)
+
+
+EXACT = 2 ** 53  # integers up to this magnitude are floats exactly, and so are all their partial sums
+
+
+def _integral(values: Sequence[float]) -> list[int] | None:
+    """The values as Python integers, or None when one is not integer-valued (or not finite)."""
+    try:
+        ints = list(map(int, values))
+    except (OverflowError, ValueError):
+        return None
+    return ints if ints == list(values) else None  # int == float compares exactly
+
+
+class _SeriesHistogram:
+    """One series' histogram deltas in the window with one set of bounds: bucket totals in integers,
+    sums and counts kept per step (``math.fsum`` is exact whatever the order, so no running float)."""
+
+    __slots__ = ("cumulative", "sums", "counts")
+
+    def __init__(self, size: int) -> None:
+        self.cumulative = [0] * size
+        self.sums: deque[float] = deque()
+        self.counts: deque[float] = deque()
+
+
+class _Family:
+    """Running totals of one family over the window's steps, and whether they are exact."""
+
+    __slots__ = ("inexact", "magnitude", "counters", "histograms", "latest_bounds", "parts")
+
+    def __init__(self) -> None:
+        self.inexact = 0  # parts in the window that are not integer-valued: the family is summed step by step
+        self.magnitude = 0  # sum of the parts' largest absolute values: exact while <= EXACT
+        self.counters: dict[LabelSet, int] = {}
+        self.histograms: dict[LabelSet, dict[tuple[float, ...], _SeriesHistogram]] = {}
+        self.latest_bounds: dict[LabelSet, tuple[float, ...]] = {}  # bounds of the series' newest part
+        self.parts: dict[LabelSet, int] = {}  # steps in the window that hold the series
+
+    @property
+    def exact(self) -> bool:
+        return not self.inexact and self.magnitude <= EXACT
+
+
+class _Totals:
+    """The running sums of every family over the steps currently in the window."""
+
+    def __init__(self) -> None:
+        self.steps: deque[Step] = deque()  # the steps summed, oldest first
+        self.families: dict[str, _Family] = {}
+
+    def sync(self, steps: list[Step]) -> None:
+        """Follow the window: subtract the steps that left it (oldest first), add the new ones."""
+        first = steps[0] if steps else None
+        while self.steps and self.steps[0] is not first:
+            self._apply(self.steps.popleft(), -1)
+        for step in steps[len(self.steps):]:
+            self.steps.append(step)
+            self._apply(step, 1)
+
+    def _family(self, name: str) -> _Family:
+        family = self.families.get(name)
+        if family is None:
+            family = self.families[name] = _Family()
+        return family
+
+    def _release(self, family: _Family, key: LabelSet) -> None:
+        """One step holding the series left the window; the series goes with its last step."""
+        left = family.parts[key] - 1
+        if left:
+            family.parts[key] = left
+        else:
+            del family.parts[key]
+            family.counters.pop(key, None)
+            family.histograms.pop(key, None)
+            family.latest_bounds.pop(key, None)
+
+    def _apply(self, step: Step, sign: int) -> None:
+        for name, deltas in step.counters.items():
+            family = self._family(name)
+            for key, delta in deltas.items():
+                if float(delta).is_integer():
+                    whole = int(delta)
+                    family.magnitude += sign * abs(whole)
+                    family.counters[key] = family.counters.get(key, 0) + sign * whole
+                else:
+                    family.inexact += sign
+                if sign > 0:
+                    family.parts[key] = family.parts.get(key, 0) + 1
+                else:
+                    self._release(family, key)
+        for name, histograms in step.histograms.items():
+            family = self._family(name)
+            for key, part in histograms.items():
+                per_bounds = family.histograms.setdefault(key, {})
+                series = per_bounds.get(part.bounds)
+                if series is None:
+                    series = per_bounds[part.bounds] = _SeriesHistogram(len(part.bounds))
+                if sign > 0:
+                    series.sums.append(part.sum)
+                    series.counts.append(part.count)
+                    family.latest_bounds[key] = part.bounds
+                    family.parts[key] = family.parts.get(key, 0) + 1
+                else:
+                    series.sums.popleft()
+                    series.counts.popleft()
+                ints = _integral(part.cumulative)
+                if ints is None:
+                    family.inexact += sign
+                else:
+                    family.magnitude += sign * max(map(abs, ints), default=0)
+                    cumulative = series.cumulative
+                    for i, value in enumerate(ints):
+                        cumulative[i] += sign * value
+                if sign < 0:
+                    if not series.sums:
+                        del per_bounds[part.bounds]
+                    self._release(family, key)
+
+    def increase(self, name: str, match: LabelFilter) -> float | None:
+        """The family's increase, or None when it has to be summed step by step."""
+        family = self.families.get(name)
+        if family is None:
+            return 0.0
+        if not family.exact:
+            return None
+        return float(sum(v for k, v in family.counters.items() if match is None or match(k)))
+
+    def histogram(self, name: str, match: LabelFilter) -> list[HistogramDelta] | None:
+        """Each matching series summed over the window, or None when it has to be summed step by step."""
+        family = self.families.get(name)
+        if family is None:
+            return []
+        if not family.exact:
+            return None
+        out = []
+        for key, bounds in family.latest_bounds.items():
+            if match is None or match(key):
+                series = family.histograms[key][bounds]
+                out.append(HistogramDelta(bounds, tuple(map(float, series.cumulative)), math.fsum(series.sums),
+                                          math.fsum(series.counts)))
+        return out
 
 
 class Window:
@@ -196,15 +348,18 @@ class Window:
         self.span_seconds = span_seconds
         self._counter_names = frozenset(counter_names)
         self._scrapes: TimeBuffer[_Scrape] = TimeBuffer(span_seconds, keep_baseline=True)
+        self._totals = _Totals()
 
     def clear(self) -> None:
         self._scrapes.clear()
+        self._totals = _Totals()
 
     def copy(self) -> Window:
         """An independent view of the window as it is now (scrapes are immutable; only the buffer is
         new): a reader on another thread keeps it while this window goes on taking scrapes."""
         clone = Window(self.span_seconds, self._counter_names)
         clone._scrapes = self._scrapes.copy()
+        clone._totals.sync(clone.steps)  # its own totals: this window's change with every push
         return clone
 
     def push(self, snapshot: Snapshot) -> Step | None:
@@ -218,8 +373,10 @@ class Window:
             # Older snapshots only serve gauge history and shape; their histograms live on as step
             # deltas, so dropping them keeps a window's memory to about one full scrape.
             self._scrapes.replace_latest(replace(last, snapshot=replace(last.snapshot,
-                                                                        histograms=MappingProxyType({}))))
+                                                                        histograms=MappingProxyType({})),
+                                                 gauges=last.gauges))
         self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step))
+        self._totals.sync(self.steps)
         return step
 
     # -- shape ---------------------------------------------------------------------------
@@ -257,8 +414,13 @@ class Window:
     # -- counters ------------------------------------------------------------------------
     def increase(self, name: str, match: LabelFilter = None) -> float | None:
         """Reset-safe increase over the window, summed over matching series; None if absent."""
-        if not self.steps or not self.present(name):
+        if len(self._scrapes) < 2 or not self.present(name):
             return None
+        total = self._totals.increase(name, match)
+        return total if total is not None else self.increase_stepwise(name, match)
+
+    def increase_stepwise(self, name: str, match: LabelFilter = None) -> float:
+        """The increase summed step by step, in window order (what the running totals must equal)."""
         total = 0.0
         for step in self.steps:
             for key, delta in step.counters.get(name, {}).items():
@@ -275,8 +437,13 @@ class Window:
     # -- histograms ----------------------------------------------------------------------
     def histogram(self, name: str, match: LabelFilter = None) -> HistogramDelta | None:
         """Observations over the window, merged across matching series (engines)."""
-        if not self.steps or not self.present(name):
+        if len(self._scrapes) < 2 or not self.present(name):
             return None
+        summed = self._totals.histogram(name, match)
+        return HistogramDelta.merge(summed) if summed is not None else self.histogram_stepwise(name, match)
+
+    def histogram_stepwise(self, name: str, match: LabelFilter = None) -> HistogramDelta | None:
+        """The histogram summed step by step, in window order (what the running totals must equal)."""
         per_series: dict[LabelSet, list[HistogramDelta]] = {}
         for step in self.steps:
             for key, delta in step.histograms.get(name, {}).items():
@@ -311,7 +478,16 @@ class Window:
 
     def gauge_series(self, name: str, agg: GaugeAgg = "sum", match: LabelFilter = None) -> list[float]:
         """The gauge at every snapshot of the window that carries it, oldest first."""
-        values = (self.gauge_at(s, name, agg, match) for s in self.snapshots)
+        if match is not None:
+            values = [self.gauge_at(s, name, agg, match) for s in self.snapshots]
+        else:
+            values = []
+            key = (name, agg)
+            for scrape in self._scrapes:
+                known = scrape.gauges
+                if key not in known:
+                    known[key] = self.gauge_at(scrape.snapshot, name, agg)
+                values.append(known[key])
         return [v for v in values if v is not None]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from exporter import numbers
@@ -43,22 +43,22 @@ class StepVerdict:
     evidence: dict[str, str] = field(default_factory=dict)  # symptom -> first evidence of its strongest cause
 
     @classmethod
-    def of(cls, state: TargetState) -> StepVerdict:
-        doc = state.to_dict()
+    def of(cls, state: TargetState, detail: bool = True) -> StepVerdict:
+        """The step of ``state``; without ``detail``, only verdict and symptoms (no signals, no evidence)."""
         d = state.diagnosis
         active = d.active_symptoms
+        step = cls(at=state.evaluated_at, state=state.status, verdict=d.verdict.layer, score=d.verdict.score,
+                   symptoms=tuple(s.id for s in active),
+                   causes=tuple(c.id for s in active for c in s.causes if not c.informational))
+        if not detail:  # the whole state's JSON is not built for what would be dropped
+            return step
         evidence = {}
         for symptom in active:
             strongest = max(symptom.causes, key=lambda c: c.strength)
             if strongest.evidence:
                 evidence[symptom.id] = strongest.evidence[0]
-        signals = doc.get("signals") or {}
-        return cls(
-            at=state.evaluated_at, state=state.status, verdict=d.verdict.layer, score=d.verdict.score,
-            symptoms=tuple(s.id for s in active),
-            causes=tuple(c.id for s in active for c in s.causes if not c.informational),
-            signals={k: _number(signals.get(k)) for k in CORE_SIGNALS}, evidence=evidence,
-        )
+        signals = state.signals.to_dict() if state.signals is not None else {}  # as state.to_dict() has them
+        return replace(step, signals={k: _number(signals.get(k)) for k in CORE_SIGNALS}, evidence=evidence)
 
     def to_dict(self) -> dict[str, Any]:
         return {"at": self.at, "state": self.state, "verdict": self.verdict, "score": round(self.score, 3),
@@ -228,9 +228,8 @@ class VerdictHistory:
         if state.status == "down":
             self._steps.append(StepVerdict(state.evaluated_at, NO_DATA, NO_DATA, 0.0, (), ()))
             return
-        full = StepVerdict.of(state)
         # The page draws verdicts and symptoms only: no signals or evidence kept per evaluation.
-        self._steps.append(StepVerdict(full.at, full.state, full.verdict, full.score, full.symptoms, full.causes))
+        self._steps.append(StepVerdict.of(state, detail=False))
 
     @property
     def steps(self) -> list[StepVerdict]:

@@ -196,11 +196,26 @@ class _Text:
 
     def histogram_child(self, name: str, labels: dict[str, str], hist: Histogram) -> None:
         cumulative = hist.cumulative()
-        for bound, count in zip(hist.bounds, cumulative):
-            self.sample(f"{name}_bucket", {**labels, "le": floatToGoString(bound)}, count)
-        self.sample(f"{name}_bucket", {**labels, "le": "+Inf"}, cumulative[-1])
+        self.lines.extend(prefix + floatToGoString(count)
+                          for prefix, count in zip(_bucket_prefixes(name, labels, hist.bounds), cumulative))
         self.sample(f"{name}_count", labels, hist.count)
         self.sample(f"{name}_sum", labels, hist.sum)
+
+
+# "name_bucket{labels,le=...} " per bound and +Inf: the same few strings on every render (a replay
+# renders thousands of scrapes), so they are formatted once; bounded, cleared when full.
+_PREFIXES: dict[tuple[str, tuple[tuple[str, str], ...], tuple[float, ...]], tuple[str, ...]] = {}
+
+
+def _bucket_prefixes(name: str, labels: dict[str, str], bounds: tuple[float, ...]) -> tuple[str, ...]:
+    key = (name, tuple(labels.items()), bounds)
+    prefixes = _PREFIXES.get(key)
+    if prefixes is None:
+        if len(_PREFIXES) >= 1024:
+            _PREFIXES.clear()
+        edges = [*map(floatToGoString, bounds), "+Inf"]
+        prefixes = _PREFIXES[key] = tuple(f"{name}_bucket{_labels({**labels, 'le': le})} " for le in edges)
+    return prefixes
 
 
 def cache_config_labels(engine: Engine) -> dict[str, str]:

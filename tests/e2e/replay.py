@@ -2,8 +2,8 @@
 
 Twenty simulated minutes per scenario cannot run in real time in CI, and the sidecar's window,
 rates and counters are wall-clock based. So each scenario is run *offline* through the real
-sidecar code (simulator engine -> ``render_vllm`` -> ``TargetPipeline.ingest`` -> the real
-``DiagnosisCollector`` exposition) at simulated scrape instants, and the resulting ``/metrics``
+sidecar code (simulator engine -> ``render_vllm`` -> ``TargetPipeline.ingest`` -> the sidecar's
+``/metrics`` exposition) at simulated scrape instants, and the resulting ``/metrics``
 bodies are served later at ``SPEED`` simulated seconds per wall second. Prometheus then sees, per
 wall second, what a Prometheus scraping every ``SPEED`` seconds would see of a live sidecar. The
 alert rules it evaluates are the generated ones with every duration divided by ``SPEED``
@@ -24,13 +24,11 @@ from collections.abc import Callable
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 from exporter.config import Settings, load_settings
 from exporter.dcgm import gpu_utilization
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exposition import Exposition
 from exporter.signals import HostInputs
 from exporter.simulator import SCENARIOS, Scenario, get_scenario
 from exporter.simulator.exposition import render_dcgm, render_vllm
@@ -150,9 +148,7 @@ def run_timeline(name: str) -> Timeline:
     engine = scenario.build()
     # The CPU source the shipped deployments configure, read from the simulated engine.
     pipeline = TargetPipeline(settings.targets[0], settings, host_probe=_host_probe(variant, engine))
-    states = {}
-    registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: states, settings))
+    exposition = Exposition(settings)  # what the sidecar's /metrics serves for these states
     bodies, symptoms, raw = [], [], []
     steps = int(variant.duration_s // SIM_INTERVAL_S) + 1
     for k in range(steps):
@@ -168,8 +164,7 @@ def run_timeline(name: str) -> Timeline:
         else:
             body = None
             state = pipeline.ingest(ScrapeResult(now, 0.01, None, "connect", "connection refused"))
-        states[name] = state
-        bodies.append(generate_latest(registry))
+        bodies.append(exposition.render([state]))
         raw.append(body)
         symptoms.append("".join(sorted(s.id for s in state.diagnosis.active_symptoms)))
     return Timeline(name, tuple(bodies), tuple(symptoms), tuple(raw))

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from exporter.parse import parse
 from exporter.pipeline import COUNTERS
+from exporter.snapshot import HistogramSample, Snapshot
 from exporter.window import HistogramDelta, Window
 
 
@@ -145,3 +146,52 @@ def test_series_order_never_changes_per_series_deltas(order, starts, growths, re
             went_down = after[key] < before[key]
             expected += after[key] if went_down else after[key] - before[key]
         assert math.isclose(window.increase(f"vllm:{name}_total"), expected, rel_tol=1e-9, abs_tol=1e-6)
+
+
+# -- the running totals equal the step-by-step sums, bit for bit --------------------------------------
+BOUND_SETS = ((0.1, 0.5, math.inf), (0.1, 0.25, 0.5, math.inf))
+HIST = "vllm:time_to_first_token_seconds"
+COUNTER = "vllm:num_preemptions_total"
+CPU = "process_cpu_seconds_total"  # a counter with fractional values: summed step by step
+
+scrape_events = st.lists(st.tuples(
+    st.sets(st.sampled_from(("0", "1")), max_size=2),  # engines present in the scrape
+    st.integers(0, 1000) | st.sampled_from((-5, 2 ** 60)),  # counter step (negative: a reset; huge: inexact)
+    st.floats(0, 10, allow_nan=False) | st.integers(0, 10),  # a histogram step's per-bucket increment
+    st.sampled_from((0, 0, 0, 1)),  # the bounds set of engine "1"
+    st.booleans(),  # the process restarted
+), min_size=1, max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(scrape_events, st.sampled_from((15.0, 40.0, 1000.0)))
+def test_running_totals_equal_stepwise_sums(events, span):
+    window = Window(span, COUNTERS)
+    counter: dict[str, float] = {"0": 0.0, "1": 0.0}
+    buckets: dict[str, list[float]] = {"0": [0.0] * 4, "1": [0.0] * 4}
+    start, cpu = 1000.0, 0.0
+    for t, (engines, step, increment, bounds_choice, restarted) in enumerate(events):
+        start += 1.0 if restarted else 0.0
+        cpu += 0.1 * t
+        scalars: dict = {"process_start_time_seconds": {(): start}, CPU: {(): cpu}, COUNTER: {}}
+        hists: dict = {}
+        for engine in sorted(engines):
+            key = (("engine", engine),)
+            counter[engine] = max(0.0, counter[engine] + step) if step >= 0 else 3.0
+            scalars[COUNTER][key] = counter[engine]
+            bounds = BOUND_SETS[bounds_choice if engine == "1" else 0]
+            cumulative = buckets[engine]
+            for i in range(len(cumulative)):
+                cumulative[i] += increment * (i + 1)
+            values = tuple(cumulative[: len(bounds)])
+            hists.setdefault(HIST, {})[key] = HistogramSample(bounds, values, values[-1] * 0.3, values[-1])
+        window.push(Snapshot(float(t * 5), scalars, hists))
+        for name in (COUNTER, CPU):
+            for match in (None, lambda k: k == (("engine", "1"),)):
+                fast = window.increase(name, match)
+                if fast is not None:
+                    assert repr(fast) == repr(window.increase_stepwise(name, match))
+        for match in (None, lambda k: k == (("engine", "0"),)):
+            fast_hist = window.histogram(HIST, match)
+            if fast_hist is not None:
+                assert fast_hist == window.histogram_stepwise(HIST, match)
