@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # The test command: installs the real components the tests use, then runs the whole suite.
 # pytest's exit code 5 (no test collected) is a failure here.
+#
+# Without arguments the suite runs in three lanes (tests/conftest.py's LANES, marker expressions):
+#   waiting   docker, Prometheus/Alertmanager playback, Chromium, live servers: mostly waits;
+#   cpu       the fast tier and the slow tests of deterministic CPU work, beside `waiting` at the
+#             lowest priority (its output follows `waiting`'s);
+#   realvllm  the real vLLM, alone afterwards: latencies and CPU scores are what it measures.
+# With arguments, one plain pytest run with them (for instance a file, or -m "not slow").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ -x .venv/bin/python ] || bash scripts/install.sh
@@ -10,12 +17,45 @@ bash scripts/install-test-infra.sh || { echo "test infrastructure install failed
 # Lint and type gate (configured in pyproject.toml): the code passes them or nothing runs.
 .venv/bin/ruff check . || exit 1
 .venv/bin/mypy || exit 1
-# The end of the output lists the slowest tests (the whole run has a 15-minute budget on 2 cores) and
-# every skip and expected failure with its reason.
-.venv/bin/python -m pytest -p no:cacheprovider --durations=15 -rfEsxX "$@"
-code=$?
-if [ "$code" -eq 5 ]; then
-  echo "pytest collected no tests: failing" >&2
-  exit 1
+
+PYTEST=(.venv/bin/python -m pytest -p no:cacheprovider -rfEsxX)
+
+# pytest's exit code, with 5 (nothing collected) made a failure.
+checked() {
+  if [ "$1" -eq 5 ]; then
+    echo "pytest collected no tests ($2): failing" >&2
+    echo 1
+  else
+    echo "$1"
+  fi
+}
+
+if [ "$#" -gt 0 ]; then
+  "${PYTEST[@]}" --durations=15 "$@"
+  exit "$(checked $? "$*")"
 fi
-exit "$code"
+
+lane() { .venv/bin/python -c "from tests.conftest import LANES; print(LANES['$1'])"; }
+work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-diag-tests.XXXXXX")
+started=$(date +%s)
+# Each lane has its own base temporary directory: two pytest sessions at once must not prune each other's.
+nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -m "$(lane cpu)" >"$work/cpu.log" 2>&1 &
+cpu_pid=$!
+"${PYTEST[@]}" --durations=10 --basetemp="$work/waiting" -m "$(lane waiting)"
+waiting=$(checked $? waiting)
+wait "$cpu_pid"
+cpu=$(checked $? cpu)
+echo
+echo "=== lane cpu (ran beside lane waiting) ==="
+cat "$work/cpu.log"
+parallel_done=$(date +%s)
+echo
+echo "=== lane realvllm (alone) ==="
+"${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" -m "$(lane realvllm)"
+realvllm=$(checked $? realvllm)
+finished=$(date +%s)
+echo
+echo "pytest wall time: $((finished - started)) s (lanes waiting + cpu side by side $((parallel_done - started)) s," \
+     "realvllm $((finished - parallel_done)) s); exit codes waiting=$waiting cpu=$cpu realvllm=$realvllm"
+rm -rf "$work"
+[ "$waiting" -eq 0 ] && [ "$cpu" -eq 0 ] && [ "$realvllm" -eq 0 ]

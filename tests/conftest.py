@@ -50,10 +50,35 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden/* from the current code instead of comparing (review the diff)")
 
 
+# Slow modules whose work is deterministic CPU (simulated traffic, promtool, backfilled Prometheus
+# queries) and measures no wall-clock time: `scripts/test.sh` runs them with the fast tier, beside the
+# modules that mostly wait (docker, Prometheus/Alertmanager playback, Chromium, live servers), at
+# the lowest priority. The real vLLM runs afterwards, alone: its latencies and CPU scores are what
+# it measures. The lanes are marker expressions (LANES), so `pytest -m` reproduces any of them.
+CPU_BOUND_MODULES = frozenset({
+    "tests/simulator/test_advisor.py", "tests/simulator/test_format.py", "tests/simulator/test_physics.py",
+    "tests/simulator/test_scenarios.py", "tests/render/test_slo_alerts.py",
+    "tests/promsource/test_agreement.py", "tests/promsource/test_advise_prometheus.py",
+})
+LANES = {
+    "waiting": "slow and not cpu_bound and not realvllm",
+    "cpu": "not realvllm and (not slow or cpu_bound)",
+    "realvllm": "realvllm",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "cpu_bound: a slow test of deterministic CPU work, run beside the waiting ones (CPU_BOUND_MODULES)")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    root = config.rootpath
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
+        if item.path.relative_to(root).as_posix() in CPU_BOUND_MODULES:
+            item.add_marker(pytest.mark.cpu_bound)
 
 
 # Modules that replay simulated timelines through Prometheus or promtool (tests/e2e/replay.py). Their
