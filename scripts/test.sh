@@ -6,7 +6,8 @@
 #   waiting   docker, Prometheus/Alertmanager playback, Chromium, live servers: mostly waits;
 #   cpu       the fast tier and the slow tests of deterministic CPU work, beside `waiting` at the
 #             lowest priority (its output follows `waiting`'s);
-#   realvllm  the real vLLM, alone afterwards: latencies and CPU scores are what it measures.
+#   realvllm  the real vLLM: its engines start beside the other lanes, its tests run alone after
+#             them (latencies and CPU scores are what it measures).
 # With arguments, one plain pytest run with them (for instance a file, or -m "not slow").
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -38,9 +39,15 @@ fi
 lane() { .venv/bin/python -c "from tests.conftest import LANES; print(LANES['$1'])"; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-diag-tests.XXXXXX")
 started=$(date +%s)
-# Each lane has its own base temporary directory: two pytest sessions at once must not prune each other's.
+# Each lane has its own base temporary directory: pytest sessions at once must not prune each other's.
+# The realvllm lane starts now at the lowest priority, starts its engines and waits for $work/go.
+VLLM_DIAG_REALVLLM_START_AFTER="$work/go" nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" \
+  -m "$(lane realvllm)" >"$work/realvllm.log" 2>&1 &
+realvllm_pid=$!
 nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -m "$(lane cpu)" >"$work/cpu.log" 2>&1 &
 cpu_pid=$!
+# Interrupted: the background lanes get SIGINT, so their fixtures stop what they started.
+trap 'kill -INT "$cpu_pid" "$realvllm_pid" 2>/dev/null; touch "$work/go"' INT TERM
 "${PYTEST[@]}" --durations=10 --basetemp="$work/waiting" -m "$(lane waiting)"
 waiting=$(checked $? waiting)
 wait "$cpu_pid"
@@ -49,13 +56,15 @@ echo
 echo "=== lane cpu (ran beside lane waiting) ==="
 cat "$work/cpu.log"
 parallel_done=$(date +%s)
-echo
-echo "=== lane realvllm (alone) ==="
-"${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" -m "$(lane realvllm)"
+touch "$work/go"
+wait "$realvllm_pid"
 realvllm=$(checked $? realvllm)
 finished=$(date +%s)
 echo
+echo "=== lane realvllm (its engines started beside the other lanes; its tests ran alone after them) ==="
+cat "$work/realvllm.log"
+echo
 echo "pytest wall time: $((finished - started)) s (lanes waiting + cpu side by side $((parallel_done - started)) s," \
-     "realvllm $((finished - parallel_done)) s); exit codes waiting=$waiting cpu=$cpu realvllm=$realvllm"
+     "then realvllm $((finished - parallel_done)) s); exit codes waiting=$waiting cpu=$cpu realvllm=$realvllm"
 rm -rf "$work"
 [ "$waiting" -eq 0 ] && [ "$cpu" -eq 0 ] && [ "$realvllm" -eq 0 ]

@@ -55,21 +55,23 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # modules that mostly wait (docker, Prometheus/Alertmanager playback, Chromium, live servers), at
 # the lowest priority. The real vLLM runs afterwards, alone: its latencies and CPU scores are what
 # it measures. The lanes are marker expressions (LANES), so `pytest -m` reproduces any of them.
-CPU_BOUND_MODULES = frozenset({
+CPU_BOUND = frozenset({  # modules, or single tests by node id
     "tests/simulator/test_advisor.py", "tests/simulator/test_format.py", "tests/simulator/test_physics.py",
     "tests/simulator/test_scenarios.py", "tests/render/test_slo_alerts.py",
     "tests/promsource/test_agreement.py", "tests/promsource/test_advise_prometheus.py",
+    # Reads the installed vLLM's code (an import in a subprocess); starts no engine.
+    "tests/realvllm/test_engine_facts.py::test_defaults_table_matches_the_installed_vllm",
 })
 LANES = {
     "waiting": "slow and not cpu_bound and not realvllm",
-    "cpu": "not realvllm and (not slow or cpu_bound)",
-    "realvllm": "realvllm",
+    "cpu": "(not slow and not realvllm) or cpu_bound",
+    "realvllm": "realvllm and not cpu_bound",
 }
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
-        "markers", "cpu_bound: a slow test of deterministic CPU work, run beside the waiting ones (CPU_BOUND_MODULES)")
+        "markers", "cpu_bound: a slow test of deterministic CPU work, run beside the waiting ones (CPU_BOUND)")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -77,7 +79,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
-        if item.path.relative_to(root).as_posix() in CPU_BOUND_MODULES:
+        module = item.path.relative_to(root).as_posix()
+        if module in CPU_BOUND or f"{module}::{item.name}" in CPU_BOUND:
             item.add_marker(pytest.mark.cpu_bound)
 
 
