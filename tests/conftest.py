@@ -82,10 +82,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         module = item.path.relative_to(root).as_posix()
         if module in CPU_BOUND or f"{module}::{item.name}" in CPU_BOUND:
             item.add_marker(pytest.mark.cpu_bound)
+    # The replay readers last (a stable sort): their background replays get every test before them.
+    items.sort(key=lambda item: item.path.name in REPLAY_READERS)
 
 
 # Modules that replay simulated timelines through Prometheus or promtool (tests/e2e/replay.py). Their
-# replays (minutes of CPU) start in the background when the session starts, at the lowest priority:
+# replays (minutes of CPU) start in the background when the session starts, at a low priority (replay.PREFETCH_NICE):
 # the tests that run before them mostly wait on servers and containers.
 REPLAY_READERS = ("test_alert_matrix.py", "test_fleet_pages.py", "test_slo_long_horizon.py")
 

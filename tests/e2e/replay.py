@@ -182,19 +182,22 @@ _PENDING: dict[str, Future[Timeline]] = {}
 _POOL: ProcessPoolExecutor | None = None
 
 
-def _lowest_priority() -> None:
-    os.nice(19)  # prefetching only takes CPU nothing else wants
+PREFETCH_NICE = 10  # below the tests that wait on servers (0), above scripts/test.sh's other lanes (19)
+
+
+def _low_priority() -> None:
+    os.nice(PREFETCH_NICE)  # prefetching takes the CPU the waiting tests leave, before the other lanes do
 
 
 def prefetch(names: list[str], workers: int = 2) -> None:
-    """Start computing timelines in the background at the lowest CPU priority, in the order given, so
+    """Start computing timelines in the background at a low CPU priority, in the order given, so
     they use the cycles that tests waiting on servers leave idle; `run_all` collects them."""
     global _POOL
     todo = [n for n in dict.fromkeys(names) if n not in _RUN and n not in _PENDING]
     if not todo:
         return
     if _POOL is None:
-        _POOL = ProcessPoolExecutor(max_workers=workers, initializer=_lowest_priority)
+        _POOL = ProcessPoolExecutor(max_workers=workers, initializer=_low_priority)
     for name in todo:
         _PENDING[name] = _POOL.submit(run_timeline, name)
 

@@ -29,6 +29,7 @@ from .harness import RealVLLM, ensure_installed, unavailable_reason, vllm_availa
 # script writes once the other lanes are done; then the lane's processes return to normal priority.
 START_AFTER_ENV = "VLLM_DIAG_REALVLLM_START_AFTER"
 START_AFTER_TIMEOUT_S = 3600.0
+EARLY_STARTUP_TIMEOUT_S = 900.0  # at the lowest priority beside two busy lanes a start takes minutes
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -112,8 +113,12 @@ def _normal_priority(pids: list[int]) -> None:
 
 def _start_early_then_wait(engines: Engines, path: str) -> None:
     """Start the session's engines now, then wait for the other lanes (see START_AFTER_ENV)."""
-    engines.get()
-    engines.get(**loads.SMALL_ENGINE)
+    for flags in ({}, loads.SMALL_ENGINE):
+        try:
+            engines.get(startup_timeout_s=EARLY_STARTUP_TIMEOUT_S, **flags)
+        except pytest.fail.Exception as exc:
+            # Not fatal here: the first test that needs the engine starts it again, at normal priority.
+            print(f"early start of the engine {flags or 'with default flags'} failed: {exc}")
     deadline = time.monotonic() + START_AFTER_TIMEOUT_S
     while not Path(path).exists():
         if time.monotonic() > deadline:
