@@ -351,13 +351,17 @@ def speculative_panels() -> list[g.Panel]:
     return [
         timeseries("Draft acceptance rate", "Accepted / proposed draft tokens. Below the low mark the drafts are "
                    "mostly rejected (cause B5): each verify step pays for draft positions it throws away.",
-                   [(SPEC.ratio(accepted, draft_tokens, RATE), "{{model_name}}")],
-                   metrics=[accepted, draft_tokens], unit="percentunit",
+                   [(diag("vllm_diag_spec_decode_acceptance_ratio", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (SPEC.ratio(accepted, draft_tokens, RATE), "raw {{model_name}}")],
+                   metrics=["vllm_diag_spec_decode_acceptance_ratio", accepted, draft_tokens], unit="percentunit",
                    judgement=catalog("spec_acceptance_low", high_is_bad=False), max_value=1),
         timeseries("Mean accepted length", "1 + accepted / drafts: tokens a verify step emits per request, the "
                    "bonus token included (1 = no gain from speculation).",
-                   [(f"1 + {SPEC.ratio(accepted, drafts, RATE)}", "{{model_name}}")],
-                   metrics=[accepted, drafts], unit=TOKENS),
+                   [(diag("vllm_diag_spec_decode_mean_accepted_tokens", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (f"1 + {SPEC.ratio(accepted, drafts, RATE)}", "raw {{model_name}}")],
+                   metrics=["vllm_diag_spec_decode_mean_accepted_tokens", accepted, drafts], unit=TOKENS),
         timeseries("Acceptance per draft position", "Share of drafts whose token at each position was accepted: "
                    "a steep fall says fewer speculative tokens would do.",
                    [(per_position, "{{model_name}} position {{position}}")],
@@ -365,8 +369,11 @@ def speculative_panels() -> list[g.Panel]:
         timeseries("Tokens per output event", "Generated tokens after each request's first over vLLM's "
                    "inter-token observations: what one output event carries. The sidecar judges the ITL "
                    "objective per token (each event's gap divided by it), so its ITL quantiles are per token.",
-                   [(per_event, "{{model_name}}")],
-                   metrics=[vllm.GENERATION_TOKENS_TOTAL, first_tokens, itl_count], unit=TOKENS),
+                   [(diag("vllm_diag_tokens_per_output_event", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (per_event, "raw {{model_name}}")],
+                   metrics=["vllm_diag_tokens_per_output_event", vllm.GENERATION_TOKENS_TOTAL, first_tokens,
+                            itl_count], unit=TOKENS),
     ]
 
 

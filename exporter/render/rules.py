@@ -396,8 +396,11 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
     "B": (
         Verify("ITL quantiles (p99 over p50 = stutter)", "vllm_diag_itl_seconds"),
         Verify("prompt share of computed tokens", "vllm_diag_prefill_token_share"),
-        Verify("raw ITL p95", RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
+        Verify("raw ITL p95 (per output event: with speculative decoding an event carries several tokens)",
+               RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
         Verify("running requests", RAW.agg("sum", vllm.NUM_REQUESTS_RUNNING)),
+        Verify("with speculative decoding: draft acceptance rate (B5 below the low mark)",
+               RAW.ratio(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, _W)),
     ),
     "C": (
         Verify("throughput", "vllm_diag_throughput_tokens_per_second"),
