@@ -5,7 +5,7 @@ A value is ``None`` when its inputs are absent or the window holds no such traff
 names of absent inputs are listed in ``missing`` so nothing reads as zero.
 
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
-GPU), each filled by its own function over the window. The JSON ``signals`` object is a
+GPU, speculative decoding), each filled by its own function over the window. The JSON ``signals`` object is a
 contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
 groups into one object, in the order of the dataclasses' fields (``FLAT_KEYS``, derived from them):
 a new signal is one new field of its group.
