@@ -484,14 +484,15 @@ class RequestResult:
 
 
 
-async def one_request(session: aiohttp.ClientSession, base_url: str, prompt: str, max_tokens: int) -> RequestResult:
+async def one_request(session: aiohttp.ClientSession, base_url: str, prompt: str, max_tokens: int,
+                      temperature: float = 0.0) -> RequestResult:
     payload = {
         "model": MODEL_NAME,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stream": True,
         "ignore_eos": True,  # the random model must still produce exactly max_tokens
-        "temperature": 0.0,
+        "temperature": temperature,
         "stream_options": {"include_usage": True},
     }
     t0 = time.monotonic()

@@ -57,6 +57,10 @@ class EngineFacts(_Strict):
     dtype: str | None = None
     performance_mode: str | None = None
     model: str | None = None
+    # --speculative-config: its drafter and draft tokens per step (None: not known; the spec-decode
+    # counters on /metrics tell whether speculation is on)
+    speculative_method: str | None = None
+    num_speculative_tokens: int | None = Field(default=None, gt=0)
     vllm_version: str | None = None
     platform: str | None = None
 

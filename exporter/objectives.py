@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from exporter import numbers
@@ -97,12 +97,16 @@ class ObjectiveStatus:
     threshold_on_bucket_edge: bool | None = None  # None until a scrape shows the buckets
     nearest_bucket_edges: tuple[float | None, float | None] | None = None  # (lower, upper) when off an edge
     interpolated: bool = False
+    # Speculative decoding: the event gaps were divided by the tokens an output event carried on
+    # average (this many), so the objective is judged per token; None when judged per event.
+    tokens_per_event: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         edges = list(self.nearest_bucket_edges) if self.nearest_bucket_edges is not None else None
         return {"threshold_seconds": self.threshold_seconds, "target": self.target,
                 "bad_share": self.bad_share, "events": self.events, "burn_rate": self.burn_rate, "met": self.met,
-                "threshold_on_bucket_edge": self.threshold_on_bucket_edge, "nearest_bucket_edges": edges}
+                "threshold_on_bucket_edge": self.threshold_on_bucket_edge, "nearest_bucket_edges": edges,
+                "tokens_per_event": self.tokens_per_event}
 
     def evidence(self) -> str:
         """'TTFT: 3.1 % of 412 first tokens over 2.5 s (objective 99 %, burn 3.1x)'."""
@@ -113,6 +117,10 @@ class ObjectiveStatus:
         text = (f"{title}: {self.bad_share * 100:.1f} % of {self.events:.0f} {EVENT_NAMES.get(self.name, 'events')} "
                 f"over {numbers.seconds(self.threshold_seconds)} (objective {_target(self.target)}, "
                 f"burn {self.burn_rate:.1f}x)")
+        if self.tokens_per_event is not None:
+            return text + (f"; judged per token (speculative decoding): each output event's gap divided by the "
+                           f"{self.tokens_per_event:.2f} tokens an event carried on average, the share "
+                           "interpolated inside the buckets so divided")
         if self.interpolated:
             text += "; the threshold is not a bucket edge, the share is interpolated inside its bucket"
         return text
@@ -122,11 +130,23 @@ def _target(target: float) -> str:
     return f"{numbers.number(target * 100)} %"
 
 
-def judge(name: str, objective: Objective, hist: HistogramDelta | None, min_events: float) -> ObjectiveStatus:
+def judge(name: str, objective: Objective, hist: HistogramDelta | None, min_events: float,
+          tokens_per_event: float | None = None) -> ObjectiveStatus:
     """The objective over ``hist`` (the window's delta; its bounds alone when nothing was observed).
 
     ``met`` stays None below ``min_events``: a share of a handful of events is not a judgement.
+    ``tokens_per_event``: ``hist`` is already per token (exporter.signals.per_token), say so.
     """
+    status = _judge(name, objective, hist, min_events)
+    if tokens_per_event is None or hist is None or not hist.bounds:
+        return status
+    # The operator's threshold sits on vLLM's (per-event) edges or not; per token it is interpolated anyway.
+    edges = bucket_edges(tuple(b * tokens_per_event for b in hist.bounds), objective.threshold_seconds)
+    return replace(status, tokens_per_event=tokens_per_event, threshold_on_bucket_edge=edges.on_edge,
+                   nearest_bucket_edges=None if edges.on_edge else (edges.lower, edges.upper))
+
+
+def _judge(name: str, objective: Objective, hist: HistogramDelta | None, min_events: float) -> ObjectiveStatus:
     status = ObjectiveStatus(name, objective.threshold_seconds, objective.target)
     if hist is None or not hist.bounds:
         return status
@@ -144,10 +164,11 @@ def judge(name: str, objective: Objective, hist: HistogramDelta | None, min_even
     )
 
 
-def judge_all(histograms: Mapping[str, HistogramDelta | None], slo: Slo, min_events: float
-              ) -> dict[str, ObjectiveStatus]:
+def judge_all(histograms: Mapping[str, HistogramDelta | None], slo: Slo, min_events: float,
+              tokens_per_event: Mapping[str, float | None] | None = None) -> dict[str, ObjectiveStatus]:
     """Every latency objective of ``slo`` over its histogram (``histograms`` by objective name)."""
-    return {name: judge(name, objective, histograms.get(name), min_events)
+    per_token = tokens_per_event or {}
+    return {name: judge(name, objective, histograms.get(name), min_events, per_token.get(name))
             for name, objective in slo.objectives().items()}
 
 

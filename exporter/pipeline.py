@@ -151,7 +151,8 @@ class TargetPipeline:
         signals = compute(self.window, self.thresholds, host)
         slo = self.settings.slo_for(self.target)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
-                                      slo, self.thresholds.evidence_min_requests)
+                                      slo, self.thresholds.evidence_min_requests,
+                                      {"itl": signals.speculative.itl_scale})
         self._warn_off_edge(judged)
         latest = self.window.latest
         model = ",".join(latest.model_names()) if latest is not None else ""

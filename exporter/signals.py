@@ -5,7 +5,7 @@ A value is ``None`` when its inputs are absent or the window holds no such traff
 names of absent inputs are listed in ``missing`` so nothing reads as zero.
 
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
-GPU), each filled by its own function over the window. The JSON ``signals`` object is a
+GPU, speculative decoding), each filled by its own function over the window. The JSON ``signals`` object is a
 contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
 groups into one object, in the order of the dataclasses' fields (``FLAT_KEYS``, derived from them):
 a new signal is one new field of its group.
@@ -195,9 +195,48 @@ class Gpu:
     }
 
 
-Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu
+@dataclass(frozen=True, slots=True)
+class Speculative:
+    """Speculative decoding over the window (vllm/v1/spec_decode/metrics.py); all None when it is off.
+
+    vLLM registers the spec-decode counters only when the engine runs with ``--speculative-config``,
+    so their presence says the feature is on. One output event then carries 1 + the accepted draft
+    tokens, and vLLM's inter-token latency histogram observes one gap per output event, not per token:
+    ``tokens_per_event`` (generated tokens after the first of each request, over ITL observations) is
+    what divides the event gaps to judge the ITL objective per token (``per_token_itl``).
+    """
+
+    enabled: bool | None = None
+    drafts: float | None = None  # verify steps that carried a draft, in the window
+    draft_tokens: float | None = None
+    accepted_tokens: float | None = None
+    acceptance_rate: float | None = None  # accepted / draft tokens (vLLM's "draft acceptance rate")
+    mean_accepted_length: float | None = None  # 1 + accepted / drafts (the bonus token included)
+    acceptance_per_position: tuple[float, ...] = ()  # accepted at draft position i / drafts
+    tokens_per_event: float | None = None  # output tokens per ITL observation (1 without speculation)
+    event_gap_mean: float | None = None  # mean ITL observation, per output event (seconds)
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "enabled": "spec_decode_enabled", "drafts": "spec_decode_drafts",
+        "draft_tokens": "spec_decode_draft_tokens", "accepted_tokens": "spec_decode_accepted_tokens",
+        "acceptance_rate": "spec_decode_acceptance_rate",
+        "mean_accepted_length": "spec_decode_mean_accepted_length",
+        "acceptance_per_position": "spec_decode_acceptance_per_position",
+        "tokens_per_event": "tokens_per_output_event", "event_gap_mean": "itl_event_mean_seconds",
+    }
+
+    @property
+    def itl_scale(self) -> float | None:
+        """Tokens per output event when the ITL objective is judged per token (speculation on, > 1)."""
+        if self.enabled and self.tokens_per_event is not None and self.tokens_per_event > 1.0:
+            return self.tokens_per_event
+        return None
+
+
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative
 GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
+    ("speculative", Speculative),
 )
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
@@ -241,6 +280,7 @@ class Signals:
     latency: Latency = Latency()
     cpu: Cpu = Cpu()
     gpu: Gpu = Gpu()
+    speculative: Speculative = Speculative()
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -342,6 +382,10 @@ def cache_facts(snapshot: Snapshot | None) -> CacheFacts:
 
 def _reason(value: str) -> Callable[[LabelSet], bool]:
     return lambda labels: label_value(labels, "reason") == value
+
+
+def _position(value: str) -> Callable[[LabelSet], bool]:
+    return lambda labels: label_value(labels, "position") == value
 
 
 def _source(value: str) -> Callable[[LabelSet], bool]:
@@ -678,13 +722,60 @@ def gpu(window: Window, host: HostInputs) -> Gpu:
     )
 
 
+SPEC_DECODE_FAMILIES: tuple[str, ...] = (
+    vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL, vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL,
+    vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL,
+)
+
+
+def speculative(window: Window, itl: HistogramDelta | None) -> Speculative:
+    """Acceptance and tokens per output event; ``Speculative()`` when no spec-decode family is exported."""
+    if not any(window.present(name) for name in SPEC_DECODE_FAMILIES):
+        return Speculative()
+    drafts = _increase(window, vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL)
+    draft_tokens = _increase(window, vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL)
+    accepted = _increase(window, vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL)
+    per_position: tuple[float, ...] = ()
+    name = vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL
+    latest = window.latest
+    if drafts and latest is not None and window.present(name):
+        positions = sorted({int(p) for labels in latest.scalars.get(name, {})
+                            if (p := label_value(labels, "position")) is not None and p.isdigit()})
+        per_position = tuple((window.increase(name, _position(str(p))) or 0.0) / drafts for p in positions)
+    # Every generated token but each request's first arrives in an ITL-observed output event.
+    generated = _increase(window, vllm.GENERATION_TOKENS_TOTAL)
+    ttft = _histogram(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    per_event = None
+    if generated is not None and ttft is not None and itl is not None and itl.count > 0:
+        per_event = max(1.0, (generated - ttft.count) / itl.count)
+    return Speculative(
+        enabled=True, drafts=drafts, draft_tokens=draft_tokens, accepted_tokens=accepted,
+        acceptance_rate=_ratio(accepted, draft_tokens),
+        mean_accepted_length=1.0 + accepted / drafts if accepted is not None and drafts else None,
+        acceptance_per_position=per_position, tokens_per_event=per_event, event_gap_mean=_hist_mean(itl),
+    )
+
+
+def per_token(itl: HistogramDelta | None, tokens_per_event: float | None) -> HistogramDelta | None:
+    """The ITL histogram with each event gap divided by the tokens an event carried on average."""
+    if itl is None or tokens_per_event is None:
+        return itl
+    return HistogramDelta(tuple(b / tokens_per_event for b in itl.bounds), itl.cumulative,
+                          itl.sum / tokens_per_event, itl.count)
+
+
 def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None) -> Signals:
-    """Derive every signal from the window (and optional host readings)."""
+    """Derive every signal from the window (and optional host readings).
+
+    Under speculative decoding the latency group's ITL (quantiles, mean, the objective's histogram) is
+    per token; the engine-step estimates (busy fraction, step wait) keep the per-event gaps.
+    """
     host = host or HostInputs()
     flow = traffic(window)
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
-    times = latency(window, itl)
-    steps = scheduler(window, times.itl_mean)
+    spec = speculative(window, itl)
+    times = latency(window, per_token(itl, spec.itl_scale))
+    steps = scheduler(window, _hist_mean(itl))
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, _net_share(times.e2e_frontend_mean, times.step_wait_mean, times.e2e_mean))
     return Signals(
@@ -697,6 +788,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         latency=times,
         cpu=cpu_use,
         gpu=gpu(window, host),
+        speculative=spec,
         cache=cache_facts(window.latest),
         missing=missing_inputs(window),
         notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),

@@ -54,6 +54,11 @@ REQUEST_GENERATION_TOKENS: Final = "vllm:request_generation_tokens"
 REQUEST_PARAMS_MAX_TOKENS: Final = "vllm:request_params_max_tokens"
 ITERATION_TOKENS_TOTAL: Final = "vllm:iteration_tokens_total"  # a histogram, despite the _total
 REQUEST_NUM_PREEMPTIONS: Final = "vllm:request_num_preemptions"
+# Speculative decoding (vllm/v1/spec_decode/metrics.py): registered only with --speculative-config.
+SPEC_DECODE_NUM_DRAFTS_TOTAL: Final = "vllm:spec_decode_num_drafts_total"
+SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL: Final = "vllm:spec_decode_num_draft_tokens_total"
+SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL: Final = "vllm:spec_decode_num_accepted_tokens_total"
+SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 # vLLM 0.32 families the sidecar does not read.
 ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL: Final = "vllm:estimated_write_bytes_per_gpu_total"
 MM_CACHE_QUERIES_TOTAL: Final = "vllm:mm_cache_queries_total"
@@ -150,6 +155,15 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
     MetricDef(ITERATION_TOKENS_TOTAL, _H, "Tokens per engine output batch (about one per step)"),
     MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
+    # Speculative decoding, only with --speculative-config (V1 counters; V0's engine exported the
+    # accepted and draft token counters under the same names, with gauges and an emitted-token counter
+    # beside them that the V1 engine never had). Drafts: verify steps that carried a draft.
+    MetricDef(SPEC_DECODE_NUM_DRAFTS_TOTAL, _C, "Speculative drafts verified (steps with a draft)",
+              since="0.8.5"),
+    MetricDef(SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, _C, "Draft tokens proposed"),
+    MetricDef(SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, _C, "Draft tokens accepted"),
+    MetricDef(SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL, _C,
+              "Draft tokens accepted per draft position (label position)", since="0.8.5"),
     # API-server process (absent with --api-server-count > 1)
     MetricDef(PROCESS_CPU_SECONDS_TOTAL, _C, "API-server process CPU time"),
     MetricDef(PROCESS_START_TIME_SECONDS, _G, "API-server process start time"),

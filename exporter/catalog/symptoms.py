@@ -167,16 +167,11 @@ CAUSES: tuple[Cause, ...] = (
     Cause("B0", "B", "unknown", "Inter-token latency misses its objective; no known cause explains it",
           "The inter-token objective is missed, yet no cause the diagnosis knows for a slow stream, a starved "
           "CPU, preemption or parallelism overhead (B1-B4, C, D, G) fires: each is clear or could not be "
-          "judged. What vLLM's metrics do not attribute: speculative decoding (--speculative-config), whose "
-          "steps emit several tokens at once, so the gaps per output event are uneven; KV transfer to or from "
-          "another instance (--kv-transfer-config); a proxy or the network that holds back streamed chunks; a "
-          "client that measures the gap differently (per chunk, not per token).",
-          (_CHECK_ABSTAINED,
-           Action("look at the feature metrics named: with speculative decoding, its acceptance rate and the "
-                  "time per output token beside the per-event gaps",
-                  "tells a few long gaps between multi-token steps from a slow stream",
-                  "an objective per output token may need to replace the per-event one"),
-           _CLIENT_VIEW)),
+          "judged. What vLLM's metrics do not attribute: KV transfer to or from another instance "
+          "(--kv-transfer-config); a proxy or the network that holds back streamed chunks; a client that "
+          "measures the gap differently (per chunk, not per token). Under speculative decoding the objective "
+          "is already judged per token (each output event's gap divided by the tokens it carried).",
+          (_CHECK_ABSTAINED, _CLIENT_VIEW)),
     Cause("B1", "B", "scheduler", "Decode disturbed by prefill",
           "The ITL tail is far above its median while prompt tokens take a large share of computed tokens: "
           "prefill chunks cut into decode steps.",
@@ -210,6 +205,22 @@ CAUSES: tuple[Cause, ...] = (
            Action("use a quantization with native kernels on this GPU (or none)", "full-speed matmuls",
                   "re-quantised weights, accuracy check"),
            Action("upgrade vLLM / drivers if the backend fell back", "current kernels", "a rollout"))),
+    Cause("B5", "B", "gpu_compute", "Speculative drafts mostly rejected",
+          "Speculative decoding is on (--speculative-config) but the target model rejects most draft tokens: "
+          "every verify step computes the draft positions and emits about one token, so the speculation costs "
+          "GPU work, batch room and per-token latency instead of saving them (the drafter does not fit this "
+          "traffic, e.g. n-gram lookup on sampled, non-repetitive output). Information while the inter-token "
+          "objective is met; a cause of the slow stream when it is missed.",
+          (Action("lower num_speculative_tokens in --speculative-config",
+                  "fewer rejected draft positions verified per step", "fewer tokens per step where the drafts "
+                  "do fit (a smaller speed-up on the traffic that accepts them)"),
+           Action("use a drafter that fits the traffic: a draft model or EAGLE/MTP head made for the target model; "
+                  "n-gram lookup only where outputs repeat their input (code edits, extraction, RAG)",
+                  "higher acceptance, more tokens per step", "a drafter to obtain or train; its weights and KV "
+                  "take GPU memory; a restart"),
+           Action("turn speculative decoding off (drop --speculative-config)",
+                  "no verification overhead, full batch room for decodes",
+                  "loses the speed-up on traffic where drafts are accepted; a restart"))),
     Cause("C1", "C", "cpu", "CPU cannot feed the GPU",
           "A CPU-starvation signal is high while work is present: the engine loop, scheduler or frontend "
           "stalls and the accelerator idles in phases.",

@@ -111,6 +111,12 @@ class Thresholds:
     engine_busy_fraction: float = threshold(0.8, "ratio",
         "Share of wall time the engine spends stepping (steps/s x mean step time) above which it never "
         "waits for work (B4: the GPU path, not the feed, is slow).", 0, 1)
+    spec_acceptance_low: float = threshold(0.3, "ratio",
+        "Speculative decoding: draft acceptance rate (accepted / proposed draft tokens) below which the drafts "
+        "are mostly rejected (B5): each verify step pays for draft tokens it throws away. Informational unless "
+        "the ITL objective is missed. Lower it for a drafter whose steps are nearly free (n-gram).", 0, 1)
+    spec_min_draft_tokens: float = threshold(200, "tokens",
+        "Draft tokens the window must hold before the acceptance rate is judged (B5); with fewer it abstains.", 1)
     # -- throughput / idle (symptom C) ---------------------------------------------------
     gpu_util_low: float = threshold(0.5, "ratio",
         "GPU utilisation (DCGM) below which the GPU counts as idle (C). Used only when a DCGM source "

@@ -110,7 +110,8 @@ def gate(breach: Breach) -> Finding | None:
 def objective_status(ctx: Context, name: str) -> ObjectiveStatus:
     """The objective ``name`` (ttft, itl) judged over the window: bad share against its error budget."""
     hist = ctx.signals.latency.ttft_histogram if name == "ttft" else ctx.signals.latency.itl_histogram
-    return objectives.judge(name, ctx.slo.objectives()[name], hist, ctx.thresholds.evidence_min_requests)
+    per_token = ctx.signals.speculative.itl_scale if name == "itl" else None
+    return objectives.judge(name, ctx.slo.objectives()[name], hist, ctx.thresholds.evidence_min_requests, per_token)
 
 
 def _judged(status: ObjectiveStatus, missing: str) -> Breach:
@@ -495,6 +496,37 @@ def rule_b4(ctx: Context) -> Finding:
     return fired(strength, *evidence)
 
 
+def rule_b5(ctx: Context) -> Finding:
+    """Speculative drafts mostly rejected: information, a cause of B only while the ITL objective is missed."""
+    s, t = ctx.signals, ctx.thresholds
+    spec = s.speculative
+    if not spec.enabled:
+        return clear("speculative decoding is off (no spec-decode counters on /metrics)")
+    if spec.acceptance_rate is None or spec.draft_tokens is None or spec.draft_tokens < t.spec_min_draft_tokens:
+        return abstain(f"{vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL}: too few draft tokens in the window")
+    length = f", mean accepted length {spec.mean_accepted_length:.2f}" if spec.mean_accepted_length else ""
+    if spec.acceptance_rate >= t.spec_acceptance_low:
+        return clear(f"draft acceptance {_pct(spec.acceptance_rate)}{length}")
+    drafter = ", ".join(part for part in (
+        f"drafter {ctx.facts.speculative_method}" if ctx.facts.speculative_method else "",
+        f"{ctx.facts.num_speculative_tokens} draft tokens per step" if ctx.facts.num_speculative_tokens else "",
+    ) if part)
+    evidence = [f"draft acceptance {_pct(spec.acceptance_rate)} of {spec.draft_tokens:.0f} draft tokens "
+                f"(low mark {_pct(t.spec_acceptance_low)}){length}" + (f" ({drafter})" if drafter else "")]
+    if spec.acceptance_per_position:
+        evidence.append("accepted per draft position: "
+                        + ", ".join(_pct(rate) for rate in spec.acceptance_per_position))
+    if spec.tokens_per_event is not None:
+        evidence.append(f"{spec.tokens_per_event:.2f} tokens per output event")
+    breach = itl_breach(ctx)
+    if not (breach.known and breach.breached):
+        return info(ctx, *evidence, breach.evidence if breach.known else "ITL objective not judged (too few gaps)")
+    if (reason := stutter_explained(ctx)) is not None:
+        return info(ctx, *evidence, reason)
+    return fired(0.55 + 0.35 * _excess(t.spec_acceptance_low - spec.acceptance_rate, 0, t.spec_acceptance_low),
+                 breach.evidence, *evidence)
+
+
 # -- C: throughput short of demand while the engine idles ---------------------------------
 def _traffic(s: Signals) -> bool:
     return bool((s.traffic.requests_finished or 0) > 0 or (s.scheduler.running_mean or 0) > 0
@@ -772,7 +804,7 @@ ExplainingRule = Callable[[Context, Mapping[str, Finding]], Finding]
 
 RULES: tuple[tuple[str, Rule], ...] = (
     ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5),
-    ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4),
+    ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4), ("B5", rule_b5),
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
     ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),
 )

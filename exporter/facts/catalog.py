@@ -39,6 +39,9 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("dtype", str, ("dtype",), "model data type"),
     FactSpec("performance_mode", str, ("performance-mode",), "vLLM performance mode"),
     FactSpec("model", str, ("model",), "model served"),
+    # From --speculative-config (a JSON value, or the config file's mapping): exporter.facts.cmdline.
+    FactSpec("speculative_method", str, (), "speculative decoding drafter (ngram, eagle, mtp, draft_model, ...)"),
+    FactSpec("num_speculative_tokens", int, (), "draft tokens per speculative step"),
     FactSpec("vllm_version", str, (), "vLLM version (a release series when dated from the metrics)"),
     FactSpec("platform", str, (), "vLLM build: cpu, or a GPU build"),
     FactSpec("gpu", str, (), "GPU model (configure it)"),

@@ -9,6 +9,7 @@ the rest of the command line (API keys, tokens) is never stored.
 
 from __future__ import annotations
 
+import json
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ import yaml
 
 from exporter.config import redact
 from exporter.facts.base import FactValue
-from exporter.facts.catalog import BY_FLAG, convert
+from exporter.facts.catalog import BY_FLAG, BY_NAME, convert
 
 DEFAULT_PORT = 8000  # vLLM's default --port
 _SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh"})
@@ -129,10 +130,40 @@ def _is_option(token: str) -> bool:
     return token.startswith("-") and not _is_number(token)
 
 
+SPECULATIVE_FLAG = "speculative-config"
+# What of --speculative-config is kept: its drafter and its draft tokens per step (a drafter's model path
+# or other keys are never stored).
+_SPECULATIVE_KEYS = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens"}
+
+
+def speculative_facts(value: object) -> dict[str, FactValue]:
+    """The facts in a ``--speculative-config`` value: a JSON object (command line) or a mapping (config file)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return {}
+    if not isinstance(value, dict):
+        return {}
+    out: dict[str, FactValue] = {}
+    for key, fact in _SPECULATIVE_KEYS.items():
+        converted = convert(BY_NAME[fact], value.get(key))
+        if converted is not None:
+            out[fact] = converted
+    return out
+
+
 def _facts(pairs: list[tuple[str, str | None]]) -> dict[str, FactValue]:
     """The catalog facts among option pairs; the last occurrence wins, as with argparse."""
     out: dict[str, FactValue] = {}
     for name, raw in pairs:
+        if name == SPECULATIVE_FLAG:
+            out.update(speculative_facts(raw))
+            continue
+        head, _, key = name.partition(".")  # vLLM's dotted form: --speculative-config.method ngram
+        if head == SPECULATIVE_FLAG and key in _SPECULATIVE_KEYS:
+            out.update(speculative_facts({key: raw}))
+            continue
         negated = name.startswith("no-") and name[3:] in BY_FLAG
         spec = BY_FLAG.get(name[3:] if negated else name)
         if spec is None:
@@ -158,8 +189,12 @@ def config_file_facts(text: str) -> dict[str, FactValue]:
     if not isinstance(data, dict):
         return {}
     pairs: list[tuple[str, str | None]] = []
+    speculative: dict[str, FactValue] = {}
     for key, value in data.items():
         name = str(key).replace("_", "-")
+        if name == SPECULATIVE_FLAG:
+            speculative = speculative_facts(value)
+            continue
         spec = BY_FLAG.get(name)
         if spec is None or isinstance(value, (dict, list)):
             continue
@@ -168,7 +203,7 @@ def config_file_facts(text: str) -> dict[str, FactValue]:
                 pairs.append((name if value else f"no-{name}", None))
         else:
             pairs.append((name, None if isinstance(value, bool) else str(value)))
-    return _facts(pairs)
+    return {**_facts(pairs), **speculative}
 
 
 def parse(argv: Sequence[str], read_file: ReadFile | None = None) -> Invocation | None:

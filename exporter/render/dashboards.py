@@ -68,6 +68,7 @@ RANGE = "$__range"
 
 # Values the variables take in all_queries(): match everything, a short rate window, a 1 h range.
 QUERY_DEFAULTS: Mapping[str, str] = {"$cluster": ".*", "$namespace": ".*", "$target": ".*", "$model": ".*",
+                                     "$spec_model": ".*",
                                      "$__rate_interval": "1m", "$__range": "1h"}
 
 GREEN, RED, NEUTRAL = "green", "red", "blue"
@@ -286,6 +287,18 @@ class Layout:
         self._x += w
         self._row_height = max(self._row_height, h)
 
+    def feature_row(self, title: str, variable: str, panels: Sequence[g.Panel], *, h: int = 8) -> None:
+        """A collapsed row repeated once per value of ``variable`` (the models where a feature is on):
+        collapsed, it queries nothing until opened. Grafana cannot repeat a row zero times, so with the
+        feature off everywhere one collapsed header stays, its variable empty."""
+        self._newline()
+        w = GRID_WIDTH // len(panels)
+        for i, panel in enumerate(panels):
+            panel.gridPos = g.GridPos(h=h, w=w, x=i * w, y=self._y + 1)
+        self.panels.append(g.RowPanel(title=title, gridPos=g.GridPos(h=1, w=GRID_WIDTH, x=0, y=self._y),
+                                      collapsed=True, panels=list(panels), repeat=g.Repeat(variable=variable)))
+        self._y += 1
+
     def add_row(self, panels: Sequence[g.Panel], *, h: int = 8) -> None:
         """Panels side by side, sharing the full width."""
         w = GRID_WIDTH // len(panels)
@@ -298,7 +311,7 @@ class Layout:
 # ---------------------------------------------------------------------------------------------
 
 
-def _templating() -> g.Templating:
+def _templating(*, speculative: bool = False) -> g.Templating:
     # "All" is `.*`, which matches series without the label too: a single cluster (no `cluster`
     # label) or a setup outside Kubernetes (no `namespace`) sees everything under "All".
     query_var: Callable[..., g.Template] = lambda name, label, query: g.Template(  # noqa: E731
@@ -312,7 +325,56 @@ def _templating() -> g.Templating:
         query_var("target", "Target", f"label_values(vllm_diag_up{{{PLACE_SEL}}}, target)"),
         query_var("model", "Model",
                   f'label_values(vllm_diag_evidence_ready{{{PLACE_SEL}, target=~"$target"}}, model_name)'),
+        # Hidden: the models whose engines run speculative decoding (vLLM registers these counters only
+        # with --speculative-config); the speculative-decoding row repeats over it.
+        *([g.Template(name=SPEC_VAR, label="Speculative decoding", dataSource=DATASOURCE, includeAll=True,
+                      multi=True, allValue=".*", refresh=2, default="All", hide=2,
+                      query=f'label_values({vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL}{{{MODEL_SEL}}}, model_name)')]
+          if speculative else []),
     ])
+
+
+SPEC_VAR = "spec_model"
+SPEC = PromQL(f'{RAW_SEL}, model_name=~"${SPEC_VAR}"')  # the row's model among the selected ones
+
+
+def speculative_panels() -> list[g.Panel]:
+    """Speculative decoding, from vLLM's own counters (the formulas of vllm/v1/spec_decode/metrics.py)."""
+    accepted, drafts = vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL
+    draft_tokens, per_pos = vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL
+    per_position = (f"{SPEC.sum_rate(per_pos, RATE)}\n/ ignoring (position) group_left ()\n"
+                    f"({SPEC.sum_rate(drafts, RATE)} > 0)")
+    itl_count = vllm.INTER_TOKEN_LATENCY_SECONDS + "_count"
+    first_tokens = vllm.TIME_TO_FIRST_TOKEN_SECONDS + "_count"
+    later_tokens = f"{SPEC.sum_rate(vllm.GENERATION_TOKENS_TOTAL, RATE)}\n- {SPEC.sum_rate(first_tokens, RATE)}"
+    per_event = SPEC.divide(later_tokens, SPEC.sum_rate(itl_count, RATE))
+    return [
+        timeseries("Draft acceptance rate", "Accepted / proposed draft tokens. Below the low mark the drafts are "
+                   "mostly rejected (cause B5): each verify step pays for draft positions it throws away.",
+                   [(diag("vllm_diag_spec_decode_acceptance_ratio", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (SPEC.ratio(accepted, draft_tokens, RATE), "raw {{model_name}}")],
+                   metrics=["vllm_diag_spec_decode_acceptance_ratio", accepted, draft_tokens], unit="percentunit",
+                   judgement=catalog("spec_acceptance_low", high_is_bad=False), max_value=1),
+        timeseries("Mean accepted length", "1 + accepted / drafts: tokens a verify step emits per request, the "
+                   "bonus token included (1 = no gain from speculation).",
+                   [(diag("vllm_diag_spec_decode_mean_accepted_tokens", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (f"1 + {SPEC.ratio(accepted, drafts, RATE)}", "raw {{model_name}}")],
+                   metrics=["vllm_diag_spec_decode_mean_accepted_tokens", accepted, drafts], unit=TOKENS),
+        timeseries("Acceptance per draft position", "Share of drafts whose token at each position was accepted: "
+                   "a steep fall says fewer speculative tokens would do.",
+                   [(per_position, "{{model_name}} position {{position}}")],
+                   metrics=[per_pos, drafts], unit="percentunit", max_value=1),
+        timeseries("Tokens per output event", "Generated tokens after each request's first over vLLM's "
+                   "inter-token observations: what one output event carries. The sidecar judges the ITL "
+                   "objective per token (each event's gap divided by it), so its ITL quantiles are per token.",
+                   [(diag("vllm_diag_tokens_per_output_event", f'model_name=~"${SPEC_VAR}"'),
+                     "{{target}} (sidecar window)"),
+                    (per_event, "raw {{model_name}}")],
+                   metrics=["vllm_diag_tokens_per_output_event", vllm.GENERATION_TOKENS_TOTAL, first_tokens,
+                            itl_count], unit=TOKENS),
+    ]
 
 
 def _layer_row(layout: Layout, layer: str, panels: Sequence[g.Panel]) -> None:
@@ -653,12 +715,14 @@ def overview() -> g.Dashboard:
     assert tuple(rows) == LAYERS, "rows follow the method's layer order"
     for layer, panels in rows.items():
         _layer_row(lay, layer, panels)
+    lay.feature_row(f"Speculative decoding: ${SPEC_VAR}", SPEC_VAR, speculative_panels())
     return _dashboard("vLLM layered diagnosis", OVERVIEW_UID, lay,
                       "Whether the objectives hold, which layer holds vLLM back, the active symptoms, and each "
                       "layer's core signals.",
                       links=[g.DashboardLink(title="Fleet", type="link", uri=f"/d/{FLEET_UID}/{FLEET_UID}",
                                              keepTime=True, includeVars=True, icon="dashboard",
-                                             tooltip="Every target and model")])
+                                             tooltip="Every target and model")],
+                      speculative=True)
 
 
 def fleet() -> g.Dashboard:
@@ -729,10 +793,10 @@ def _alert_annotation() -> dict[str, Any]:
 
 
 def _dashboard(title: str, uid: str, layout: Layout, description: str, *,
-               links: Sequence[g.DashboardLink]) -> g.Dashboard:
+               links: Sequence[g.DashboardLink], speculative: bool = False) -> g.Dashboard:
     return g.Dashboard(
         title=title, uid=uid, description=description + " Generated by `vllm-diag render dashboards`.",
-        tags=["vllm", "vllm-diag"], panels=layout.panels, templating=_templating(),
+        tags=["vllm", "vllm-diag"], panels=layout.panels, templating=_templating(speculative=speculative),
         annotations=g.Annotations(list=[_alert_annotation()]), links=list(links),
         time=g.Time("now-1h", "now"), refresh="30s", timezone="browser",
     ).auto_panel_ids()

@@ -311,13 +311,16 @@ _ROLL_BACK = Mitigation("if it began with a rollout (new image, driver, quantise
                         "roll back to the last good version", "loses whatever the rollout brought")
 _ROUTE_PREFIX = Mitigation("route requests by prefix at the load balancer (session/prefix affinity) where it "
                            "supports it", "uneven load across replicas")
+_ROUTE_OFF_SPECULATION = Mitigation("route the traffic the drafter does not fit (sampled at high temperature, "
+                                    "new languages or tasks) to replicas without speculative decoding",
+                                    "needs a second pool; the routed traffic loses whatever speed-up it had")
 # Immediate mitigations per cause: what buys time before a knob change and a restart.
 IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
     "A0": (_ROLL_BACK, _SCALE_OUT), "B0": (_ROLL_BACK, _SCALE_OUT),
     "A1": (_ROUTE_LONG, _SCALE_OUT), "A2": (_SCALE_OUT, _SHED), "A3": (_FREE_CPU, _SCALE_OUT),
     "A4": (_ROUTE_LONG, _SCALE_OUT), "A5": (_NO_MITIGATION,),
     "B1": (_SPLIT_BATCH, _ROUTE_LONG), "B2": (_SPLIT_BATCH, _ROUTE_LONG), "B3": (_SHED, _SCALE_OUT),
-    "B4": (_ROLL_BACK, _SCALE_OUT),
+    "B4": (_ROLL_BACK, _SCALE_OUT), "B5": (_ROUTE_OFF_SPECULATION, _ROLL_BACK, _SCALE_OUT),
     "C1": (_FREE_CPU, _SCALE_OUT), "C2": (_NO_MITIGATION,), "C3": (_CAP_TOKENS, _SHED, _SCALE_OUT),
     "D": (_CAP_TOKENS, _SHED, _SCALE_OUT, _ROUTE_LONG), "E": (_CAP_TOKENS, _SCALE_OUT),
     "F": (_NO_MITIGATION,), "F6": (_ROUTE_PREFIX, _SCALE_OUT), "G": (_SCALE_OUT,),
@@ -393,8 +396,11 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
     "B": (
         Verify("ITL quantiles (p99 over p50 = stutter)", "vllm_diag_itl_seconds"),
         Verify("prompt share of computed tokens", "vllm_diag_prefill_token_share"),
-        Verify("raw ITL p95", RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
+        Verify("raw ITL p95 (per output event: with speculative decoding an event carries several tokens)",
+               RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
         Verify("running requests", RAW.agg("sum", vllm.NUM_REQUESTS_RUNNING)),
+        Verify("with speculative decoding: draft acceptance rate (B5 below the low mark)",
+               RAW.ratio(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, _W)),
     ),
     "C": (
         Verify("throughput", "vllm_diag_throughput_tokens_per_second"),

@@ -23,10 +23,20 @@ What is modelled, and why each piece exists:
   GPU overhead, TP all-reduces (two per layer, latency + ring bandwidth), and engine-core
   CPU time per step divided by the CPU share.
 
-Every decode request advances one token per step (the budget is never below
-``max_num_seqs``), so decodes are tracked in lock step through a heap of the steps at which
+Every decode request advances the same number of tokens per step (the budget is never below
+``max_num_seqs`` times the tokens a decode schedules), so decodes are tracked in lock step on a
+decode clock (tokens every decode has advanced so far) through heaps of the clock values at which
 something happens to them (needs a new block, finishes). That keeps a step O(events) instead
 of O(batch), which is what makes ten simulated minutes take a fraction of a second.
+
+* **Speculative decoding** (``num_speculative_tokens`` > 0, vLLM's ``--speculative-config``): each
+  decode schedules 1 + k tokens (its last token and k draft tokens, all verified in one forward
+  pass, all within the token budget and KV slots) and emits 1 + the accepted drafts: draft position
+  i is accepted when it and every position before it are, each with probability
+  ``spec_acceptance``. One draw per step for the whole batch (lock step), so the counters vLLM
+  exports (drafts, draft tokens, accepted tokens, accepted per position) and the inter-token
+  latency, one observation per output event however many tokens it carries, follow vLLM's
+  populations; per request, only the mean is right.
 
 The model only has a simulated clock (``Engine.now``, seconds since start); it never sleeps
 and is deterministic for a given seed.
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from bisect import bisect_left
 from collections import OrderedDict, deque
 from dataclasses import dataclass, field
@@ -165,12 +176,19 @@ class EngineConfig:
     frontend_cost_scale: float = 1.0
     enable_mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the estimated_* counters move
     max_loras: int = 1  # vLLM's --max-loras: adapters in one batch (requests of the base model need none)
+    # vLLM's --speculative-config: draft tokens per step (0: off), and the chance that a draft token is
+    # accepted given that the ones before it were (the drafter's fit to the traffic).
+    num_speculative_tokens: int = 0
+    spec_acceptance: float = 0.0
+    spec_method: str = "ngram"
     costs: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
-        if self.max_num_batched_tokens < self.max_num_seqs:
-            # vLLM refuses this too; the lock-step decode model depends on it.
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs")
+        if self.max_num_batched_tokens < self.max_num_seqs * (1 + self.num_speculative_tokens):
+            # vLLM refuses the first; the lock-step decode model depends on both.
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs x (1 + num_speculative_tokens)")
+        if self.num_speculative_tokens < 0 or not 0.0 <= self.spec_acceptance <= 1.0:
+            raise ValueError("num_speculative_tokens must be >= 0 and spec_acceptance in [0, 1]")
         if not 0.0 < self.cpu_share <= 1.0:
             raise ValueError("cpu_share must be in (0, 1]")
         if self.num_gpu_blocks * self.block_size < self.max_model_len:
@@ -253,6 +271,11 @@ class EngineStats:
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         self.num_preemptions = 0
+        # speculative decoding (vllm/v1/spec_decode/metrics.py), counted only when it is on
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
+        self.spec_accepted_per_pos = [0] * cfg.num_speculative_tokens
         self.request_success: dict[str, int] = {r: 0 for r in FINISHED_REASONS}
         # request histograms (observed at finish) and per-output histograms
         self.request_prompt_tokens = Histogram(tok)
@@ -296,7 +319,6 @@ class EngineStats:
 # --------------------------------------------------------------------------------------------
 
 _WAITING, _PREFILL, _DECODE, _DONE = 0, 1, 2, 3
-_EV_BLOCK, _EV_FINISH = 0, 1
 
 
 class _Req:
@@ -307,7 +329,7 @@ class _Req:
         "t_engine", "t_queued", "t_sched", "t_first", "t_last_out",
         "num_tokens", "generated", "target", "computed", "blocks", "n_hashed",
         "hits_first", "admitted_once", "preemptions", "order", "epoch", "phase",
-        "s0", "t0", "g0",
+        "c0", "t0", "g0",
     )
 
     def __init__(self, spec: RequestSpec, t_engine: float) -> None:
@@ -334,9 +356,9 @@ class _Req:
         self.order = 0
         self.epoch = 0
         self.phase = _WAITING
-        self.s0 = 0  # first decode step of the current decode run
-        self.t0 = 0  # num_tokens at s0
-        self.g0 = 0  # generated at s0
+        self.c0 = 0  # decode clock when the current decode run started
+        self.t0 = 0  # num_tokens at c0
+        self.g0 = 0  # generated at c0
 
 
 class Engine:
@@ -360,8 +382,13 @@ class Engine:
         self.running: dict[int, _Req] = {}  # admission order; popitem() = lowest priority
         self._prefilling: dict[int, _Req] = {}
         self._n_decode = 0
-        self._ctx_base = 0  # sum over decode requests of (t0 - s0); context = base + n*s
-        self._events: list[tuple[int, int, int, int, _Req]] = []
+        # Decode clock: tokens every running decode has advanced so far (one per step without speculation).
+        self._clock = 0
+        self._ctx_base = 0  # sum over decode requests of (t0 - c0); context = base + n * clock
+        self._blocks_due: list[tuple[int, int, int, _Req]] = []  # (clock, order, epoch, r): grow KV
+        self._finish_due: list[tuple[int, int, int, _Req]] = []  # (clock, order, epoch, r): last token
+        self._spec_k = config.num_speculative_tokens
+        self._spec_rng = random.Random(f"spec-{seed}")
         self._order = 0
         self._preempted_this_step = False
         # KV cache: block 0 is the null block and never allocated
@@ -565,14 +592,13 @@ class Engine:
 
     def _preempt(self, r: _Req) -> None:
         """Recompute preemption of ``r`` (already removed from ``running``)."""
-        s = self.step_index
         if r.phase == _DECODE:
-            steps = s - r.s0
+            steps = self._clock - r.c0
             r.num_tokens = r.t0 + steps
             r.generated = r.g0 + steps
             r.t_last_out = self.now
             self._n_decode -= 1
-            self._ctx_base -= r.t0 - r.s0
+            self._ctx_base -= r.t0 - r.c0
             self._register(r, r.num_tokens - 1)
         elif r.phase == _PREFILL:
             del self._prefilling[r.rid]
@@ -624,44 +650,54 @@ class Engine:
         self._prefilling[r.rid] = r
         return n
 
-    def _enter_decode(self, r: _Req, s: int) -> None:
-        """``r`` emitted a token at the end of step ``s``; it decodes from step s+1."""
+    def _enter_decode(self, r: _Req) -> None:
+        """``r`` emitted a token at the end of this step (the clock already advanced); it decodes next step."""
         del self._prefilling[r.rid]
         r.phase = _DECODE
-        r.s0 = s + 1
+        r.c0 = self._clock
         r.t0 = r.num_tokens
         r.g0 = r.generated
         self._n_decode += 1
-        self._ctx_base += r.t0 - r.s0
-        finish = r.s0 + (r.out_len - r.g0) - 1
-        # A decode step at num_tokens T computes position T-1 and needs ceil(T/bs) blocks:
-        # a new block whenever T-1 is a multiple of the block size.
-        first_block = r.s0 + (-(r.t0 - 1)) % self._bs
-        if first_block <= finish:
-            heapq.heappush(self._events, (first_block, _EV_BLOCK, r.order, r.epoch, r))
-        heapq.heappush(self._events, (finish, _EV_FINISH, r.order, r.epoch, r))
+        self._ctx_base += r.t0 - r.c0
+        finish = r.c0 + (r.out_len - r.g0)  # the clock at which its last token is out
+        heapq.heappush(self._finish_due, (finish, r.order, r.epoch, r))
+        self._push_block_due(r, finish)
 
-    def _grow_decode(self, r: _Req, s: int) -> None:
-        tokens = r.t0 + (s - r.s0)
-        if not self._ensure_blocks(r, tokens):
+    def _push_block_due(self, r: _Req, finish: int) -> None:
+        """When ``r`` next needs a block: a decode step at num_tokens T computes position T-1 and its k
+        draft positions, so it needs ceil((T + k) / bs) blocks."""
+        due = self._bs * len(r.blocks) - r.t0 + r.c0 - self._spec_k + 1
+        due = max(due, self._clock)
+        if due < finish:
+            heapq.heappush(self._blocks_due, (due, r.order, r.epoch, r))
+
+    def _grow_decode(self, r: _Req) -> None:
+        tokens = r.t0 + (self._clock - r.c0)
+        if not self._ensure_blocks(r, tokens + self._spec_k):
             return
         self._register(r, tokens - 1)
-        nxt = s + self._bs
-        if nxt <= r.s0 + (r.out_len - r.g0) - 1:
-            heapq.heappush(self._events, (nxt, _EV_BLOCK, r.order, r.epoch, r))
+        self._push_block_due(r, r.c0 + (r.out_len - r.g0))
+
+    def _accepted(self) -> int:
+        """Draft tokens accepted this step: the leading run of acceptances among the k drafts."""
+        k, p, rng = self._spec_k, self.cfg.spec_acceptance, self._spec_rng
+        accepted = 0
+        while accepted < k and rng.random() < p:
+            accepted += 1
+        return accepted
 
     def _step(self) -> None:
         cfg = self.cfg
         s = self.step_index = self.step_index + 1
         self._preempted_this_step = False
-        events = self._events
+        blocks_due, clock = self._blocks_due, self._clock
 
-        # 1. Decodes first: each running decode needs one token, some need a new block.
-        while events and events[0][0] == s and events[0][1] == _EV_BLOCK:
-            _, _, _, epoch, r = heapq.heappop(events)
+        # 1. Decodes first: each running decode needs one token (1 + k with speculation), some a new block.
+        while blocks_due and blocks_due[0][0] <= clock:
+            _, _, epoch, r = heapq.heappop(blocks_due)
             if r.epoch == epoch and r.phase == _DECODE:
-                self._grow_decode(r, s)
-        budget = cfg.max_num_batched_tokens - self._n_decode
+                self._grow_decode(r)
+        budget = cfg.max_num_batched_tokens - self._n_decode * (1 + self._spec_k)
 
         # 2. Running chunked prefills, in admission order.
         chunks: list[tuple[_Req, int, int]] = []
@@ -734,10 +770,21 @@ class Engine:
         outputs = n_decode + completing
         seen = self._frontend_outputs(outputs) if outputs else t_end
         prompt_computed = 0
+        advance = 1
         if n_decode:
-            # Every decode emitted one token; its previous output was at the previous step's
-            # end, which is this step's start (the engine never idles while decodes run).
+            # Every decode emitted one output (1 + accepted drafts tokens); its previous output was at
+            # the previous step's end, which is this step's start (the engine never idles while decodes run).
             st.inter_token_latency.observe(dt, n_decode)
+            if self._spec_k:
+                accepted = self._accepted()
+                advance += accepted
+                st.spec_drafts += n_decode
+                st.spec_draft_tokens += n_decode * self._spec_k
+                st.spec_accepted_tokens += n_decode * accepted
+                for pos in range(accepted):
+                    st.spec_accepted_per_pos[pos] += n_decode
+        self._clock = clock = clock + advance
+        generated = n_decode * advance
         for r, _, _ in chunks:
             if r.phase != _PREFILL:
                 continue
@@ -758,25 +805,28 @@ class Engine:
                 # First output after a recompute: one long gap in the stream.
                 st.inter_token_latency.observe(t_end - r.t_last_out)
             r.t_last_out = t_end
+            generated += 1
             if r.generated >= r.out_len:
                 del self._prefilling[r.rid]
                 del self.running[r.rid]
                 self._finish(r, seen)
             else:
-                self._enter_decode(r, s)
-        st.generation_tokens += outputs
-        while events and events[0][0] == s and events[0][1] == _EV_FINISH:
-            _, _, _, epoch, r = heapq.heappop(events)
+                self._enter_decode(r)
+        finish_due = self._finish_due
+        while finish_due and finish_due[0][0] <= clock:
+            due, _, epoch, r = heapq.heappop(finish_due)
             if r.epoch == epoch and r.phase == _DECODE:
-                r.num_tokens = r.t0 + (s - r.s0) + 1
-                r.generated = r.g0 + (s - r.s0) + 1
+                generated -= clock - due  # a request stops at its last token, drafts beyond it are dropped
+                r.num_tokens = r.t0 + (due - r.c0)
+                r.generated = r.g0 + (due - r.c0)
                 r.t_last_out = t_end
                 self._n_decode -= 1
-                self._ctx_base -= r.t0 - r.s0
+                self._ctx_base -= r.t0 - r.c0
                 del self.running[r.rid]
                 self._finish(r, seen)
+        st.generation_tokens += generated
         if outputs:
-            st.iteration_tokens.observe(prompt_computed + outputs)
+            st.iteration_tokens.observe(prompt_computed + generated)
 
     def _finish(self, r: _Req, seen: float) -> None:
         """``r`` produced its last token; its client saw it at ``seen`` (frontend clock)."""
@@ -830,10 +880,11 @@ class Engine:
     def _step_time(
         self, s: int, n_decode: int, chunks: list[tuple[_Req, int, int]]
     ) -> tuple[float, float, float, float, float, float]:
-        """Returns (step wall time, GPU busy, tensor-active, DRAM-active, comm time, comm bytes)."""
-        ctx = self._ctx_base + n_decode * s  # tokens attended by the decodes
-        tokens = n_decode
-        pairs = float(ctx)
+        """Returns (step wall time, GPU busy, tensor-active, DRAM-active, comm time, comm bytes) of step ``s``."""
+        ctx = self._ctx_base + n_decode * self._clock  # tokens attended by the decodes
+        per_decode = 1 + self._spec_k  # its last token and the drafts, verified in one pass
+        tokens = n_decode * per_decode
+        pairs = float(ctx) * per_decode
         kv_tokens = ctx
         for _, k, c in chunks:
             tokens += c

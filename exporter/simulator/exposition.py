@@ -54,6 +54,10 @@ HELP: Final[dict[str, str]] = {
     vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL: f"Estimated number of floating point operations per GPU {_MFU}",
     vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL: f"Estimated number of bytes read from memory per GPU {_MFU}",
     vllm.ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL: f"Estimated number of bytes written to memory per GPU {_MFU}",
+    vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL: "Number of spec decoding drafts.",
+    vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL: "Number of draft tokens.",
+    vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL: "Number of accepted tokens.",
+    vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL: "Accepted tokens per draft position.",
     vllm.NUM_REQUESTS_RUNNING: "Number of requests in model execution batches.",
     vllm.NUM_REQUESTS_WAITING: "Number of requests waiting to be processed.",
     vllm.NUM_REQUESTS_WAITING_BY_REASON: (
@@ -314,7 +318,14 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     out.header("process_max_fds", "Maximum number of open file descriptors.", "gauge")
     out.sample("process_max_fds", {}, 1048576)
 
-    # vLLM engine families, in the order the 0.32 logger registers them.
+    # vLLM engine families, in the order the 0.32 logger registers them: speculative decoding first,
+    # registered only with --speculative-config.
+    if engine.cfg.num_speculative_tokens:
+        out.counter(vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL, [(base, st.spec_drafts)])
+        out.counter(vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, [(base, st.spec_draft_tokens)])
+        out.counter(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, [(base, st.spec_accepted_tokens)])
+        out.counter(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL,
+                    [({**base, "position": str(pos)}, n) for pos, n in enumerate(st.spec_accepted_per_pos)])
     mfu = engine.cfg.enable_mfu_metrics  # registered always, incremented only with the flag
     out.counter(vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL, [(base, round(st.estimated_flops) if mfu else 0)])
     out.counter(vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL, [(base, round(st.estimated_read_bytes) if mfu else 0)])

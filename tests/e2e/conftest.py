@@ -62,10 +62,11 @@ ALERTMANAGER_EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
 
-SCENARIOS = ("kv-pressure", "cpu-starved", "healthy")
+# speculative-healthy: the speculative-decoding row's series (vLLM exports them only with the feature on).
+SCENARIOS = ("kv-pressure", "cpu-starved", "healthy", "speculative-healthy")
 # Seeds and warm-up under which each scenario's signals hold steadily over a short window from the
 # start (kv-pressure preempts, cpu-starved starves), so the series the dashboards read exist at once.
-SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0}
+SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0, "speculative-healthy": 0}
 WARMUP_S = 360.0
 WINDOW_S = 30.0
 SIDECAR_INTERVAL_S = 1.0
@@ -490,7 +491,8 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
                                 ("sidecar", create_app(_sidecar_settings(stack.simulator_url, sidecar_port),
                                                        host_probes=probes), sidecar_port)):
             runners.append((loops[name], loops[name].run(_serve(app, port))))
-        poll(lambda: all(t["state"] == "ok" for t in stack.diagnosis().values()) and len(stack.diagnosis()) == 3,
+        poll(lambda: all(t["state"] == "ok" for t in stack.diagnosis().values())
+             and len(stack.diagnosis()) == len(SCENARIOS),
              timeout=30, what="the sidecar's first diagnosis of every target", diagnostics=stack.report)
         stack.timings["sidecar_ready_s"] = round(time.monotonic() - t0, 1)
 

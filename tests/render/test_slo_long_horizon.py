@@ -37,7 +37,9 @@ HORIZONS_MIN = (60, 24 * 60, DAYS * 24 * 60 - 5)
 # rules read (histogram buckets only at the objectives' edges, to keep promtool's input small).
 RAW_FAMILIES = ("vllm:time_to_first_token_seconds", "vllm:inter_token_latency_seconds", "vllm:request_success_total",
                 "vllm:num_requests_running", "vllm:generation_tokens_total", "vllm:num_preemptions_total",
-                "vllm:kv_cache_usage_perc")
+                "vllm:kv_cache_usage_perc",
+                # a speculative replica's ITL SLI counts no per-event bad gap (exporter/render/slo.py)
+                "vllm:spec_decode_num_drafts_total")
 
 
 def _promtool() -> str:

@@ -95,8 +95,17 @@ def test_request_token_formula_matches_the_capture(steady: Exposition) -> None:
     assert request_token_buckets(131072)[-1] == 100000
 
 
+@pytest.fixture(scope="module")
+def speculative(fixtures_dir: Path) -> Exposition:
+    """A real capture of an engine started with n-gram --speculative-config (3 draft tokens)."""
+    return parse((fixtures_dir / "snapshot-speculative-end.txt").read_text())
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition) -> None:
+def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition,
+                                                      speculative: Exposition) -> None:
+    if SCENARIOS[name].engine.num_speculative_tokens:
+        steady = speculative  # the spec-decode families come first, then the same as any engine
     sim = parse(scenario_text(name))
     assert sim.types == steady.types  # names, types and order
     assert sim.helps == steady.helps  # HELP lines verbatim (trailing spaces included)

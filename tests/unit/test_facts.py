@@ -264,3 +264,19 @@ def test_defaults_need_the_command_line() -> None:
 def test_an_invalid_discovered_value_is_dropped_not_fatal() -> None:
     facts = engine_facts({"gpu_memory_utilization": Fact(3.0, METRICS), "max_num_seqs": Fact(8, CMDLINE)})
     assert facts.gpu_memory_utilization is None and facts.max_num_seqs == 8
+
+
+def test_speculative_config_gives_its_drafter_and_draft_tokens_only() -> None:
+    config = json.dumps({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                         "model": "/secret/path/drafter"})
+    inv = cmdline.parse(["vllm", "serve", "m", "--speculative-config", config])
+    assert inv is not None and inv.flags == {"speculative_method": "ngram", "num_speculative_tokens": 3, "model": "m"}
+    dotted = cmdline.parse(["vllm", "serve", "m", "--speculative-config.method", "eagle",
+                            "--speculative_config.num_speculative_tokens=2"])
+    assert dotted is not None and dotted.flags["speculative_method"] == "eagle"
+    assert dotted.flags["num_speculative_tokens"] == 2
+    from_file = cmdline.config_file_facts("speculative_config:\n  method: mtp\n  num_speculative_tokens: 1\n")
+    assert from_file == {"speculative_method": "mtp", "num_speculative_tokens": 1}
+    broken = cmdline.parse(["vllm", "serve", "m", "--speculative-config", "{not json"])
+    assert broken is not None and "speculative_method" not in broken.flags
+    assert EngineFacts(**{k: v for k, v in inv.flags.items() if k != "model"}).num_speculative_tokens == 3

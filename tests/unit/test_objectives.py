@@ -72,7 +72,7 @@ def test_too_few_events_are_not_a_judgement():
     unknown = judge("ttft", Objective(threshold_seconds=2.5, target=0.99), None, 5)
     assert unknown.to_dict() == {"threshold_seconds": 2.5, "target": 0.99, "bad_share": None, "events": None,
                                  "burn_rate": None, "met": None, "threshold_on_bucket_edge": None,
-                                 "nearest_bucket_edges": None}
+                                 "nearest_bucket_edges": None, "tokens_per_event": None}
 
 
 def test_bucket_edges():
@@ -212,3 +212,22 @@ def test_the_page_and_the_text_report_show_the_objectives():
     page = html.render(doc)
     assert 'data-objective="ttft"' in page and "TTFT within 2 s for 99%" in page
     assert "kv_usage" in page
+
+
+def test_itl_judged_per_token_under_speculative_decoding() -> None:
+    from exporter.config import Objective
+    from exporter.objectives import judge
+    from exporter.signals import per_token
+    from exporter.window import HistogramDelta
+
+    # 1000 output events: 900 gaps within 25 ms, 100 between 25 and 50 ms; each carried 3 tokens on average.
+    events = HistogramDelta((0.025, 0.05, float("inf")), (900.0, 1000.0, 1000.0), 20.0, 1000.0)
+    objective = Objective(threshold_seconds=0.025, target=0.99)
+    per_event = judge("itl", objective, events, 5)
+    assert per_event.met is False and per_event.tokens_per_event is None
+    judged = judge("itl", objective, per_token(events, 3.0), 5, tokens_per_event=3.0)
+    assert judged.met is True and judged.bad_share == 0.0
+    # the threshold is on vLLM's (per-event) edges, whatever the division makes of them
+    assert judged.threshold_on_bucket_edge is True and judged.nearest_bucket_edges is None
+    assert "judged per token (speculative decoding)" in judged.evidence() and "3.00 tokens" in judged.evidence()
+    assert judged.to_dict()["tokens_per_event"] == 3.0

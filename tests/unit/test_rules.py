@@ -67,6 +67,9 @@ KV_FULL = dict(kv_cache_usage_mean=0.95, kv_cache_usage_max=1.0, kv_full_fractio
 QUEUE = dict(waiting_fraction=0.9, queued_fraction=0.9, waiting_mean=12, waiting_max=30)
 STORM = dict(preemptions=40, preemptions_per_request=0.3, preemption_rate=0.7, **KV_FULL)
 H100 = {"gpu": "H100", "model_weight_bytes": 16e9}
+# Speculative decoding on: 1000 drafts of 3 tokens in the window (acceptance set per case).
+SPEC = dict(spec_decode_enabled=True, spec_decode_drafts=1000, spec_decode_draft_tokens=3000,
+            spec_decode_accepted_tokens=150, spec_decode_mean_accepted_length=1.15, tokens_per_output_event=1.15)
 # Decode on a slow kernel path: busy engine, small batch, ~6 % of the H100's HBM bandwidth used.
 SLOW_KERNELS = dict(UNIFORM_SLOW_ITL, running_mean=5, engine_busy_fraction=0.97, read_bytes_per_gpu_per_second=2e11)
 
@@ -91,6 +94,8 @@ CASES: dict[str, tuple[tuple[dict, dict], tuple[dict, dict]]] = {
            ({**UNIFORM_SLOW_ITL, "running_mean": 30}, {})),
     "B4": (({**SLOW_KERNELS}, H100),
            ({**SLOW_KERNELS, "read_bytes_per_gpu_per_second": 2.5e12}, H100)),
+    "B5": (({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05}, {}),
+           ({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.35}, {})),
     "C1": (({**SLOW_TTFT, "cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {}),
            ({"cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {})),
     "C2": (({"running_mean": 0.8, "running_max": 2}, {}),
@@ -455,3 +460,24 @@ def test_no_diagnosis_yet_and_an_unexplained_miss_say_different_things():
     diagnose(_ctx(LORA_WAIT, {}), tracker, 1)  # the first verdict after a reset needs no hold
     assert tracker.reset(2).meaning == UNKNOWN_NOT_JUDGED  # a target we cannot read: no diagnosis again
     assert diagnose(_ctx({}, {}), VerdictTracker(), 3).verdict.meaning is None  # `none` needs no words
+
+
+def test_rejected_drafts_within_the_itl_objective_are_information_only():
+    finding = RULE_BY_ID["B5"](_ctx({**SPEC, "spec_decode_acceptance_rate": 0.05}, {}))
+    assert finding.status == "fired" and finding.informational
+    assert any("draft acceptance 5%" in e for e in finding.evidence)
+    assert diagnose(_ctx({**SPEC, "spec_decode_acceptance_rate": 0.05}, {}), VerdictTracker(), 0.0).verdict.layer \
+        == "none"
+
+
+def test_rejected_drafts_explain_a_missed_itl_objective_and_name_the_drafter():
+    ctx = _ctx({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05},
+               {"speculative_method": "ngram", "num_speculative_tokens": 3})
+    finding = RULE_BY_ID["B5"](ctx)
+    assert finding.status == "fired" and not finding.informational
+    assert any("drafter ngram, 3 draft tokens per step" in e for e in finding.evidence)
+    # judged per token: the evidence says so (tokens per output event 1.15)
+    assert any("judged per token" in e for e in finding.evidence)
+    assert RULE_BY_ID["B5"](_ctx({}, {})).status == "clear"  # speculation off
+    few = RULE_BY_ID["B5"](_ctx({**SPEC, "spec_decode_draft_tokens": 50, "spec_decode_acceptance_rate": 0.05}, {}))
+    assert few.status == "abstain"

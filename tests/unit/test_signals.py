@@ -201,3 +201,50 @@ def test_signals_with_sets_a_grouped_field_by_its_json_name():
     assert s.to_dict()["kv_cache_usage_max"] == 0.9 and s.to_dict()["itl_p95_seconds"] == 0.2
     with pytest.raises(TypeError):
         signals_with(s, kv_usage_max=0.9)
+
+
+def _sample(text: str, name: str, labels: str = "") -> float:
+    match = re.search(rf'^{re.escape(name)}{{engine="0",model_name="tiny"{labels}}} (\S+)$', text, re.M)
+    assert match is not None, name
+    return float(match.group(1))
+
+
+def test_speculative_signals_from_a_real_ngram_run(fixtures_dir):
+    """vLLM 0.32 with n-gram speculative decoding (3 draft tokens), two scrapes of a temperature-0 load."""
+    start, end = read_capture(fixtures_dir, "speculative-start"), read_capture(fixtures_dir, "speculative-end")
+    s = _signals([start, end], [0.0, 80.0])
+
+    def delta(name: str, labels: str = "") -> float:
+        return _sample(end, name, labels) - _sample(start, name, labels)
+
+    drafts, draft_tokens = delta("vllm:spec_decode_num_drafts_total"), delta("vllm:spec_decode_num_draft_tokens_total")
+    accepted = delta("vllm:spec_decode_num_accepted_tokens_total")
+    spec = s.speculative
+    assert spec.enabled and spec.drafts == drafts and spec.draft_tokens == draft_tokens
+    # vLLM's own definitions (vllm/v1/spec_decode/metrics.py): accepted / draft tokens; 1 + accepted / drafts.
+    assert math.isclose(spec.acceptance_rate, accepted / draft_tokens)
+    assert math.isclose(spec.mean_accepted_length, 1 + accepted / drafts)
+    assert len(spec.acceptance_per_position) == 3
+    assert math.isclose(spec.acceptance_per_position[0],
+                        delta("vllm:spec_decode_num_accepted_tokens_per_pos_total", ',position="0"') / drafts)
+    # One ITL observation per output event: the tokens after each request's first, over those events.
+    events = delta("vllm:inter_token_latency_seconds_count")
+    first = delta("vllm:time_to_first_token_seconds_count")
+    assert math.isclose(spec.tokens_per_event, (delta("vllm:generation_tokens_total") - first) / events)
+    assert spec.tokens_per_event > 2 and spec.itl_scale == spec.tokens_per_event
+    # The ITL quantiles are per token; the per-event gaps stay for the engine-step estimates.
+    assert math.isclose(spec.event_gap_mean, delta("vllm:inter_token_latency_seconds_sum") / events)
+    assert math.isclose(s.latency.itl_mean, spec.event_gap_mean / spec.tokens_per_event)
+    assert math.isclose(s.scheduler.busy_fraction or 0, min(1.0, s.scheduler.steps_per_second * spec.event_gap_mean))
+
+
+def test_without_speculative_decoding_the_itl_stays_per_event(fixtures_dir):
+    texts, times = _phase_texts(fixtures_dir)
+    s = _signals(texts, times)
+    assert s.speculative.enabled is None and s.speculative.itl_scale is None
+    assert vllm_names_absent(s.missing)
+
+
+def vllm_names_absent(missing: tuple[str, ...]) -> bool:
+    """Spec-decode families are optional: never listed as missing inputs."""
+    return not any("spec_decode" in name for name in missing)
