@@ -311,8 +311,9 @@ def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:
     tested = set()
     for name in ("recording_test.yml", "fallbacks_test.yml", "slo_recording_test.yml"):
         doc = yaml.safe_load((REPO / "tests/render/promtool" / name).read_text())
-        # A record checked as itself, or rounded (`round(record, 1e-6)`: rates are float divisions).
-        tested |= {re.sub(r"^round\((\S+), [\d.e-]+\)$", r"\1", case["expr"])
+        # A record checked as itself, or rounded (`round(record, 1e-6)`: rates are float divisions),
+        # or one of its series (`record{objective="itl"}`).
+        tested |= {re.sub(r"\{[^}]*\}$", "", re.sub(r"^round\((\S+), [\d.e-]+\)$", r"\1", case["expr"]))
                    for t in doc["tests"] for case in t["promql_expr_test"]}
     assert tested == {r["record"] for r in _all_rules() if "record" in r}
 
