@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +23,8 @@ class HostProbe:
     """Reads every available CPU source at each evaluation and keeps ``span`` seconds of deltas."""
 
     def __init__(self, pids: Callable[[], list[int]], span_seconds: float, *, cgroup_dir: Path | None = None,
-                 proc: Path = Path("/proc"), psi_path: Path | None = None) -> None:
+                 proc: Path = Path("/proc"), psi_path: Path | None = None,
+                 readers: Mapping[str, Callable[[], Reader]] | None = None) -> None:
         self._pids = pids
         self._proc = proc
         self.span = span_seconds
@@ -35,6 +36,9 @@ class HostProbe:
         self._history: TimeBuffer[dict[str, dict[str, float]]] = TimeBuffer(span_seconds, keep_baseline=True)
         self._failed: list[tuple[str, str]] = []
         self._warned: set[str] = set()
+        # source name -> its reader; the default reads /proc and the cgroup (a simulator passes its own)
+        self._readers: Mapping[str, Callable[[], Reader]] = readers if readers is not None else {
+            "schedstat": lambda: self._schedstat, "cgroup": self._throttle_reader, "psi": self._psi_reader}
 
     def _throttle_reader(self) -> Reader:
         if self._cgroup_dir is not None:
@@ -80,8 +84,7 @@ class HostProbe:
     def __call__(self, now: float) -> HostInputs:
         readings: dict[str, dict[str, float]] = {}
         self._failed = []
-        for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
-                             ("psi", self._psi_reader)):
+        for name, reader in self._readers.items():
             value = self._read(name, reader)
             if value is not None:
                 readings[name] = value
