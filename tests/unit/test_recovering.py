@@ -89,3 +89,22 @@ def test_a_recovering_layer_holds_against_an_unexplained_effect_for_a_window_the
     for now in (200.0, 210.0):  # a window after the cause ended, an effect still there is named unknown
         late = tracker.update(base, T, now, unexplained=True, window_seconds=180)
     assert late.layer == "unknown" and not late.recovering
+
+
+def test_every_output_says_the_verdict_is_recovering() -> None:
+    from exporter.publish import document, html, text
+    from exporter.state import ScrapeHealth, TargetState
+
+    tracker = VerdictTracker()
+    diagnose(_ctx({**SLOW_TTFT, **STUTTER, "cpu_starvation_score": 0.8, "cpu_starvation_score_window": 0.8}, {}),
+             tracker, 100.0)
+    diagnosis = diagnose(_ctx({**SLOW_TTFT, **STUTTER, **STARVED_THEN}, {}), tracker, 130.0)
+    state = TargetState(target="t", url="http://x/metrics", status="ok", window_seconds=180, evaluated_at=130.0,
+                        health=ScrapeHealth(up=True), diagnosis=diagnosis)
+    doc = document.build([state], now=130.0)
+    verdict = doc["targets"][0]["verdict"]
+    assert verdict["layer"] == "cpu" and verdict["recovering"] is True and verdict["recovering_since"] == 100.0
+    causes = {c["id"]: c for s in doc["targets"][0]["symptoms"] for c in s["causes"]}
+    assert causes["C1"]["recovering"] is True
+    assert "recovering: the cause has ended" in text.render(doc)
+    assert 'data-recovering="cpu"' in html.render(doc)
