@@ -59,6 +59,8 @@ class TargetPipeline:
         # The CPU-starvation score of each evaluation (over its recent horizon), kept for the window: which
         # scrapes the window holds came while the host starved vLLM
         self._cpu_scores: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # Each evaluation's recent queued fraction, likewise: was a queue sustained at some time the window holds
+        self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -163,6 +165,11 @@ class TargetPipeline:
             signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=max(self._cpu_scores)))
         else:
             self._cpu_scores.trim(now)
+        if signals.scheduler.queued_recent_fraction is not None:
+            self._queued.push(now, signals.scheduler.queued_recent_fraction)
+            signals = replace(signals, scheduler=replace(signals.scheduler, queued_recent_peak=max(self._queued)))
+        else:
+            self._queued.trim(now)
         slo = self.settings.slo_for(self.target)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
                                       slo, self.thresholds.evidence_min_requests)

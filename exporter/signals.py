@@ -121,6 +121,9 @@ class Scheduler:
     # (deferred requests wait for a LoRA slot or a KV transfer, not for the scheduler), else all waiting.
     queued_fraction: float | None = None
     queued_recent_fraction: float | None = None  # the same over the newest recent_evaluations scrapes
+    # The highest queued_recent_fraction of any evaluation the window holds (set by the pipeline): 1.0 when a
+    # queue was waiting in every scrape of some recent horizon the window covers.
+    queued_recent_peak: float | None = None
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
     # Share of scrapes where requests wait deferred: waits no queue rule counts (only A0 names them).

@@ -295,9 +295,11 @@ def rule_a2(ctx: Context) -> Finding:
         return early
     if s.latency.ttft_queue_share is None or s.scheduler.queued_fraction is None:
         return abstain(vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.NUM_REQUESTS_WAITING)
-    # A queue that has drained still owns the first tokens it delayed while the window holds them, unless the
-    # window also holds preemptions (then the queue may have been KV's: C3/D judge it).
-    drained = (s.scheduler.queued_fraction or 0) > 0 and queue_ended(ctx) and not s.kv.preemptions
+    # A queue that has drained still owns the first tokens it delayed while the window holds them, if it was
+    # sustained at some time the window holds (not a few scrapes beside waits vLLM counts as deferred) and the
+    # window holds no preemptions (then the queue may have been KV's: C3/D judge it).
+    was_sustained = s.scheduler.queued_recent_peak is not None and s.scheduler.queued_recent_peak >= 1.0
+    drained = was_sustained and queue_ended(ctx) and not s.kv.preemptions
     if s.latency.ttft_queue_share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or drained):
         return clear(f"queue is {_pct(s.latency.ttft_queue_share)} of TTFT, requests wait for capacity in "
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")

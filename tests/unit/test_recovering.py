@@ -42,6 +42,11 @@ def test_a_drained_queue_is_recovering_and_a_queue_building_now_counts() -> None
     drained, _ = evaluate_rules(_ctx({**SLOW_TTFT, **QUEUE, "ttft_queue_share": 0.8, "queued_recent_fraction": 0.0},
                                      {}))
     assert drained["A2"].status == "fired" and drained["A2"].recovering
+    # below the window's sustained mark, a drained queue claims the first tokens only if it was sustained once
+    short = {**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1, "queued_recent_fraction": 0.0,
+             "ttft_queue_share": 0.8}
+    assert evaluate_rules(_ctx({**short, "queued_recent_peak": 1.0}, {}))[0]["A2"].recovering
+    assert evaluate_rules(_ctx({**short, "queued_recent_peak": 0.34}, {}))[0]["A2"].status == "clear"
     building, _ = evaluate_rules(_ctx({**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1,
                                        "queued_recent_fraction": 1.0, "ttft_queue_share": 0.8}, {}))
     assert building["A2"].status == "fired" and not building["A2"].recovering
