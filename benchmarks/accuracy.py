@@ -26,6 +26,8 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks import transitions
+from benchmarks.transitions import parse_seeds
 from exporter.config import Settings, load_settings
 from exporter.dcgm import gpu_utilization
 from exporter.pipeline import TargetPipeline
@@ -169,32 +171,18 @@ def render_table(results: dict[str, dict]) -> str:
     return "\n".join(rows)
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
-    parser.add_argument("--scenario", action="append", help="only these scenarios (default: all)")
-    parser.add_argument("--duration", type=float, default=900.0, help="simulated seconds scored per scenario")
-    parser.add_argument("--warmup", type=float, default=120.0, help="simulated seconds before the first scrape")
-    parser.add_argument("--seed", type=int, default=None)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--window", type=float, help="measure another window_seconds than the shipped default")
-    parser.add_argument("--json", type=Path, help="also write the raw results here")
-    parser.add_argument("--detail", action="store_true", help="print verdict and false-symptom counts per cell")
-    args = parser.parse_args(argv)
-    names = args.scenario or list(SCENARIOS)
-    unknown = [n for n in names if n not in SCENARIOS]
-    if unknown:
-        print(f"benchmarks.accuracy: unknown scenario(s): {', '.join(unknown)}", file=sys.stderr)
-        return 2
+def _one_seed(args: argparse.Namespace, names: list[str], seed: int | None) -> None:
     started = time.monotonic()
     base: dict = {"window_seconds": args.window} if args.window else {}
-    work = [(n, args.duration, args.warmup, args.seed, base) for n in names]
+    work = [(n, args.duration, args.warmup, seed, base) for n in names]
     if args.jobs > 1:
         with ProcessPoolExecutor(max_workers=args.jobs) as pool:
             results = dict(pool.map(_run, work))
     else:
         results = dict(map(_run, work))
     results = {n: results[n] for n in names}
-    print(f"expected verdict / false symptom, share of steady-state evaluations "
+    print(f"seed {seed if seed is not None else 'default'}: expected verdict / false symptom, share of steady-state "
+          "evaluations "
           f"({args.duration:.0f} simulated s per scenario after {args.warmup:.0f} s warm-up; "
           f"window {load_settings(overrides=base).window_seconds:.0f} s)\n")
     print(render_table(results))
@@ -207,7 +195,38 @@ def main(argv: list[str] | None = None) -> int:
                 cell = results[n][c.name]
                 print(f"  {n:28s} {c.name:9s} verdicts {cell['verdicts']} false {cell['false_symptoms']}")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n")
+        several = args.seed is not None and len(parse_seeds(args.seed)) > 1
+        path = args.json.with_suffix(f".seed{seed}.json") if several else args.json
+        path.write_text(json.dumps(results, indent=1) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.accuracy", description=__doc__.split("\n")[0])
+    parser.add_argument("--scenario", action="append", help="only these scenarios (default: all)")
+    parser.add_argument("--duration", type=float, default=900.0, help="simulated seconds scored per scenario")
+    parser.add_argument("--warmup", type=float, default=120.0, help="simulated seconds before the first scrape")
+    parser.add_argument("--seed", default=None,
+                        help="one seed (3), a range (5..9) or a list (0,2); each gets its table")
+    parser.add_argument("--transitions", action="store_true",
+                        help="the transition matrix instead (none -> cause -> none): benchmarks.transitions")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--window", type=float, help="measure another window_seconds than the shipped default")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--detail", action="store_true", help="print verdict and false-symptom counts per cell")
+    args = parser.parse_args(argv)
+    if args.transitions:
+        forwarded = ["--jobs", str(args.jobs)] + (["--seed", args.seed] if args.seed is not None else [])
+        forwarded += ["--window", str(args.window)] if args.window else []
+        forwarded += ["--json", str(args.json)] if args.json else []
+        return transitions.main(forwarded + (["--detail"] if args.detail else []))
+    names = args.scenario or list(SCENARIOS)
+    unknown = [n for n in names if n not in SCENARIOS]
+    if unknown:
+        print(f"benchmarks.accuracy: unknown scenario(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    seeds: list[int | None] = list(parse_seeds(args.seed)) if args.seed is not None else [None]
+    for seed in seeds:
+        _one_seed(args, names, seed)
     return 0
 
 

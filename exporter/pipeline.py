@@ -50,8 +50,17 @@ class TargetPipeline:
         self.window = Window(settings.window_seconds, COUNTERS)
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
-        # DCGM utilisation readings 0..1, averaged over the window: point samples, no baseline
+        self._recent = int(self.thresholds.recent_evaluations)
+        if hasattr(host_probe, "recent_evaluations"):  # the host probe's recent horizon (exporter/hostcpu)
+            host_probe.recent_evaluations = self._recent  # type: ignore[union-attr]
+        # DCGM utilisation readings 0..1 over the window (point samples, no baseline): the rules read the mean of
+        # the newest recent_evaluations, the window's mean is published beside it
         self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # The CPU-starvation score of each evaluation (over its recent horizon), kept for the window: which
+        # scrapes the window holds came while the host starved vLLM
+        self._cpu_scores: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # Each evaluation's recent queued fraction, likewise: was a queue sustained at some time the window holds
+        self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -146,9 +155,21 @@ class TargetPipeline:
             self.source_error(source, reason)
         self._track_failures("source", {source: reason for source, reason in host.errors})
         if self._gpu:
-            gpu = sum(self._gpu) / len(self._gpu)
-            host = replace(host, gpu_utilization=gpu, sources=(*host.sources, "dcgm"))
+            readings = [value for _, value in self._gpu.newest(self._recent)]
+            window = replace(host.window or HostInputs(), gpu_utilization=sum(self._gpu) / len(self._gpu))
+            host = replace(host, gpu_utilization=sum(readings) / len(readings), sources=(*host.sources, "dcgm"),
+                           window=window)
         signals = compute(self.window, self.thresholds, host)
+        if signals.cpu.starvation_score is not None:
+            self._cpu_scores.push(now, signals.cpu.starvation_score)
+            signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=max(self._cpu_scores)))
+        else:
+            self._cpu_scores.trim(now)
+        if signals.scheduler.queued_recent_fraction is not None:
+            self._queued.push(now, signals.scheduler.queued_recent_fraction)
+            signals = replace(signals, scheduler=replace(signals.scheduler, queued_recent_peak=max(self._queued)))
+        else:
+            self._queued.trim(now)
         slo = self.settings.slo_for(self.target)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
                                       slo, self.thresholds.evidence_min_requests,

@@ -29,18 +29,21 @@ LATENCY_FAMILIES: tuple[str, ...] = ("ttft", "itl", "e2e")
 
 @dataclass(frozen=True, slots=True)
 class HostInputs:
-    """CPU and GPU readings from outside vLLM's /metrics, already reduced to the window.
+    """CPU and GPU readings from outside vLLM's /metrics, already reduced to shares.
 
-    Shares are 0..1 over the window; ``sources`` says where each came from (for the evidence).
+    Shares are 0..1 over the recent horizon (``recent_evaluations``: the host as it is now, which
+    the rules judge); ``window`` holds the same readings over the whole window, when the source keeps
+    them (published beside the recent ones). ``sources`` says where each came from (for the evidence).
     """
 
     cpu_wait_share: float | None = None  # run-queue wait / (run + wait) of the vLLM threads
     cpu_busy_cores: float | None = None  # run time of those threads / window: how much CPU they used
     cpu_throttled_share: float | None = None  # throttled CFS periods / periods
     cpu_psi_share: float | None = None  # PSI cpu 'some' avg10 / 100
-    gpu_utilization: float | None = None  # DCGM GPU utilisation, 0..1, mean over the window
+    gpu_utilization: float | None = None  # DCGM GPU utilisation, 0..1, mean over the recent horizon
     sources: tuple[str, ...] = ()
     errors: tuple[tuple[str, str], ...] = ()  # (source, reason) of reads that failed this time
+    window: HostInputs | None = None  # the same readings over the whole window
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +85,7 @@ class Kv:
     """KV-cache occupancy, preemptions and prefix-cache reuse over the window."""
 
     preemptions: float | None = None
+    preemptions_recent: float | None = None  # over the newest recent_evaluations steps only
     preemption_rate: float | None = None
     preemptions_per_request: float | None = None
     usage: float | None = None
@@ -116,6 +120,10 @@ class Scheduler:
     # Share of scrapes where requests wait for engine capacity: the by-reason gauge where vLLM has it
     # (deferred requests wait for a LoRA slot or a KV transfer, not for the scheduler), else all waiting.
     queued_fraction: float | None = None
+    queued_recent_fraction: float | None = None  # the same over the newest recent_evaluations scrapes
+    # The highest queued_recent_fraction of any evaluation the window holds (set by the pipeline): 1.0 when a
+    # queue was waiting in every scrape of some recent horizon the window covers.
+    queued_recent_peak: float | None = None
     waiting_capacity: float | None = None
     waiting_deferred: float | None = None
     # Share of scrapes where requests wait deferred: waits no queue rule counts (only A0 names them).
@@ -174,10 +182,15 @@ class Cpu:
 
     api_server_cores: float | None = None
     inputs: Mapping[str, float] = field(default_factory=dict)
-    starvation_score: float | None = None
+    starvation_score: float | None = None  # over the recent horizon (recent_evaluations): what rules read
+    starvation_score_window: float | None = None  # the same over the whole window, when the source keeps it
+    # The highest recent score of any evaluation the window holds: the host starved vLLM at some time the window
+    # covers (time-aligned: the effects of those scrapes are the starvation's). Set by the pipeline.
+    starvation_score_peak: float | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {
         "api_server_cores": "api_server_cpu_cores", "inputs": "cpu_inputs", "starvation_score": "cpu_starvation_score",
+        "starvation_score_window": "cpu_starvation_score_window", "starvation_score_peak": "cpu_starvation_score_peak",
     }
 
 
@@ -185,12 +198,14 @@ class Cpu:
 class Gpu:
     """GPU readings: DCGM utilisation and vLLM's per-GPU MFU estimate (None when not enabled)."""
 
-    utilization: float | None = None
+    utilization: float | None = None  # DCGM, over the recent horizon (recent_evaluations)
     read_bytes_per_second: float | None = None
     flops_per_second: float | None = None
+    utilization_window: float | None = None  # DCGM, mean over the whole window
 
     FLAT: ClassVar[Mapping[str, str]] = {
-        "utilization": "gpu_utilization", "read_bytes_per_second": "read_bytes_per_gpu_per_second",
+        "utilization": "gpu_utilization", "utilization_window": "gpu_utilization_window",
+        "read_bytes_per_second": "read_bytes_per_gpu_per_second",
         "flops_per_second": "flops_per_gpu_per_second",
     }
 
@@ -597,6 +612,7 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
     return Kv(
         preemptions=preemptions,
+        preemptions_recent=window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, int(thresholds.recent_evaluations)),
         preemption_rate=_ratio(preemptions, duration),
         preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
         usage=usage[-1] if usage else None,
@@ -608,7 +624,8 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     )
 
 
-def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
+def scheduler(window: Window, itl_mean: float | None, recent: int = 0) -> Scheduler:
+    """``recent``: the scrapes read as now (``recent_evaluations``)."""
     duration = window.duration
     running = _series(window, vllm.NUM_REQUESTS_RUNNING)
     waiting = _series(window, vllm.NUM_REQUESTS_WAITING)
@@ -632,6 +649,7 @@ def scheduler(window: Window, itl_mean: float | None) -> Scheduler:
         waiting_max=max(waiting) if waiting else None,
         waiting_fraction=_share_positive(waiting),
         queued_fraction=_share_positive(queued),
+        queued_recent_fraction=_share_positive(queued[-recent:]) if recent > 0 else None,
         waiting_capacity=window.gauge(by_reason, "sum", _reason("capacity")) if has_reason else None,
         waiting_deferred=window.gauge(by_reason, "sum", _reason("deferred")) if has_reason else None,
         deferred_fraction=(_share_positive(window.gauge_series(by_reason, "sum", _reason("deferred")))
@@ -697,6 +715,16 @@ def _net_share(outside: float | None, step_wait_s: float | None, total: float | 
 def cpu(window: Window, thresholds: Thresholds, host: HostInputs, frontend_share: float | None) -> Cpu:
     """``frontend_share``: time outside the engine, net of the step wait, as a share of e2e (``_net_share``)."""
     api_cores = _rate(window, "process_cpu_seconds_total")
+    inputs = _cpu_inputs(host, frontend_share, api_cores)
+    score, _ = cpu_starvation(inputs, thresholds)
+    over_window = None
+    if host.window is not None:
+        over_window, _ = cpu_starvation(_cpu_inputs(host.window, frontend_share, api_cores), thresholds)
+    return Cpu(api_server_cores=api_cores, inputs=inputs, starvation_score=score,
+               starvation_score_window=over_window)
+
+
+def _cpu_inputs(host: HostInputs, frontend_share: float | None, api_cores: float | None) -> dict[str, float]:
     inputs: dict[str, float] = {}
     for key, value in (
         ("run_queue_wait_share", host.cpu_wait_share),
@@ -710,13 +738,13 @@ def cpu(window: Window, thresholds: Thresholds, host: HostInputs, frontend_share
     ):
         if value is not None:
             inputs[key] = value
-    score, _ = cpu_starvation(inputs, thresholds)
-    return Cpu(api_server_cores=api_cores, inputs=inputs, starvation_score=score)
+    return inputs
 
 
 def gpu(window: Window, host: HostInputs) -> Gpu:
     return Gpu(
         utilization=host.gpu_utilization,
+        utilization_window=host.window.gpu_utilization if host.window is not None else None,
         read_bytes_per_second=_moving_rate(window, vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL),
         flops_per_second=_moving_rate(window, vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL),
     )
@@ -775,7 +803,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
     times = latency(window, per_token(itl, spec.itl_scale))
-    steps = scheduler(window, _hist_mean(itl))
+    recent = int(thresholds.recent_evaluations)
+    steps = scheduler(window, _hist_mean(itl), recent)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, _net_share(times.e2e_frontend_mean, times.step_wait_mean, times.e2e_mean))
     return Signals(

@@ -53,6 +53,7 @@ class CauseResult:
     evidence: tuple[str, ...]
     actions: tuple[Action, ...]
     informational: bool = False
+    recovering: bool = False  # the cause has ended; its effect is still in the window
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -61,6 +62,7 @@ class CauseResult:
             "title": self.title,
             "strength": round(self.strength, 3),
             "informational": self.informational,
+            "recovering": self.recovering,
             "evidence": list(self.evidence),
             "actions": [_action_dict(a) for a in self.actions],
         }
@@ -100,6 +102,10 @@ class Verdict:
     # With layer "unknown": True when an objective is missed that no known cause explains, False when
     # there is no diagnosis yet (the two meanings every output words apart).
     unexplained: bool = False
+    # The verdict layer's causes have all ended (none has evidence over the recent horizon) while their effect
+    # is still in the window: the layer is kept, marked recovering, with when its cause was last seen acting.
+    recovering: bool = False
+    recovering_since: float | None = None
 
     @property
     def meaning(self) -> str | None:
@@ -180,7 +186,8 @@ class TargetState:
             "last_scrape_at": self.last_scrape_at,
             "verdict": {"layer": d.verdict.layer, "score": round(d.verdict.score, 3), "since": d.verdict.since,
                         "pending": d.verdict.pending, "pending_evaluations": d.verdict.pending_evaluations,
-                        "meaning": d.verdict.meaning},
+                        "meaning": d.verdict.meaning, "recovering": d.verdict.recovering,
+                        "recovering_since": d.verdict.recovering_since},
             "layer_scores": {k: round(v, 3) for k, v in d.layer_scores.items()},
             "symptoms": [s.to_dict() for s in d.symptoms],
             "signals": signals,

@@ -70,6 +70,10 @@ class TimeBuffer(Generic[T]):
     def newest_first(self) -> Iterator[T]:
         return (item for _, item in reversed(self._entries))
 
+    def newest(self, count: int) -> list[tuple[float, T]]:
+        """The newest ``count`` entries with their timestamps, oldest first (all of them when fewer)."""
+        return list(self._entries)[-count:] if count > 0 else []
+
     @property
     def latest(self) -> T | None:
         return self._entries[-1][1] if self._entries else None

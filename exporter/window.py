@@ -428,6 +428,17 @@ class Window:
                     total += delta
         return total
 
+    def increase_recent(self, name: str, steps: int, match: LabelFilter = None) -> float | None:
+        """The increase over the newest ``steps`` steps only (a cause's evidence now); None if absent."""
+        if len(self._scrapes) < 2 or not self.present(name):
+            return None
+        total = 0.0
+        for step in self.steps[-steps:]:
+            for key, delta in step.counters.get(name, {}).items():
+                if match is None or match(key):
+                    total += delta
+        return total
+
     def rate(self, name: str, match: LabelFilter = None) -> float | None:
         increase = self.increase(name, match)
         if increase is None or self.duration <= 0:

@@ -154,6 +154,13 @@ class Thresholds:
         "CPU the vLLM threads must use (run time / window) for their run-queue wait to count: an idle engine's "
         "wait share is a ratio of tiny numbers (measured 0.52-0.76 idle, at 0.03-0.07 cores) and says "
         "nothing about starvation.", 0)
+    recent_evaluations: float = threshold(3, "evaluations",
+        "Evaluations (one per scrape) over which a cause's own evidence is read as *now*: the host inputs (CPU "
+        "run-queue wait, CFS throttling, PSI; DCGM utilisation), preemptions and the queue. The effect (an "
+        "objective, a share of the window) is judged over the window; a cause whose window evidence remains but "
+        "whose recent evidence is gone is *recovering*: it keeps its layer, marked so, until its effect leaves "
+        "the window. 3 at the 5 s default is 15 s: enough for counters that move in scheduler ticks, short "
+        "enough that a starved host is named, and released, within a few scrapes.", 1)
     api_server_busy_cores: float = threshold(0.9, "cores",
         "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is "
         "saturated.", 0)

@@ -18,7 +18,7 @@ verdict that neither flaps nor locks in.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 from exporter.catalog.symptoms import CAUSE_BY_ID, EFFECT_WITHOUT_CAUSE, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
@@ -62,6 +62,15 @@ def layer_scores(findings: dict[str, Finding]) -> dict[str, float]:
         if counts(finding) and layer in scores:
             scores[layer] = max(scores[layer], finding.strength)
     return scores
+
+
+def recovering_layers(findings: dict[str, Finding]) -> set[str]:
+    """Layers whose every active, counting cause has ended while its effect is still in the window."""
+    by_layer: dict[str, list[bool]] = {}
+    for cause_id, finding in findings.items():
+        if counts(finding):
+            by_layer.setdefault(CAUSE_BY_ID[cause_id].layer, []).append(finding.recovering)
+    return {layer for layer, flags in by_layer.items() if all(flags)}
 
 
 def unexplained(findings: dict[str, Finding]) -> bool:
@@ -157,7 +166,7 @@ def symptoms_from(findings: dict[str, Finding], ctx: Context) -> tuple[SymptomRe
             actions, notes = resolved[cid]
             cause = CAUSE_BY_ID[cid]
             causes.append(CauseResult(cid, symptom.id, cause.layer, cause.title, f.strength,
-                                      (*f.evidence, *notes), actions, f.informational))
+                                      (*f.evidence, *notes), actions, f.informational, f.recovering))
         if causes:
             out.append(SymptomResult(symptom.id, symptom.title, symptom.severity,
                                      tuple(sorted(causes, key=lambda c: (c.informational, -c.strength)))))
@@ -176,6 +185,10 @@ class VerdictTracker:
     Without a layer at the entry score the verdict is ``none``, or ``unknown`` while an objective is
     missed that no known cause explains; the two trade places under the same hold. Only the first
     verdict after a reset (``judged`` False: no diagnosis yet) needs no hold.
+
+    A verdict layer whose causes have all ended while their effect is still in the window is
+    *recovering*: the layer is kept (its recovering causes still score), marked so, with the last
+    evaluation at which one of its causes had evidence of its own (``recovering_since``).
     """
 
     layer: str = "unknown"
@@ -183,12 +196,16 @@ class VerdictTracker:
     judged: bool = False  # False: `unknown` means no diagnosis yet; True: an objective missed, unexplained
     _pending: str | None = None
     _pending_count: int = 0
+    _acting_at: dict[str, float] = field(default_factory=dict)  # layer -> last evaluation with a cause acting
+    _recovering: bool = False  # the verdict layer was recovering at the last evaluation
 
     def reset(self, now: float) -> Verdict:
         if self.layer != "unknown" or self.judged:
             self.layer, self.since = "unknown", now
         self.judged = False
         self._pending, self._pending_count = None, 0
+        self._acting_at.clear()
+        self._recovering = False
         return Verdict("unknown", 0.0, self.since)
 
     def candidate(self, scores: dict[str, float], thresholds: Thresholds, unexplained: bool = False) -> str:
@@ -207,8 +224,21 @@ class VerdictTracker:
         return self.layer
 
     def update(self, scores: dict[str, float], thresholds: Thresholds, now: float,
-               unexplained: bool = False) -> Verdict:
+               unexplained: bool = False, recovering: frozenset[str] = frozenset(),
+               window_seconds: float = 0.0) -> Verdict:
+        """``recovering``: the layers whose every active cause has ended (``recovering_layers``).
+        ``window_seconds``: how long after its cause ended a recovering layer holds against an effect
+        without a known cause (A0/B0: the effect is its cause's, still in the window)."""
+        for layer, score in scores.items():
+            if score > 0 and layer not in recovering:
+                self._acting_at[layer] = now
         desired = self.candidate(scores, thresholds, unexplained)
+        ended_at = self._acting_at.get(self.layer)
+        if (desired == "unknown" and self._recovering and ended_at is not None
+                and now - ended_at <= window_seconds):
+            desired = self.layer  # the effect left in the window is the ended cause's, not an unknown one's
+        if desired in recovering and self.layer in LAYERS and desired != self.layer:
+            desired = self.layer  # a cause that has ended never takes the verdict from another layer
         if not self.judged:
             self.judged = True
             self.layer, self.since = desired, now  # the first verdict needs no hold
@@ -221,13 +251,20 @@ class VerdictTracker:
             if self._pending_count >= thresholds.verdict_hold_evaluations:
                 self.layer, self.since = desired, now
                 self._pending, self._pending_count = None, 0
+        score = scores.get(self.layer, 0.0)
+        # Recovering while its ended causes still score, and while the hysteresis holds the layer on its way out.
+        held = self.layer in LAYERS and ((self.layer in recovering and score > 0)
+                                         or (self._recovering and score < thresholds.verdict_exit_score))
+        self._recovering = held
         return Verdict(self.layer, scores.get(self.layer, 0.0), self.since, self._pending, self._pending_count,
-                       unexplained=self.layer == "unknown" and self.judged)
+                       unexplained=self.layer == "unknown" and self.judged, recovering=held,
+                       recovering_since=self._acting_at.get(self.layer) if held else None)
 
 
 def diagnose(ctx: Context, tracker: VerdictTracker, now: float) -> Diagnosis:
     findings, errors = evaluate_rules(ctx)
     scores = layer_scores(findings)
-    verdict = tracker.update(scores, ctx.thresholds, now, unexplained(findings))
+    verdict = tracker.update(scores, ctx.thresholds, now, unexplained(findings), frozenset(recovering_layers(findings)),
+                             ctx.signals.window_seconds)
     abstained = {cid: f.missing for cid, f in findings.items() if f.status == "abstain"}
     return Diagnosis(verdict, scores, symptoms_from(findings, ctx), abstained, errors)

@@ -16,7 +16,7 @@ known cause (A0, B0: layer ``unknown``), with what was looked at.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from exporter import objectives
@@ -38,6 +38,9 @@ class Finding:
     evidence: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()
     informational: bool = False  # shown as a finding; never counts towards a layer score or an alert
+    # The cause's own evidence has ended (none over the recent_evaluations horizon) while its effect is still
+    # in the window: the finding holds its layer, marked recovering, until the effect leaves the window.
+    recovering: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +58,11 @@ def fired(strength: float, *evidence: str) -> Finding:
 def info(ctx: Context, *evidence: str) -> Finding:
     """A finding worth showing that has no user-visible effect behind it (capacity, saturation)."""
     return Finding("fired", ctx.thresholds.info_strength, tuple(evidence), informational=True)
+
+
+def recovering(finding: Finding, evidence: str) -> Finding:
+    """The finding of a cause that has ended, whose effect the window still holds."""
+    return replace(finding, recovering=True, evidence=(*finding.evidence, evidence))
 
 
 def clear(*evidence: str) -> Finding:
@@ -165,13 +173,41 @@ def latency_missed(ctx: Context) -> bool:
 
 
 def cpu_starving(ctx: Context) -> bool:
+    """The host starves vLLM now (the score over the recent horizon)."""
     score = ctx.signals.cpu.starvation_score
     return score is not None and score >= ctx.thresholds.cpu_starvation_score
+
+
+def starved_score(s: Signals) -> float | None:
+    """The highest recent CPU-starvation score the window holds (the window's score where none is kept)."""
+    return s.cpu.starvation_score_peak if s.cpu.starvation_score_peak is not None else s.cpu.starvation_score_window
+
+
+def cpu_starved_in_window(ctx: Context) -> bool:
+    """The host starved vLLM now or at some time the window still holds: the highest recent score of the
+    evaluations the window covers (the score over the whole window where no such record is kept)."""
+    score = starved_score(ctx.signals)
+    return cpu_starving(ctx) or (score is not None and score >= ctx.thresholds.cpu_starvation_score)
+
+
+def _recent(ctx: Context) -> str:
+    return f"the last {ctx.thresholds.recent_evaluations:g} scrapes"
 
 
 def queue_sustained(ctx: Context) -> bool:
     queued = ctx.signals.scheduler.queued_fraction
     return queued is not None and queued >= ctx.thresholds.waiting_sustained_fraction
+
+
+def queue_building(ctx: Context) -> bool:
+    """Requests waited for capacity in every recent scrape: a queue forming now, before the window's share shows it."""
+    recent = ctx.signals.scheduler.queued_recent_fraction
+    return recent is not None and recent >= 1.0
+
+
+def queue_ended(ctx: Context) -> bool:
+    """No request waited for capacity in the recent scrapes: a queue the window holds has drained."""
+    return ctx.signals.scheduler.queued_recent_fraction == 0.0
 
 
 def kv_evidence(s: Signals) -> str:
@@ -191,6 +227,10 @@ def stutter_explained(ctx: Context) -> str | None:
                 "see D")
     if cpu_starving(ctx):
         return f"CPU starvation explains the slow stream (score {s.cpu.starvation_score:.2f}): see C1/A3"
+    if cpu_starved_in_window(ctx):
+        return (f"the slow stream came while the CPU was starved (highest score in the window "
+                f"{starved_score(s) or 0:.2f}, now "
+                f"{s.cpu.starvation_score or 0:.2f}): see C1/A3")
     return None
 
 
@@ -256,7 +296,12 @@ def rule_a2(ctx: Context) -> Finding:
         return early
     if s.latency.ttft_queue_share is None or s.scheduler.queued_fraction is None:
         return abstain(vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.NUM_REQUESTS_WAITING)
-    if s.latency.ttft_queue_share < t.ttft_queue_share or not queue_sustained(ctx):
+    # A queue that has drained still owns the first tokens it delayed while the window holds them, if it was
+    # sustained at some time the window holds (not a few scrapes beside waits vLLM counts as deferred) and the
+    # window holds no preemptions (then the queue may have been KV's: C3/D judge it).
+    was_sustained = s.scheduler.queued_recent_peak is not None and s.scheduler.queued_recent_peak >= 1.0
+    drained = was_sustained and queue_ended(ctx) and not s.kv.preemptions
+    if s.latency.ttft_queue_share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or drained):
         return clear(f"queue is {_pct(s.latency.ttft_queue_share)} of TTFT, requests wait for capacity in "
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")
     if kv_full(ctx):
@@ -274,7 +319,11 @@ def rule_a2(ctx: Context) -> Finding:
     if s.scheduler.waiting_deferred:
         evidence.append(f"{s.scheduler.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), "
                         "not counted here")
-    return fired(0.5 + 0.4 * _excess(s.latency.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
+    finding = fired(0.5 + 0.4 * _excess(s.latency.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
+    if queue_ended(ctx):
+        return recovering(finding, f"no request waited for capacity in {_recent(ctx)}: the queue has drained, "
+                                   "its first tokens are still in the window")
+    return finding
 
 
 def rule_a3(ctx: Context) -> Finding:
@@ -296,8 +345,9 @@ def rule_a3(ctx: Context) -> Finding:
     if score is None and not frontend:
         return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
     starving = cpu_starving(ctx)
+    ended = not starving and cpu_starved_in_window(ctx)
     net = f", net of {_s(wait)} waiting for the step under way" if wait else ""
-    if not (starving or frontend):
+    if not (starving or frontend or ended):
         return clear(f"CPU-starvation score {score:.2f}" if score is not None else "",
                      f"time outside the engine {_pct(share or 0)} of TTFT{net}")
     evidence = [breach.evidence]
@@ -306,8 +356,13 @@ def rule_a3(ctx: Context) -> Finding:
                         f"is spent outside the engine (tokenization, templates, IPC){net}")
     if starving:
         evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu.inputs))}")
-    return fired(0.5 + 0.5 * max(_excess(score or 0, t.cpu_starvation_score, 1.0),
-                                 _excess(share or 0, t.frontend_share, 0.8)), *evidence)
+    peak = starved_score(s) or 0.0
+    finding = fired(0.5 + 0.5 * max(_excess(peak if ended else score or 0, t.cpu_starvation_score, 1.0),
+                                    _excess(share or 0, t.frontend_share, 0.8)), *evidence)
+    if ended:
+        return recovering(finding, f"the CPU starvation has ended (score {score or 0:.2f} over {_recent(ctx)}, "
+                                   f"up to {peak:.2f} earlier in the window): its effect is still in the window")
+    return finding
 
 
 def rule_a4(ctx: Context) -> Finding:
@@ -325,8 +380,9 @@ def rule_a4(ctx: Context) -> Finding:
         return clear(f"mean prompt fits in {chunks:.1f} chunks of {budget}")
     if kv_full(ctx):
         return clear(f"KV is full ({kv_evidence(s)}): the budget is not the limit")
-    if cpu_starving(ctx):
-        return clear(f"CPU starvation slows every step (score {s.cpu.starvation_score:.2f}): see A3")
+    if cpu_starved_in_window(ctx):
+        return clear(f"CPU starvation slows every step (score {s.cpu.starvation_score:.2f}, up to "
+                     f"{starved_score(s) or 0:.2f} in the window): see A3")
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     return fired(
         0.55 + 0.4 * _excess(chunks, t.budget_chunks_per_prompt, 4 * t.budget_chunks_per_prompt),
@@ -551,7 +607,9 @@ def rule_c1(ctx: Context) -> Finding:
     score = s.cpu.starvation_score
     if score is None:
         return abstain("CPU source (targets[].cpu: pid, cgroup or match)")
-    if score < t.cpu_starvation_score:
+    peak = starved_score(s)
+    ended = score < t.cpu_starvation_score and cpu_starved_in_window(ctx)
+    if score < t.cpu_starvation_score and not ended:
         return clear(f"CPU-starvation score {score:.2f}")
     if not _traffic(s):
         return clear("no traffic in the window")
@@ -566,7 +624,12 @@ def rule_c1(ctx: Context) -> Finding:
         evidence.append(f"engine output batches {s.scheduler.steps_per_second:.1f}/s")
     if s.gpu.utilization is not None:
         evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)}")
-    return fired(0.55 + 0.45 * _excess(score, t.cpu_starvation_score, 1.0), *evidence)
+    finding = fired(0.55 + 0.45 * _excess(peak if ended and peak is not None else score,
+                                          t.cpu_starvation_score, 1.0), *evidence)
+    if ended:
+        return recovering(finding, f"the CPU starvation has ended (score {score:.2f} over {_recent(ctx)}, "
+                                   f"up to {peak or 0:.2f} earlier in the window): its effect is still in the window")
+    return finding
 
 
 def rule_c2(ctx: Context) -> Finding:
@@ -578,7 +641,7 @@ def rule_c2(ctx: Context) -> Finding:
         return clear("too little traffic to judge batching")
     if s.scheduler.running_mean >= t.sparse_mean_running or s.scheduler.waiting_max > 0:
         return clear(f"running mean {s.scheduler.running_mean:.1f}, waiting max {s.scheduler.waiting_max:.0f}")
-    if cpu_starving(ctx):
+    if cpu_starved_in_window(ctx):
         return clear("CPU starvation explains the idle engine (C1)")
     evidence = [f"running mean {s.scheduler.running_mean:.2f} with nothing waiting (max {s.scheduler.waiting_max:.0f})",
                 f"{s.traffic.requests_per_second or 0:.2f} requests/s finished: the engine has spare capacity"]
@@ -605,7 +668,10 @@ def rule_c3(ctx: Context) -> Finding:
         if s.scheduler.running_mean >= seqs * t.batch_fill_high:
             return clear(f"running {s.scheduler.running_mean:.1f} is at max_num_seqs {seqs}: the cap, not KV, binds")
         evidence.append(f"running mean {s.scheduler.running_mean:.1f} below max_num_seqs {seqs}")
-    return fired(0.6 + 0.3 * _excess(s.scheduler.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
+    finding = fired(0.6 + 0.3 * _excess(s.scheduler.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
+    if queue_ended(ctx):
+        return recovering(finding, f"no request waited for capacity in {_recent(ctx)}: the queue has drained")
+    return finding
 
 
 # -- D, E: KV pressure and headroom ------------------------------------------------------
@@ -627,7 +693,11 @@ def rule_d(ctx: Context) -> Finding:
     if s.kv.preemptions_per_request < t.preemptions_per_request:
         tail = next(b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached)
         evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
-    return fired(strength, *evidence)
+    finding = fired(strength, *evidence)
+    if s.kv.preemptions_recent == 0:
+        return recovering(finding, f"no preemption in {_recent(ctx)}: the storm has ended, its effect is still "
+                                   "in the window")
+    return finding
 
 
 def rule_e(ctx: Context) -> Finding:

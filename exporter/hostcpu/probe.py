@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
+from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import Target
 from exporter.hostcpu.base import NoData, Reader
 from exporter.hostcpu.cgroup import CgroupThrottleReader, find_throttle_reader, v2_dir_for
@@ -20,10 +21,15 @@ log = logging.getLogger(__name__)
 
 
 class HostProbe:
-    """Reads every available CPU source at each evaluation and keeps ``span`` seconds of deltas."""
+    """Reads every available CPU source at each evaluation and keeps ``span`` seconds of deltas.
+
+    The shares it returns are read over the newest ``recent_evaluations`` evaluations (the rules judge
+    the host as it is now), with the same shares over the whole span in ``HostInputs.window``.
+    """
 
     def __init__(self, pids: Callable[[], list[int]], span_seconds: float, *, cgroup_dir: Path | None = None,
-                 proc: Path = Path("/proc"), psi_path: Path | None = None) -> None:
+                 proc: Path = Path("/proc"), psi_path: Path | None = None,
+                 readers: Mapping[str, Callable[[], Reader]] | None = None) -> None:
         self._pids = pids
         self._proc = proc
         self.span = span_seconds
@@ -34,7 +40,11 @@ class HostProbe:
         # source -> its cumulative counters, per evaluation; the baseline keeps the deltas over the whole span
         self._history: TimeBuffer[dict[str, dict[str, float]]] = TimeBuffer(span_seconds, keep_baseline=True)
         self._failed: list[tuple[str, str]] = []
+        self.recent_evaluations = int(DEFAULTS["recent_evaluations"])  # the pipeline sets its resolved value
         self._warned: set[str] = set()
+        # source name -> its reader; the default reads /proc and the cgroup (a simulator passes its own)
+        self._readers: Mapping[str, Callable[[], Reader]] = readers if readers is not None else {
+            "schedstat": lambda: self._schedstat, "cgroup": self._throttle_reader, "psi": self._psi_reader}
 
     def _throttle_reader(self) -> Reader:
         if self._cgroup_dir is not None:
@@ -80,8 +90,7 @@ class HostProbe:
     def __call__(self, now: float) -> HostInputs:
         readings: dict[str, dict[str, float]] = {}
         self._failed = []
-        for name, reader in (("schedstat", lambda: self._schedstat), ("cgroup", self._throttle_reader),
-                             ("psi", self._psi_reader)):
+        for name, reader in self._readers.items():
             value = self._read(name, reader)
             if value is not None:
                 readings[name] = value
@@ -91,35 +100,46 @@ class HostProbe:
         inputs = self.inputs()
         return replace(inputs, errors=tuple((f"hostcpu:{n}", r) for n, r in errors))
 
-    def _delta(self, source: str, key: str) -> float | None:
-        first = next((r[source][key] for r in self._history if source in r), None)
-        last = next((r[source][key] for r in self._history.newest_first() if source in r), None)
-        if first is None or last is None or last < first:
-            return None
-        return last - first
-
     def inputs(self) -> HostInputs:
+        """The shares over the newest ``recent_evaluations`` evaluations, with the whole span's as ``window``."""
         if len(self._history) < 2:
             return HostInputs()
-        span = self._history.covered_seconds
-        sources = []
-        wait_share = throttled = psi = None
-        run, wait = self._delta("schedstat", "run_ns"), self._delta("schedstat", "wait_ns")
-        busy = None
-        if run is not None and wait is not None and run + wait > 0:
-            wait_share = wait / (run + wait)
-            busy = run / 1e9 / span if span > 0 else None
-            sources.append("schedstat")
-        periods, hits = self._delta("cgroup", "nr_periods"), self._delta("cgroup", "nr_throttled")
-        if periods is not None and hits is not None and periods > 0:
-            throttled = hits / periods
-            sources.append("cgroup")
-        some = self._delta("psi", "some_us")
-        if some is not None and span > 0:
-            psi = min(1.0, some / (span * 1e6))
-            sources.append("psi")
-        return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled,
-                          cpu_psi_share=psi, sources=tuple(sources))
+        entries = self._history.newest(len(self._history))
+        recent = _shares(entries[-(self.recent_evaluations + 1):])
+        return replace(recent, window=_shares(entries))
+
+
+def _delta(entries: list[tuple[float, dict[str, dict[str, float]]]], source: str, key: str) -> float | None:
+    first = next((r[source][key] for _, r in entries if source in r), None)
+    last = next((r[source][key] for _, r in reversed(entries) if source in r), None)
+    if first is None or last is None or last < first:
+        return None
+    return last - first
+
+
+def _shares(entries: list[tuple[float, dict[str, dict[str, float]]]]) -> HostInputs:
+    """Run-queue wait, throttling and PSI shares between the oldest and the newest of ``entries``."""
+    if len(entries) < 2:
+        return HostInputs()
+    span = entries[-1][0] - entries[0][0]
+    sources = []
+    wait_share = throttled = psi = None
+    run, wait = _delta(entries, "schedstat", "run_ns"), _delta(entries, "schedstat", "wait_ns")
+    busy = None
+    if run is not None and wait is not None and run + wait > 0:
+        wait_share = wait / (run + wait)
+        busy = run / 1e9 / span if span > 0 else None
+        sources.append("schedstat")
+    periods, hits = _delta(entries, "cgroup", "nr_periods"), _delta(entries, "cgroup", "nr_throttled")
+    if periods is not None and hits is not None and periods > 0:
+        throttled = hits / periods
+        sources.append("cgroup")
+    some = _delta(entries, "psi", "some_us")
+    if some is not None and span > 0:
+        psi = min(1.0, some / (span * 1e6))
+        sources.append("psi")
+    return HostInputs(cpu_wait_share=wait_share, cpu_busy_cores=busy, cpu_throttled_share=throttled,
+                      cpu_psi_share=psi, sources=tuple(sources))
 
 
 def host_probe_for(target: Target, span_seconds: float | None = None) -> HostProbe | None:

@@ -345,6 +345,10 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
                    "1 while a cause holds only as information (capacity, saturation within "
                    "objectives, unshareable prompts): never a verdict or an alert.",
                    (*TM, "cause", "symptom", "layer"), each_ok_state(lambda s: _active_causes(s, informational=True))),
+    ExportedMetric(PREFIX + "verdict_recovering", "gauge", "",
+                   "1 while the verdict layer's causes have ended and their effect is still in the window "
+                   "(the layer is kept, recovering); 0 otherwise.", TM,
+                   each_ok_state(lambda s: [(_tm(s), 1.0 if s.diagnosis.verdict.recovering else 0.0)])),
     ExportedMetric(PREFIX + "verdict_pending", "gauge", "",
                    "1 while the hysteresis holds back a different verdict (label layer).", (*TM, "layer"),
                    each_ok_state(_pending)),

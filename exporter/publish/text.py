@@ -94,6 +94,11 @@ def render(document: dict[str, Any]) -> str:
         meaning = verdict_meaning(target)
         lines.append(f"verdict: {verdict['layer']} ({meaning})" if meaning is not None else
                      f"verdict: {verdict['layer']} (score {numbers.score(verdict['score'])})")
+        if verdict.get("recovering"):
+            since = verdict.get("recovering_since")
+            ended = f" (last acting at {numbers.timestamp(since)})" if since is not None else ""
+            lines.append(f"recovering: the cause has ended{ended}; its effect is still in the window, "
+                         "so the layer is kept until the window no longer holds it")
         challenger = pending(target)
         if challenger is not None:
             lines.append(f"pending: {challenger['layer']} (score {numbers.score(challenger['score'])}) is not the "

@@ -439,6 +439,14 @@ class Engine:
                 out.comm_bytes += b.comm_bytes
         return out
 
+    def reconfigure(self, config: EngineConfig) -> None:
+        """Change the deployment's running conditions mid-run (a neighbour takes the CPU, a slower
+        kernel path): CPU share, frontend cost and the cost model. The KV geometry stays as started."""
+        if config.num_gpu_blocks != self.num_gpu_blocks or config.block_size != self.cfg.block_size:
+            raise ValueError("reconfigure cannot change the KV cache's geometry")
+        self.cfg = config
+        self._prep_costs()
+
     # ----------------------------------------------------------------- main loop
 
     def advance_to(self, t: float) -> None:

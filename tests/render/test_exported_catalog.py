@@ -28,6 +28,8 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_gpu_utilization_ratio": "present only with a DCGM source; evidence inside B4/C1",
     "vllm_diag_informational_finding": "information only, never an alert by design",
     "vllm_diag_verdict_pending": "hysteresis state, shown on the page",
+    "vllm_diag_verdict_recovering": "a flag on the verdict (its cause has ended, its effect is still in the window), "
+                                    "shown on the page; the symptom alerts smooth over it",
     "vllm_diag_window_span_seconds": "explains a young window; evidence_ready is what rules read",
     "vllm_diag_record_bytes": "recording is a side feature: its folder size is for capacity dashboards",
     "vllm_diag_record_pruned_total": "retention at work, expected while recording",

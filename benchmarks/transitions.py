@@ -1,0 +1,308 @@
+"""``python -m benchmarks.transitions``: the diagnosis through a cause's start and end, at the shipped defaults.
+
+Each transition is one simulated deployment run none -> cause -> none: a quiet phase, a phase in which
+one cause acts (a neighbour takes the CPU, long generations exhaust KV, a traffic surge, a burst of
+long prompts, a prefix broken by a deploy, a slow kernel path), then quiet again. The sidecar sees it
+as a user would: one live :class:`TargetPipeline` with the shipped settings (window, 5 s scrapes, no
+DCGM), and the CPU source the shipped deployments configure, read through the sidecar's own host
+probe over a simulated ``schedstat`` (so a change of CPU share reaches it at the probe's pace).
+
+Per transition and seed:
+
+* ``name``: seconds from the cause's start to the first evaluation whose verdict is the cause's layer;
+* ``other``: evaluations (from the first full window to the end) whose verdict names another layer
+  (anything but ``none`` and the cause's layer, ``unknown`` included);
+* ``release``: seconds from the cause's end to the first evaluation from which every later one is
+  released: verdict ``none``, or the cause's layer with ``recovering`` set.
+
+Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. Tune on seeds 0-4;
+seeds 5-9 are the held-out half. Exit status 0 either way (the table says MISS); 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from exporter.config import load_settings
+from exporter.hostcpu.probe import HostProbe
+from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
+from exporter.simulator.engine import CostModel, Engine, EngineConfig
+from exporter.simulator.exposition import render_vllm
+from exporter.simulator.hostcpu import SimulatedSchedstat
+from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
+
+RENDER_STEP_S = 5.0
+START_UNIX = 1_800_000_000.0
+WARMUP_S = 120.0  # simulated before the first scrape
+QUIET_S = 240.0  # scraped before the cause starts (the first full window is 180 s in)
+CAUSE_S = 240.0
+AFTER_S = 300.0
+NAME_WITHIN_S = 60.0
+
+
+def _lognormal(mean: float, sigma: float, lo: int = 1, hi: int = 1_000_000) -> LengthDist:
+    return LengthDist("lognormal", mean, sigma, lo, hi)
+
+
+def _chat(rate: float, *, prompt: LengthDist | None = None, output: LengthDist | None = None,
+          prefix: PrefixSpec | None = None, max_tokens: int | None = 1024, name: str = "chat",
+          start: float = 0.0, stop: float = float("inf")) -> RequestClass:
+    return RequestClass(
+        name=name, arrivals=Arrivals("steady", rate=rate, start_s=start, stop_s=stop),
+        prompt=prompt or _lognormal(300, 0.6, 10, 4000), output=output or _lognormal(250, 0.7, 5, 2000),
+        prefix=prefix if prefix is not None else PrefixSpec(groups=4, shared_len=1200, zipf_s=0.5),
+        max_tokens=max_tokens)
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """One none -> cause -> none run. ``classes`` builds the workload from the cause's start and end
+    (simulated seconds); ``during`` is the engine while the cause acts, when the cause is a condition."""
+
+    name: str
+    layer: str  # the layer a correct diagnosis names while the cause acts
+    description: str
+    engine: EngineConfig
+    classes: Callable[[float, float], tuple[RequestClass, ...]]
+    during: EngineConfig | None = None
+    slo: dict[str, dict[str, float]] | None = None
+
+    def facts(self) -> dict[str, Any]:
+        e = self.engine
+        return {"max_num_batched_tokens": e.max_num_batched_tokens, "max_num_seqs": e.max_num_seqs,
+                "tensor_parallel_size": e.tensor_parallel_size, "pipeline_parallel_size": e.pipeline_parallel_size,
+                "gpu": e.gpu.name, "cpu_cores": e.cpu_cores, "model_weight_bytes": e.model.weight_bytes}
+
+
+_CPU_ENGINE = EngineConfig(cpu_cores=2, frontend_cost_scale=10.0)
+_KV_ENGINE = EngineConfig(gpu_memory_utilization=0.36, max_num_batched_tokens=16384)
+_GPU_ENGINE = EngineConfig(enable_mfu_metrics=True)
+_STABLE = PrefixSpec(groups=4, shared_len=2000, zipf_s=0.5)
+_BROKEN = PrefixSpec(groups=4, shared_len=2000, zipf_s=0.5, instability=0.9, dynamic_pos=24, dynamic_len=12)
+
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition(
+        "cpu-starvation", "cpu",
+        "chat at 5 req/s with a heavy template on 2 cores; neighbours then leave vLLM 20 % of the CPU",
+        _CPU_ENGINE, lambda a, b: (_chat(5.0, output=_lognormal(60, 0.6, 5, 1000)),),
+        during=replace(_CPU_ENGINE, cpu_share=0.2)),
+    Transition(
+        "preemption-storm", "kv_cache",
+        "light chat on a small KV cache; long unbounded generations at 0.6 req/s join it",
+        _KV_ENGINE,
+        lambda a, b: (_chat(1.0, prompt=_lognormal(1500, 0.4, 100, 6000), output=_lognormal(200, 0.5, 10, 1000),
+                            prefix=PrefixSpec()),
+                      _chat(0.6, prompt=_lognormal(3000, 0.4, 300, 12000), output=_lognormal(1500, 0.6, 100, 6000),
+                            prefix=PrefixSpec(), max_tokens=None, name="long", start=a, stop=b)),
+        slo={"ttft": {"threshold_seconds": 2.5, "target": 0.95}, "itl": {"threshold_seconds": 0.025, "target": 0.95}}),
+    Transition(
+        "queue-surge", "scheduler",
+        "chat with ~800-token answers at 1.5 req/s under max_num_seqs 32; a surge adds 2.5 req/s",
+        EngineConfig(max_num_seqs=32),
+        lambda a, b: (_chat(1.5, output=_lognormal(800, 0.4, 50, 3000), max_tokens=4096),
+                      _chat(2.5, output=_lognormal(800, 0.4, 50, 3000), max_tokens=4096, name="surge",
+                            start=a, stop=b))),
+    Transition(
+        "long-prompt-burst", "request",
+        "light chat at 0.5 req/s (no shared prefix); document QA with ~28k-token prompts joins at 0.1 req/s",
+        EngineConfig(max_model_len=65536),
+        lambda a, b: (_chat(0.5, prefix=PrefixSpec()),
+                      RequestClass("docqa", Arrivals("steady", rate=0.1, start_s=a, stop_s=b),
+                                   _lognormal(28000, 0.3, 8000, 60000), _lognormal(150, 0.5, 20, 1000),
+                                   max_tokens=1024))),
+    Transition(
+        "prefix-breakage", "kv_cache",
+        "chat at 3 req/s on a stable 2000-token system prompt; a deploy injects a request id at token 24",
+        EngineConfig(),
+        lambda a, b: (_chat(3.0, prefix=_STABLE, stop=a), _chat(3.0, prefix=_BROKEN, name="broken", start=a, stop=b),
+                      _chat(3.0, prefix=_STABLE, name="fixed", start=b)),
+        slo={"ttft": {"threshold_seconds": 0.25, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}}),
+    Transition(
+        "gpu-bound", "gpu_compute",
+        "chat at 1 req/s (--enable-mfu-metrics); the kernels then lose their fast path (4 % of HBM bandwidth)",
+        _GPU_ENGINE, lambda a, b: (_chat(1.0),),
+        during=replace(_GPU_ENGINE, costs=CostModel(bandwidth_efficiency=0.04, compute_efficiency=0.05,
+                                                    gpu_step_fixed_s=0.006))),
+)
+BY_NAME = {t.name: t for t in TRANSITIONS}
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    t: float  # simulated seconds
+    layer: str
+    recovering: bool
+
+
+def _released(e: Evaluation, layer: str) -> bool:
+    return e.layer == "none" or (e.layer == layer and e.recovering)
+
+
+def score(evaluations: list[Evaluation], layer: str, start: float, end: float) -> dict[str, Any]:
+    """The three numbers of one run (None: never named, never released)."""
+    named = next((e.t - start for e in evaluations if e.t >= start and e.layer == layer), None)
+    other = [e for e in evaluations if e.layer not in ("none", layer)]
+    release = None
+    for i, e in enumerate(evaluations):
+        if e.t >= end and all(_released(x, layer) for x in evaluations[i:]):
+            release = e.t - end
+            break
+    return {"name_s": named, "other": len(other),
+            "other_layers": sorted({e.layer for e in other}), "release_s": release}
+
+
+def run_transition(name: str, seed: int, window: float | None = None) -> dict[str, Any]:
+    tr = BY_NAME[name]
+    start = WARMUP_S + QUIET_S
+    end = start + CAUSE_S
+    engine = Engine(tr.engine, Workload(classes=tr.classes(start, end)), seed)
+    engine.advance_to(WARMUP_S)
+    target: dict[str, Any] = {"name": tr.name, "url": "http://127.0.0.1:8000/metrics",
+                              "scrape_interval": RENDER_STEP_S, "timeout": 3.0, "engine": tr.facts(),
+                              "cpu": {"match": "vllm serve"}}
+    if tr.slo is not None:
+        target["slo"] = tr.slo
+    overrides: dict[str, Any] = {"targets": [target]}
+    if window is not None:
+        overrides["window_seconds"] = window
+    settings = load_settings(overrides=overrides)
+    schedstat = SimulatedSchedstat(lambda: engine)
+    probe = HostProbe(lambda: [], settings.window_seconds, readers={"schedstat": lambda: schedstat})
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=probe)
+    evaluations: list[Evaluation] = []
+    t = WARMUP_S
+    while t < end + AFTER_S:
+        t += RENDER_STEP_S
+        if tr.during is not None and start < t <= start + RENDER_STEP_S:
+            engine.advance_to(start)
+            engine.reconfigure(tr.during)
+        if tr.during is not None and end < t <= end + RENDER_STEP_S:
+            engine.advance_to(end)
+            engine.reconfigure(tr.engine)
+        engine.advance_to(t)
+        body = render_vllm(engine, start_unix=START_UNIX).encode()
+        state = pipeline.ingest(ScrapeResult(started_at=START_UNIX + t, duration=0.0, body=body))
+        if t < WARMUP_S + settings.window_seconds or state.status != "ok":
+            continue
+        verdict = state.diagnosis.verdict
+        evaluations.append(Evaluation(t, verdict.layer, bool(getattr(verdict, "recovering", False))))
+    out = score(evaluations, tr.layer, start, end)
+    out["verdicts"] = [(e.t - start, e.layer + ("~" if e.recovering else "")) for e in evaluations]
+    return out
+
+
+def _run(args: tuple[str, int, float | None]) -> tuple[str, int, dict[str, Any]]:
+    name, seed, window = args
+    return name, seed, run_transition(name, seed, window)
+
+
+def passes(result: dict[str, Any], window: float) -> bool:
+    return (result["other"] <= 1 and result["name_s"] is not None and result["name_s"] <= NAME_WITHIN_S
+            and result["release_s"] is not None and result["release_s"] <= window)
+
+
+def _seconds(value: float | None, never: str) -> str:
+    return never if value is None else f"{value:.0f}"
+
+
+def render_table(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
+    rows = ["| transition | layer | seed | name (s) | other | release (s) | |", "|---|---|---|---|---|---|---|"]
+    for name, by_seed in results.items():
+        for seed, r in sorted(by_seed.items()):
+            other = f"{r['other']}" + (f" ({', '.join(r['other_layers'])})" if r["other_layers"] else "")
+            rows.append(f"| {name} | {BY_NAME[name].layer} | {seed} | {_seconds(r['name_s'], 'never')} | {other} | "
+                        f"{_seconds(r['release_s'], 'not released')} | {'' if passes(r, window) else '**MISS**'} |")
+    return "\n".join(rows)
+
+
+def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
+    """One row per transition, the seeds' values in seed order ("-": never named / not released)."""
+    rows = ["| transition | layer | seeds | name (s) | other | release (s) | runs meeting the target |",
+            "|---|---|---|---|---|---|---|"]
+    for name, by_seed in results.items():
+        runs = [by_seed[s] for s in sorted(by_seed)]
+        seeds = sorted(by_seed)
+        span = f"{seeds[0]}-{seeds[-1]}" if seeds == list(range(seeds[0], seeds[-1] + 1)) and len(seeds) > 1 else \
+            ",".join(map(str, seeds))
+        rows.append(f"| {name} | {BY_NAME[name].layer} | {span} | "
+                    f"{', '.join(_seconds(r['name_s'], '-') for r in runs)} | "
+                    f"{', '.join(str(r['other']) for r in runs)} | "
+                    f"{', '.join(_seconds(r['release_s'], '-') for r in runs)} | "
+                    f"{sum(passes(r, window) for r in runs)}/{len(runs)} |")
+    return "\n".join(rows)
+
+
+def parse_seeds(text: str) -> list[int]:
+    """``3``, ``0..4`` or ``0,2,5``."""
+    if ".." in text:
+        lo, hi = text.split("..", 1)
+        return list(range(int(lo), int(hi) + 1))
+    return [int(x) for x in text.split(",")]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.transitions", description=__doc__.split("\n")[0])
+    parser.add_argument("--transition", action="append", help="only these transitions (default: all)")
+    parser.add_argument("--seed", default="0..4", help="seeds: 3, 0..4 or 0,2 (default 0..4, the tuning half)")
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--window", type=float, help="another window_seconds than the shipped default")
+    parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--detail", action="store_true", help="a row per run, and every run's verdict changes")
+    parser.add_argument("--from-json", type=Path, nargs="+", help="print the tables of earlier --json results")
+    args = parser.parse_args(argv)
+    names = args.transition or [t.name for t in TRANSITIONS]
+    unknown = [n for n in names if n not in BY_NAME]
+    if unknown:
+        print(f"benchmarks.transitions: unknown transition(s): {', '.join(unknown)}", file=sys.stderr)
+        return 2
+    seeds = parse_seeds(args.seed)
+    window = args.window or load_settings(overrides={}).window_seconds
+    if args.from_json:
+        merged: dict[str, dict[int, dict[str, Any]]] = {}
+        for path in args.from_json:
+            for name, by_seed in json.loads(path.read_text()).items():
+                merged.setdefault(name, {}).update({int(k): v for k, v in by_seed.items()})
+        print(render_summary({n: merged[n] for n in BY_NAME if n in merged}, window))
+        return 0
+    started = time.monotonic()
+    work = [(n, s, args.window) for n in names for s in seeds]
+    if args.jobs > 1:
+        with ProcessPoolExecutor(max_workers=args.jobs) as pool:
+            done = list(pool.map(_run, work))
+    else:
+        done = list(map(_run, work))
+    results: dict[str, dict[int, dict[str, Any]]] = {n: {} for n in names}
+    for name, seed, result in done:
+        results[name][seed] = result
+    print(f"none -> cause -> none at window {window:.0f} s, {RENDER_STEP_S:.0f} s scrapes; quiet {QUIET_S:.0f} s, "
+          f"cause {CAUSE_S:.0f} s, after {AFTER_S:.0f} s; seeds {args.seed}\n")
+    print(render_summary(results, window))
+    if args.detail:
+        print()
+        print(render_table(results, window))
+    misses = sum(1 for by_seed in results.values() for r in by_seed.values() if not passes(r, window))
+    print(f"\n{len(work) - misses}/{len(work)} runs meet the target "
+          f"(other <= 1, named within {NAME_WITHIN_S:.0f} s, released within {window:.0f} s) "
+          f"({time.monotonic() - started:.0f} s)")
+    if args.detail:
+        for name, by_seed in results.items():
+            for seed, r in sorted(by_seed.items()):
+                changes = [(t, v) for i, (t, v) in enumerate(r["verdicts"]) if i == 0 or r["verdicts"][i - 1][1] != v]
+                seq = " ".join(f"{t:+.0f}:{v}" for t, v in changes)
+                print(f"  {name} seed {seed}: {seq}")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

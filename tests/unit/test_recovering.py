@@ -1,0 +1,115 @@
+"""A cause that has ended while its effect is still in the window: its layer is kept, marked recovering,
+and no other layer claims the effect (issue 26). Crafted windows, no simulation."""
+
+from __future__ import annotations
+
+from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules
+from exporter.hostcpu.probe import HostProbe
+from tests.unit.test_rules import QUEUE, SLOW_TTFT, STORM, STUTTER, T, _ctx
+
+STARVED_THEN = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.8,
+                "cpu_inputs": {"run_queue_wait_share": 0.3}}
+
+
+def test_cpu_starvation_that_ended_keeps_cpu_recovering_and_the_stutter_is_not_the_schedulers() -> None:
+    ctx = _ctx({**SLOW_TTFT, **STUTTER, **STARVED_THEN, "prefill_token_share": 0.8}, {})
+    findings, _ = evaluate_rules(ctx)
+    assert findings["C1"].status == "fired" and findings["C1"].recovering
+    assert findings["A3"].status == "fired" and findings["A3"].recovering
+    assert all(findings[cid].status == "clear" for cid in ("B1", "B2", "B3", "B4", "B0", "A0"))
+    tracker = VerdictTracker()
+    acting = _ctx({**SLOW_TTFT, **STUTTER, "cpu_starvation_score": 0.8, "cpu_starvation_score_window": 0.8}, {})
+    first = diagnose(acting, tracker, 100.0).verdict
+    assert first.layer == "cpu" and not first.recovering and first.recovering_since is None
+    later = diagnose(ctx, tracker, 130.0).verdict
+    assert later.layer == "cpu" and later.recovering and later.recovering_since == 100.0
+
+
+def test_starvation_now_is_not_recovering() -> None:
+    findings, _ = evaluate_rules(_ctx({**SLOW_TTFT, "cpu_starvation_score": 0.8,
+                                       "cpu_starvation_score_window": 0.3}, {}))
+    assert findings["C1"].status == "fired" and not findings["C1"].recovering
+
+
+def test_a_storm_without_recent_preemptions_is_recovering() -> None:
+    acting, _ = evaluate_rules(_ctx({**SLOW_TTFT, **STORM, "preemptions_recent": 3}, {}))
+    ended, _ = evaluate_rules(_ctx({**SLOW_TTFT, **STORM, "preemptions_recent": 0}, {}))
+    assert acting["D"].status == "fired" and not acting["D"].recovering
+    assert ended["D"].status == "fired" and ended["D"].recovering
+
+
+def test_a_drained_queue_is_recovering_and_a_queue_building_now_counts() -> None:
+    drained, _ = evaluate_rules(_ctx({**SLOW_TTFT, **QUEUE, "ttft_queue_share": 0.8, "queued_recent_fraction": 0.0},
+                                     {}))
+    assert drained["A2"].status == "fired" and drained["A2"].recovering
+    # below the window's sustained mark, a drained queue claims the first tokens only if it was sustained once
+    short = {**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1, "queued_recent_fraction": 0.0,
+             "ttft_queue_share": 0.8}
+    assert evaluate_rules(_ctx({**short, "queued_recent_peak": 1.0}, {}))[0]["A2"].recovering
+    assert evaluate_rules(_ctx({**short, "queued_recent_peak": 0.34}, {}))[0]["A2"].status == "clear"
+    building, _ = evaluate_rules(_ctx({**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1,
+                                       "queued_recent_fraction": 1.0, "ttft_queue_share": 0.8}, {}))
+    assert building["A2"].status == "fired" and not building["A2"].recovering
+
+
+class _Counter:
+    """A cumulative schedstat-like source: wait share 0.9 for the first reads, then 0.1."""
+
+    name = "schedstat"
+
+    def __init__(self) -> None:
+        self.reads = 0
+        self.run = self.wait = 0.0
+
+    def read(self) -> dict[str, float]:
+        share = 0.9 if self.reads < 6 else 0.1
+        self.reads += 1
+        self.run += 1e9
+        self.wait += 1e9 * share / (1 - share)
+        return {"run_ns": self.run, "wait_ns": self.wait}
+
+
+def test_host_probe_reads_the_recent_horizon_and_keeps_the_windows_share() -> None:
+    source = _Counter()
+    probe = HostProbe(lambda: [], 600.0, readers={"schedstat": lambda: source})
+    probe.recent_evaluations = 3
+    inputs = None
+    for second in range(10):
+        inputs = probe(float(second))
+    assert inputs is not None and inputs.window is not None
+    assert abs((inputs.cpu_wait_share or 0) - 0.1) < 1e-9  # the last 3 reads: the host now
+    assert 0.5 < (inputs.window.cpu_wait_share or 0) < 0.9  # the whole span mixes both
+
+
+def test_a_recovering_layer_holds_against_an_unexplained_effect_for_a_window_then_lets_go() -> None:
+    tracker = VerdictTracker()
+    base = dict.fromkeys(("request", "scheduler", "kv_cache", "gpu_compute", "cpu", "distributed"), 0.0)
+    acting = tracker.update({**base, "kv_cache": 0.8}, T, 0.0, window_seconds=180)
+    assert acting.layer == "kv_cache" and not acting.recovering
+    ended = tracker.update({**base, "kv_cache": 0.8}, T, 10.0, recovering=frozenset({"kv_cache"}), window_seconds=180)
+    assert ended.layer == "kv_cache" and ended.recovering and ended.recovering_since == 0.0
+    for now in (20.0, 30.0, 40.0):  # the ended cause clears; its effect alone (A0) does not take the verdict
+        held = tracker.update(base, T, now, unexplained=True, window_seconds=180)
+        assert held.layer == "kv_cache" and held.recovering
+    for now in (200.0, 210.0):  # a window after the cause ended, an effect still there is named unknown
+        late = tracker.update(base, T, now, unexplained=True, window_seconds=180)
+    assert late.layer == "unknown" and not late.recovering
+
+
+def test_every_output_says_the_verdict_is_recovering() -> None:
+    from exporter.publish import document, html, text
+    from exporter.state import ScrapeHealth, TargetState
+
+    tracker = VerdictTracker()
+    diagnose(_ctx({**SLOW_TTFT, **STUTTER, "cpu_starvation_score": 0.8, "cpu_starvation_score_window": 0.8}, {}),
+             tracker, 100.0)
+    diagnosis = diagnose(_ctx({**SLOW_TTFT, **STUTTER, **STARVED_THEN}, {}), tracker, 130.0)
+    state = TargetState(target="t", url="http://x/metrics", status="ok", window_seconds=180, evaluated_at=130.0,
+                        health=ScrapeHealth(up=True), diagnosis=diagnosis)
+    doc = document.build([state], now=130.0)
+    verdict = doc["targets"][0]["verdict"]
+    assert verdict["layer"] == "cpu" and verdict["recovering"] is True and verdict["recovering_since"] == 100.0
+    causes = {c["id"]: c for s in doc["targets"][0]["symptoms"] for c in s["causes"]}
+    assert causes["C1"]["recovering"] is True
+    assert "recovering: the cause has ended" in text.render(doc)
+    assert 'data-recovering="cpu"' in html.render(doc)

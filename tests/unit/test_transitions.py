@@ -1,0 +1,62 @@
+"""The transition matrix's scoring (benchmarks.transitions) and the simulator hooks it drives: fast, no run."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from benchmarks.transitions import Evaluation, parse_seeds, score
+from exporter.simulator.engine import Engine, EngineConfig
+from exporter.simulator.hostcpu import SimulatedSchedstat
+from exporter.simulator.workload import Workload
+
+
+def _run(*verdicts: tuple[float, str, bool]) -> list[Evaluation]:
+    return [Evaluation(t, layer, recovering) for t, layer, recovering in verdicts]
+
+
+def test_score_names_counts_and_releases() -> None:
+    run = _run((-10, "none", False), (5, "scheduler", False), (10, "cpu", False), (100, "cpu", False),
+               (105, "cpu", True), (110, "cpu", True), (120, "none", False))
+    result = score(run, "cpu", start=0, end=100)
+    assert result["name_s"] == 10
+    assert result["other"] == 1 and result["other_layers"] == ["scheduler"]
+    assert result["release_s"] == 5  # the cause's layer with `recovering` counts as released
+
+
+def test_score_release_must_hold_to_the_end() -> None:
+    run = _run((10, "cpu", False), (110, "none", False), (120, "unknown", False), (130, "none", False))
+    result = score(run, "cpu", start=0, end=100)
+    assert result["release_s"] == 30 and result["other"] == 1
+    assert score(_run((10, "none", False), (110, "cpu", False)), "cpu", 0, 100) == {
+        "name_s": 110, "other": 0, "other_layers": [], "release_s": None}
+
+
+def test_parse_seeds() -> None:
+    assert parse_seeds("5..9") == [5, 6, 7, 8, 9]
+    assert parse_seeds("0,2") == [0, 2]
+    assert parse_seeds("3") == [3]
+
+
+def test_simulated_schedstat_follows_the_cpu_share() -> None:
+    config = EngineConfig(cpu_cores=2)
+    engine = Engine(config, Workload(classes=()), 0)
+    reader = SimulatedSchedstat(lambda: engine)
+    first = reader.read()
+    engine.advance_to(10.0)
+    quiet = reader.read()
+    engine.reconfigure(replace(config, cpu_share=0.2))
+    engine.advance_to(20.0)
+    starved = reader.read()
+    assert first == {"run_ns": 0.0, "wait_ns": 0.0}
+    quiet_share = quiet["wait_ns"] / (quiet["run_ns"] + quiet["wait_ns"])
+    step = {k: starved[k] - quiet[k] for k in starved}
+    assert quiet_share == pytest.approx(0.05)
+    assert step["wait_ns"] / (step["run_ns"] + step["wait_ns"]) == pytest.approx(1 - 0.2 * 0.95)
+
+
+def test_reconfigure_keeps_the_kv_geometry() -> None:
+    engine = Engine(EngineConfig(), Workload(classes=()), 0)
+    with pytest.raises(ValueError, match="geometry"):
+        engine.reconfigure(EngineConfig(gpu_memory_utilization=0.5))
