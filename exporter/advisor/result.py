@@ -1,17 +1,21 @@
 """The advisor's answer, in the JSON shape ``targets[].advice`` / ``observed`` / ``reason`` carry.
 
-``advice`` is a list, best first, of ``{knob, current, proposed, predicted, interval, worse, why,
-caveat}``
+``advice`` is a list, best first (by ``value``: ``score`` per accelerator, in log terms), of ``{knob,
+current, proposed, predicted, interval, worse, why, caveat, score, validated, cost, value}``
 with ``predicted`` and ``observed`` holding ``ttft_p95_seconds``, ``itl_p95_seconds``,
 ``preemption_rate`` and ``generation_tokens_per_second``, and ``interval`` the same keys as
 ``[low, high]``. A combined what-if has ``knob`` "a+b" and ``current``/``proposed`` as mappings.
 When the arrival model is unclear, each item also carries ``if_closed`` (or ``if_open``): the same
 prediction for the other kind of traffic. ``caveat`` is null, or says why the prediction is an
-extrapolation (a step size the window never held).
+extrapolation (a step size the window never held). ``validated`` is false for a knob whose
+predictions were never checked against a real engine; ``cost`` is ``{accelerators, what}``: the
+accelerators after the change per accelerator now (1 for a configuration change) and, in words, what
+else it costs.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +46,15 @@ class Recommendation:
     score: float  # summed log-improvement over the observed window (higher is better)
     alternatives: dict[str, Prediction] = field(default_factory=dict)  # other arrival model -> prediction
     caveat: str = ""  # why the prediction is an extrapolation ("" when the window covered the change)
+    validated: bool = True  # the knob's predictions were checked against a real engine (candidates.VALIDATED)
+    accelerators: float = 1.0  # accelerators after the change per accelerator now (2: a replica more)
+    cost: str = ""  # what the change costs, in words
+
+    @property
+    def value(self) -> float:
+        """Objective attainment per unit of cost, the ranking: the summed log-improvement (``score``) less
+        the log of the accelerators it takes (a second replica must more than double what it improves)."""
+        return self.score - math.log(self.accelerators)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"knob": self.knob, "current": self.current, "proposed": self.proposed}
@@ -49,6 +62,9 @@ class Recommendation:
         out["why"] = self.why
         out["caveat"] = self.caveat or None
         out["score"] = round(self.score, 3)
+        out["validated"] = self.validated
+        out["cost"] = {"accelerators": round(self.accelerators, 3), "what": self.cost}
+        out["value"] = round(self.value, 3)
         for kind, prediction in self.alternatives.items():
             out[f"if_{kind}"] = prediction.to_dict()
         return out

@@ -238,9 +238,11 @@ class Thresholds:
         "a GPU at small batch: about 2-3). One window cannot tell the two apart (its batch size barely "
         "varies), so the step-cost fit takes this ratio as given.",
         1, 20)
-    advice_interval_seconds: float = threshold(300, "seconds",
-        "How often the sidecar's advisor worker re-calibrates and re-predicts each target (off the poll loop).",
-        30)
+    advice_simulated_seconds: float = threshold(60, "seconds",
+        "Longest stretch of traffic the advisor's engine model replays per seed (after its warm-up): a "
+        "longer window is replayed over its last this many seconds' worth of arrivals, not the whole. "
+        "Three seeds pooled hold as many requests as a window of three times this; the model's CPU "
+        "time grows in proportion.", 10)
 
     def __post_init__(self) -> None:
         values = self.as_dict()
