@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from exporter.advisor.calibrate import (
     METRIC_KEYS,
@@ -31,7 +32,7 @@ from exporter.advisor.candidates import (
     step_extrapolation,
 )
 from exporter.advisor.predict import predict, score
-from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
@@ -44,15 +45,8 @@ def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _calibration_doc(cal_desc: dict[str, object], checks: dict[str, Check]) -> dict[str, object]:
-    out = dict(cal_desc)
-    for kind, result in checks.items():
-        prefix = "" if kind == "primary" else f"{kind}_"
-        out[f"{prefix}errors"] = {k: _round(v, 3) for k, v in result.errors.items()}
-        out[f"{prefix}simulated"] = {k: _round(result.simulated.get(k), 5) for k in METRIC_KEYS}
-        out[f"{prefix}sampling_band"] = {k: None if band is None else [_round(band[0], 5), _round(band[1], 5)]
-                                         for k, band in result.bands.items()}
-    return out
+def _report(result: Check) -> CheckReport:
+    return CheckReport(dict(result.errors), {k: result.simulated.get(k) for k in METRIC_KEYS}, dict(result.bands))
 
 
 def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds) -> tuple[str, dict[str, Check]]:
@@ -112,28 +106,22 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         reused = False
     # What one candidate costs, to stay within a budget: a check is the same seeds on one reading.
     per_candidate = (time.thread_time() - checking) / len(checks)
-    desc: dict[str, object] = {
-        "arrivals": cal.arrivals.describe(),
-        "arrival_model": cal.arrivals.kind,
-        "step_cost": {"fixed_seconds": _round(cal.cost.fixed_s, 6),
-                      "per_token_seconds": _round(cal.cost.per_token_s, 8),
-                      "decode_token_weight": cal.cost.decode_weight,
-                      "noise_sigma": _round(cal.cost.noise_sigma, 3),
-                      "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
-        "step_cost_reused": reused,
-        "frontend_seconds": _round(cal.frontend_s, 5),
-        "frontend_observed_seconds": _round(cal.frontend_observed_s, 5),
-        "num_gpu_blocks": cal.num_gpu_blocks,
-        "shared_prefix_tokens": cal.shared_prefix_tokens,
-        "prompt_tokens_mean": round(cal.prompt.mean, 1),
-        "output_tokens_mean": round(cal.output.mean, 1),
-        "window_seconds": round(window.duration, 1),
-        "simulated_seconds": round(cal.duration_s, 1),
-    }
     primary = checks[primary_kind]
-    calibration = _calibration_doc(desc, {"primary": primary, **{k: v for k, v in checks.items() if k != primary_kind}})
+    calibration = CalibrationReport(
+        arrivals=cal.arrivals.describe(), arrival_model=cal.arrivals.kind,
+        step_cost={"fixed_seconds": _round(cal.cost.fixed_s, 6),
+                   "per_token_seconds": _round(cal.cost.per_token_s, 8),
+                   "decode_token_weight": cal.cost.decode_weight,
+                   "noise_sigma": _round(cal.cost.noise_sigma, 3),
+                   "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
+        step_cost_reused=reused,
+        frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
+        num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
+        prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
+        window_seconds=round(window.duration, 1), simulated_seconds=round(cal.duration_s, 1),
+        primary=_report(primary), others={k: _report(v) for k, v in checks.items() if k != primary_kind})
     if not primary.ok:
-        calibration["cpu_seconds"] = round(time.thread_time() - started, 2)
+        calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2))
         return AdviceResult(observed, (), primary.reason, calibration), None
     usable = {kind: t for kind, t in traffic.items() if checks[kind].ok and (both_readings or kind == primary_kind)}
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
@@ -165,9 +153,9 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
             caveat=step_extrapolation(cal, candidate), validated=candidate.validated,
             accelerators=candidate.accelerators, cost=candidate.cost))
     recommendations.sort(key=lambda r: -r.value)
-    calibration["cpu_seconds"] = round(time.thread_time() - started, 2)
-    if left_out:
-        calibration["left_out"] = f"{left_out} candidates not evaluated: the advisor's CPU budget spent"
+    calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2),
+                          left_out=f"{left_out} candidates not evaluated: the advisor's CPU budget spent"
+                          if left_out else "")
     reason = "" if recommendations else "no candidate change applies to this window"
     return AdviceResult(observed, tuple(recommendations), reason, calibration), cal
 

@@ -70,12 +70,80 @@ class Recommendation:
         return out
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckReport:
+    """How one arrival reading of the calibrated model reproduced the window (``calibrate.Check``)."""
+
+    errors: dict[str, float | None]  # relative error per metric
+    simulated: dict[str, float | None]  # the model's value per metric, its seeds pooled
+    sampling_band: dict[str, tuple[float, float] | None]  # per latency p95: what the window could read by chance
+
+    def to_dict(self, prefix: str = "") -> dict[str, Any]:
+        return {
+            f"{prefix}errors": {k: _round(v, 3) for k, v in self.errors.items()},
+            f"{prefix}simulated": {k: _round(self.simulated.get(k), 5) for k in METRIC_KEYS},
+            f"{prefix}sampling_band": {k: None if band is None else [_round(band[0], 5), _round(band[1], 5)]
+                                       for k, band in self.sampling_band.items()},
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CalibrationReport:
+    """What the advisor calibrated, and how well the model reproduced the window: ``targets[].calibration``.
+
+    The JSON keeps one flat object: the primary reading's check as ``errors``, ``simulated`` and
+    ``sampling_band``, the other reading's (unclear traffic) under the same names prefixed with its
+    kind (``closed_errors``, ...)."""
+
+    arrivals: str
+    arrival_model: str
+    step_cost: dict[str, float | None]
+    step_cost_reused: bool
+    frontend_seconds: float | None
+    frontend_observed_seconds: float | None
+    num_gpu_blocks: int
+    shared_prefix_tokens: int
+    prompt_tokens_mean: float
+    output_tokens_mean: float
+    window_seconds: float
+    simulated_seconds: float
+    primary: CheckReport
+    others: dict[str, CheckReport] = field(default_factory=dict)  # the other arrival reading, by kind
+    cpu_seconds: float | None = None
+    left_out: str = ""  # why candidates were not evaluated (the sidecar's CPU budget)
+    window_end: float | None = None  # when the window ended (the sidecar's worker stamps it)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "arrivals": self.arrivals, "arrival_model": self.arrival_model, "step_cost": dict(self.step_cost),
+            "step_cost_reused": self.step_cost_reused, "frontend_seconds": self.frontend_seconds,
+            "frontend_observed_seconds": self.frontend_observed_seconds, "num_gpu_blocks": self.num_gpu_blocks,
+            "shared_prefix_tokens": self.shared_prefix_tokens, "prompt_tokens_mean": self.prompt_tokens_mean,
+            "output_tokens_mean": self.output_tokens_mean, "window_seconds": self.window_seconds,
+            "simulated_seconds": self.simulated_seconds,
+        }
+        out.update(self.primary.to_dict())
+        for kind, report in self.others.items():
+            out.update(report.to_dict(f"{kind}_"))
+        if self.cpu_seconds is not None:
+            out["cpu_seconds"] = self.cpu_seconds
+        if self.left_out:
+            out["left_out"] = self.left_out
+        if self.window_end is not None:
+            out["window_end"] = self.window_end
+        return out
+
+
 @dataclass(frozen=True, slots=True)
 class AdviceResult:
     observed: Outcome | None
     recommendations: tuple[Recommendation, ...] = ()
     reason: str = ""
-    calibration: dict[str, Any] = field(default_factory=dict)
+    calibration: CalibrationReport | None = None
 
     @property
     def top(self) -> Recommendation | None:
@@ -88,6 +156,6 @@ class AdviceResult:
         }
         if not self.recommendations:
             out["reason"] = self.reason or "no change to evaluate"
-        if self.calibration:
-            out["calibration"] = self.calibration
+        if self.calibration is not None:
+            out["calibration"] = self.calibration.to_dict()
         return out

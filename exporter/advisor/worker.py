@@ -120,7 +120,9 @@ class AdvisorWorker:
                     self._executor, advise_window, window, engine_facts(state.engine), pipeline.thresholds, active,
                     pipeline.target.name, self.settings.cpu_budget_seconds)
                 # when its window ended: the advice is withdrawn ADVICE_MAX_AGE_SECONDS later at the latest
-                pipeline.advice = replace(result, calibration={**result.calibration, "window_end": round(stamp, 3)})
+                calibration = result.calibration
+                pipeline.advice = result if calibration is None else replace(
+                    result, calibration=replace(calibration, window_end=round(stamp, 3)))
             except BrokenProcessPool:  # the worker died (killed, out of memory): a new one next time
                 log.error("advisor process died while advising %s; starting a new one", pipeline.target.name)
                 self._executor, pipeline.advice = None, None

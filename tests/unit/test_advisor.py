@@ -21,7 +21,7 @@ from exporter.advisor.calibrate import (
 from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
-from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
 from exporter.window import HistogramDelta, Window
@@ -268,7 +268,13 @@ def _result() -> AdviceResult:
                          cost="no hardware; larger steps stall decodes longer")
     replica = Recommendation("replicas", 1, 2, pred, "a second replica takes half the traffic", 1.5,
                              validated=False, accelerators=2.0, cost="an accelerator per added replica")
-    return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec, replica), "", {"arrivals": "open: 2 req/s"})
+    check = CheckReport({"ttft_p95_seconds": 0.1}, {"ttft_p95_seconds": 0.45}, {"ttft_p95_seconds": (0.4, 0.6)})
+    calibration = CalibrationReport(
+        arrivals="open: 2 req/s", arrival_model="unclear", step_cost={"fixed_seconds": 0.01}, step_cost_reused=False,
+        frontend_seconds=0.002, frontend_observed_seconds=0.003, num_gpu_blocks=96, shared_prefix_tokens=0,
+        prompt_tokens_mean=800.0, output_tokens_mean=24.0, window_seconds=180.0, simulated_seconds=90.0,
+        primary=check, others={"closed": check}, cpu_seconds=4.2)
+    return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec, replica), "", calibration)
 
 
 def test_json_shape() -> None:
@@ -283,6 +289,12 @@ def test_json_shape() -> None:
     replica = doc["advice"][1]
     assert replica["validated"] is False and replica["cost"]["accelerators"] == 2.0
     assert replica["value"] == round(1.5 - math.log(2.0), 3)  # better score, but not per accelerator
+    calibration = doc["calibration"]
+    assert calibration["arrivals"] == "open: 2 req/s" and calibration["cpu_seconds"] == 4.2
+    assert calibration["errors"] == calibration["closed_errors"] == {"ttft_p95_seconds": 0.1}
+    assert calibration["sampling_band"]["ttft_p95_seconds"] == [0.4, 0.6] and "window_end" not in calibration
+    empty = AdviceResult(Outcome(None, None, None, None), (), "cannot calibrate: too few requests").to_dict()
+    assert empty["advice"] == [] and empty["reason"].startswith("cannot calibrate")
 
 
 def test_validated_knobs_and_what_a_replica_costs() -> None:
@@ -292,8 +304,6 @@ def test_validated_knobs_and_what_a_replica_costs() -> None:
         assert not Candidate((Change(knob, 1, 2),), "").validated, knob
     both = Candidate((Change("max_num_batched_tokens", 256, 2048), Change("replicas", 1, 3)), "")
     assert not both.validated and both.accelerators == 3.0 and "accelerator" in both.cost
-    empty = AdviceResult(Outcome(None, None, None, None), (), "cannot calibrate: too few requests").to_dict()
-    assert empty["advice"] == [] and empty["reason"].startswith("cannot calibrate")
 
 
 def test_published_everywhere() -> None:
