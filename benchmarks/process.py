@@ -350,6 +350,7 @@ def run_recording(quick: bool, cpu_seconds: float | None = None, rounds: int = 4
 ADVISOR_TARGETS = 4  # symptomatic targets, advised in turn by the sidecar's one worker process
 ADVISOR_MCORES_MAX = 10.0  # millicores per symptomatic target, on average at the shipped interval
 ADVISOR_SCENARIOS = {"h": "healthy", "k": "kv-pressure"}  # prefix -> simulated scenario served there
+ADVISOR_FIRST_RUNS_SECONDS = 60.0  # after the window has filled: a tick, then each target's first run
 
 
 def _children(pid: int) -> list[int]:
@@ -388,16 +389,17 @@ def _advice_runs(port: int) -> dict[str, tuple[object, ...]]:
     return out
 
 
-def _advisor_phase(bench: Bench, prefix: str, n: int, window: float, seconds: float, engine: dict[str, object],
-                   advisor: dict[str, object], tag: str) -> dict:
-    """One sidecar on ``prefix``'s targets: its own CPU and its descendants' over ``seconds`` after the
-    window has filled, and every advice run published meanwhile (polled every 5 s)."""
+def _advisor_phase(bench: Bench, prefix: str, n: int, window: float, warm: float, seconds: float,
+                   engine: dict[str, object], advisor: dict[str, object] | None, tag: str) -> dict:
+    """One sidecar on ``prefix``'s targets: its own CPU and its descendants' over ``seconds`` after
+    ``warm`` seconds, and every advice run published meanwhile (polled every 5 s)."""
     proc, port = bench.sidecar(n, SHIPPED_INTERVAL, window, tag, prefix=prefix, engine=engine, advisor=advisor)
-    time.sleep(window + 2)
+    time.sleep(warm)
     own0, kids0, t0 = proc_cpu_ns(proc.pid), _descendants_cpu_ns(proc.pid), time.monotonic()
     served0 = bench.served().get(prefix, 0)
     runs: dict[tuple[str, object], tuple[object, ...]] = {}
-    seen_before = {(name, run[0]) for name, run in _advice_runs(port).items()}
+    first = _advice_runs(port)  # published during the warm-up
+    seen_before = {(name, run[0]) for name, run in first.items()}
     while time.monotonic() - t0 < seconds:
         time.sleep(5.0)
         for name, run in _advice_runs(port).items():
@@ -413,6 +415,7 @@ def _advisor_phase(bench: Bench, prefix: str, n: int, window: float, seconds: fl
     return {"targets": n, "wall_seconds": wall, "sidecar_cpu_seconds": own, "advisor_cpu_seconds": advisor_cpu,
             "advisor_processes": len(kids1), "scrapes": scrapes,
             "advice_runs": [[name, *run] for (name, _), run in sorted(runs.items(), key=lambda kv: str(kv[0]))],
+            "warm_up_runs": [[name, *run] for name, run in sorted(first.items())],
             "symptoms": status, "advisor": advisor}
 
 
@@ -428,10 +431,11 @@ def run_advisor(quick: bool, cpu_seconds: float | None = None) -> tuple[list[Fig
     (kv-pressure: KV pressure and preemptions, the advisor's most expensive engine model).
 
     Each is measured after the window has filled. Healthy: the CPU of the sidecar's descendants (the
-    advisor's worker) per target. Symptomatic: over one advisor interval and a tick more, so every
-    target is advised once on a full window (its first run, at the symptom's onset, falls in the
-    warm-up; this one reuses its step cost when it still fits): the worker's CPU over the period per
-    target is the average share.
+    advisor's worker) per target. Symptomatic: over one advisor interval and two ticks more, so every
+    target is advised once (its first run, once its window has filled, falls in the warm-up; this one
+    reuses the step cost when it still fits): the worker's CPU over the period per target is the
+    average share of a symptom that lasts. The first runs' own cost is in the sidecar's JSON
+    (``calibration.cpu_seconds``) and printed.
     """
     from exporter.config import ADVISOR_TICK_SECONDS, Advisor
     from exporter.simulator.capture import write_captures
@@ -453,10 +457,12 @@ def run_advisor(quick: bool, cpu_seconds: float | None = None) -> tuple[list[Fig
         bench = Bench(Path(tmp), hosts=16, captures=folders)
         try:
             healthy = raw["healthy"] = _advisor_phase(
-                bench, "h", 100, window, healthy_seconds, SCENARIOS["healthy"].engine_facts(), None, "advisor-healthy")
+                bench, "h", 100, window, window + 2, healthy_seconds, SCENARIOS["healthy"].engine_facts(), None,
+                "advisor-healthy")
+            # The first runs (a whole fit each, the targets one after the other) fall in the warm-up.
             symptomatic = raw["symptomatic"] = _advisor_phase(
-                bench, "k", ADVISOR_TARGETS, window, symptomatic_seconds, SCENARIOS["kv-pressure"].engine_facts(),
-                None, "advisor-symptomatic")
+                bench, "k", ADVISOR_TARGETS, window, window + ADVISOR_FIRST_RUNS_SECONDS, symptomatic_seconds,
+                SCENARIOS["kv-pressure"].engine_facts(), None, "advisor-symptomatic")
         finally:
             bench.close()
     healthy_mcores = 1e3 * healthy["advisor_cpu_seconds"] / healthy["wall_seconds"] / healthy["targets"]
@@ -480,8 +486,11 @@ def run_advisor(quick: bool, cpu_seconds: float | None = None) -> tuple[list[Fig
           f"{symptomatic['wall_seconds']:.0f} s, {symptomatic['advisor_cpu_seconds']:.1f} CPU s "
           f"({per_run:.2f} s per run; budget {shipped.cpu_budget_seconds:.1f} s every {shipped.interval:g} s): "
           f"{symptomatic_mcores:.2f} mcores per target")
+    for run in symptomatic["warm_up_runs"]:
+        print("  first run, in the warm-up (target, window_end, cpu_seconds, step_cost_reused, proposals, left_out):",
+              run)
     for run in runs:
-        print("  run (target, window_end, cpu_seconds, step_cost_reused, proposals, left_out):", run)
+        print("  measured run (target, window_end, cpu_seconds, step_cost_reused, proposals, left_out):", run)
     print(f"targets per core at {SHIPPED_INTERVAL:g} s with the advisor: {per_core_healthy:,.0f} healthy, "
           f"{per_core_symptomatic:,.0f} symptomatic (pipeline {healthy_per_scrape * 1e3:.2f} / "
           f"{pipeline_per_scrape * 1e3:.2f} ms per scrape)")

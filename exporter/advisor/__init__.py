@@ -86,7 +86,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     reused when it reproduces this window (else the cost is fitted afresh). ``both_readings``: when
     the traffic is unclear, predict the other reading too (``if_closed``/``if_open``); the sidecar
     predicts its primary reading only. ``cpu_budget_s``: candidates beyond it are left out, those
-    answering an active cause evaluated first.
+    answering an active cause evaluated first, and always one.
     """
     started = time.thread_time()
     active = set(active_causes)
@@ -129,11 +129,13 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
         candidates.sort(key=lambda c: not (c.answers & active))
     floor = thresholds.advice_preemption_floor
-    recommendations = []
+    recommendations: list[Recommendation] = []
     left_out = 0
     for candidate in candidates:
         before = time.thread_time()
-        if cpu_budget_s is not None and before - started + per_candidate * len(usable) > cpu_budget_s:
+        # Under a budget, one candidate at least (a run that only calibrated would have cost for nothing)
+        if (cpu_budget_s is not None and recommendations
+                and before - started + per_candidate * len(usable) > cpu_budget_s):
             left_out += 1
             continue
         try:

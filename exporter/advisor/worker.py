@@ -1,10 +1,12 @@
 """The advisor in the sidecar: off the poll loop, one target at a time, only while a symptom is active.
 
 Every ``ADVISOR_TICK_SECONDS`` the sidecar looks at each target's last state (nothing else: no
-window is copied, no process started). A target with an active symptom whose advice is missing or
+window is copied, no process started). A target with an active symptom and a whole window (a
+sidecar just started waits until its window has filled) whose advice is missing or
 ``advisor.interval`` old is due; the due targets go, oldest advice first, to one worker process,
 which calibrates and predicts on a copy of the window (the buffer only: its scrapes are immutable)
-with a CPU budget of ``ADVISOR_CORE_SHARE`` of the interval per target. A healthy target costs
+with a CPU budget of ``ADVISOR_CORE_SHARE`` of the interval per target (one candidate is always
+evaluated, the others only within the budget). A healthy target costs
 nothing and its advice is withdrawn; advice older than ``ADVICE_MAX_AGE_SECONDS`` is withdrawn too.
 
 The worker process keeps each target's last calibration: while the engine facts are unchanged, its
@@ -79,6 +81,11 @@ def _symptomatic(pipeline: TargetPipeline) -> bool:
     return state.status == "ok" and bool(state.diagnosis.active_symptoms)
 
 
+def _filled(pipeline: TargetPipeline) -> bool:
+    """The window spans the configured window_seconds (within two scrapes)."""
+    return pipeline.window.duration + 2 * pipeline.target.scrape_interval >= pipeline.window.span_seconds
+
+
 class AdvisorWorker:
     def __init__(self, settings: Advisor | None = None) -> None:
         self.settings = settings or Advisor()
@@ -96,6 +103,8 @@ class AdvisorWorker:
                 if pipeline.advice is not None or at is not None:
                     pipeline.advice = None
                     self._advised_at.pop(name, None)
+                continue
+            if not _filled(pipeline):  # a sidecar just started: advice is computed on a whole window
                 continue
             if at is not None and now - at >= ADVICE_MAX_AGE_SECONDS:
                 pipeline.advice = None

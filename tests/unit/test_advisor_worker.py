@@ -15,9 +15,9 @@ from exporter.simulator.judged import scenario_settings
 from exporter.simulator.scenarios import SCENARIOS
 
 
-def _judged(name: str, out: Path) -> TargetPipeline:
-    files = write_captures(SCENARIOS[name], out, 120, 15, None)
-    settings = scenario_settings(name, 15)
+def _judged(name: str, out: Path, seconds: float = 210) -> TargetPipeline:
+    files = write_captures(SCENARIOS[name], out, seconds, 15, None)
+    settings = scenario_settings(name, 15)  # the shipped window, 180 s
     pipeline = TargetPipeline(settings.targets[0], settings)
     replay(files, pipeline, 15)
     return pipeline
@@ -36,6 +36,12 @@ def test_only_symptomatic_targets_are_due_and_healthy_ones_lose_their_advice(jud
     assert worker.due([healthy, storm], now=1000.0) == [storm]
     assert healthy.advice is None  # no advice for a symptom that is gone
     assert worker._executor is None  # nothing spawned by looking
+
+
+def test_a_window_still_filling_waits(tmp_path: Path) -> None:
+    young = _judged("preemption-storm", tmp_path, 120)  # a sidecar up for two minutes of a 180 s window
+    assert young.state.diagnosis.active_symptoms
+    assert AdvisorWorker().due([young], now=1000.0) == []
 
 
 def test_advice_is_renewed_after_the_interval_and_never_older_than_the_limit(judged: dict[str, TargetPipeline]) -> None:
@@ -61,5 +67,5 @@ def _judged_copy(pipeline: TargetPipeline) -> TargetPipeline:
     """A second target with the same state under another name."""
     target = pipeline.target.model_copy(update={"name": "second"})
     copy = TargetPipeline(target, pipeline.settings)
-    copy.state = pipeline.state
+    copy.state, copy.window = pipeline.state, pipeline.window
     return copy
