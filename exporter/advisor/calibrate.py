@@ -47,6 +47,9 @@ SEEDS: tuple[int, ...] = (1, 2, 3)
 FIT_ROUNDS = 4
 NOISE_ROUNDS = 5
 NOISE_SIGMA_MAX = 1.6
+# Requests one seed's replay holds at least (its length stretches past advice_simulated_seconds for
+# them, up to the window's): a p95 of a few dozen requests rests on one or two of them.
+REPLAY_MIN_REQUESTS = 100
 # Simulated seconds before the measured part: three mean request lifetimes, within these bounds.
 WARMUP_MIN_S = 10.0
 WARMUP_MAX_S = 30.0
@@ -376,7 +379,9 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
     cal = Calibration(
-        duration_s=min(window.duration, thresholds.advice_simulated_seconds),
+        # At most advice_simulated_seconds, unless that holds too few requests to read a p95 from.
+        duration_s=min(window.duration, max(thresholds.advice_simulated_seconds,
+                                            REPLAY_MIN_REQUESTS * window.duration / finished)),
         warmup_s=min(WARMUP_MAX_S, max(WARMUP_MIN_S, 3.0 * (e2e_mean or 1.0))),
         prompt=prompt, output=output, shared_prefix_tokens=shared if facts.enable_prefix_caching is not False else 0,
         arrivals=arrivals, cost=StepCost(itl_hist.mean() or 0.01, 0.0), frontend_s=frontend,
