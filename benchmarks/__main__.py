@@ -62,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true",
                         help="fewer rounds, 15 s window, 20 s CPU periods (about 2 minutes instead of 6)")
-    parser.add_argument("--only", choices=("cycle", "process", "record"),
-                        help="run one family of figures (record: CPU per scrape with record_dir off vs on)")
+    parser.add_argument("--only", choices=("cycle", "process", "advisor", "record"),
+                        help="run one family of figures (advisor: its cost while healthy and symptomatic; "
+                             "record: CPU per scrape with record_dir off vs on)")
     parser.add_argument("--cpu-seconds", type=float,
                         help="measured period of the 1-target CPU run (default 60, quick 20)")
     parser.add_argument("--crosscheck-targets", type=int,
@@ -79,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "process"):
         more, raw = process.run(args.quick, args.cpu_seconds, args.crosscheck_targets)
         figures += more
+    if args.only in (None, "advisor"):
+        more, advisor = process.run_advisor(args.quick)
+        figures += more
+        raw = {**raw, **advisor}
     if args.only == "record":  # not in the default set: it adds four 100-target runs
         more, recording = process.run_recording(args.quick, args.cpu_seconds)
         figures += more

@@ -81,13 +81,14 @@ def _stop(proc: subprocess.Popen) -> None:
 class Bench:
     """The target server, plus the sidecar and baseline processes of one scenario."""
 
-    def __init__(self, tmp: Path, hosts: int) -> None:
+    def __init__(self, tmp: Path, hosts: int, captures: dict[str, Path] | None = None) -> None:
         self.tmp = tmp
         self.port = free_port()
         self.hosts = hosts
         self.procs: list[subprocess.Popen] = []
+        served = [f"--captures={prefix}={folder}" for prefix, folder in (captures or {}).items()]
         self.server = self._spawn([sys.executable, "-m", "benchmarks.target_server", "--port", str(self.port),
-                                   "--hosts", str(hosts)], "target-server")
+                                   "--hosts", str(hosts), *served], "target-server")
         _wait(f"http://127.0.0.1:{self.port}/stats", 60, self.server)
 
     def _spawn(self, argv: list[str], name: str) -> subprocess.Popen:
@@ -103,17 +104,23 @@ class Bench:
         return json.loads(_get(f"http://127.0.0.1:{self.port}/stats")[1] or b"{}")
 
     def sidecar(self, n: int, interval: float, window: float, tag: str,
-                record_root: Path | None = None, prefix: str = "s") -> tuple[subprocess.Popen, int]:
+                record_root: Path | None = None, prefix: str = "s", engine: dict[str, object] | None = None,
+                advisor: dict[str, object] | None = None) -> tuple[subprocess.Popen, int]:
         port = free_port()
         config = self.tmp / f"sidecar-{tag}.yaml"
         targets: list[dict[str, object]] = [
             {"name": f"t{i:04d}", "url": self.url(prefix, i), "scrape_interval": interval,
              "timeout": min(3.0, interval)} for i in range(n)]
-        if record_root is not None:
-            for target in targets:
+        for target in targets:
+            if record_root is not None:
                 target["record_dir"] = str(record_root / str(target["name"]))
-        config.write_text(json.dumps({"listen": f"127.0.0.1:{port}", "window_seconds": window,
-                                      "log_level": "WARNING", "targets": targets}))  # JSON is YAML
+            if engine is not None:  # the engine facts a real deployment discovers from vLLM's command line
+                target.update(engine=engine, discover=False)
+        settings: dict[str, object] = {"listen": f"127.0.0.1:{port}", "window_seconds": window,
+                                       "log_level": "WARNING", "targets": targets}
+        if advisor is not None:
+            settings["advisor"] = advisor
+        config.write_text(json.dumps(settings))  # JSON is YAML
         env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_DIAG_")}
         log = open(self.tmp / f"sidecar-{tag}.log", "ab")
         proc = subprocess.Popen([VLLM_DIAG, "serve", "--config", str(config)], cwd=ROOT, env=env,
@@ -336,3 +343,164 @@ def run_recording(quick: bool, cpu_seconds: float | None = None, rounds: int = 4
                     f"<= {RECORD_BUDGET:.2f}x of off", ratio <= RECORD_BUDGET,
                     {"runs": runs, "table": rows, "ratios": ratios, "pooled_ratio": pooled})
     return [figure], {"recording": runs}
+
+
+# -- the advisor (exporter/advisor/worker.py) as shipped: on, idle while healthy ----------------------
+
+ADVISOR_TARGETS = 4  # symptomatic targets, advised in turn by the sidecar's one worker process
+ADVISOR_MCORES_MAX = 10.0  # millicores per symptomatic target, on average at the shipped interval
+ADVISOR_SCENARIOS = {"h": "healthy", "k": "kv-pressure"}  # prefix -> simulated scenario served there
+ADVISOR_FIRST_RUNS_SECONDS = 60.0  # after the window has filled: a tick, then each target's first run
+
+
+def _children(pid: int) -> list[int]:
+    """Every live descendant of ``pid`` (the advisor's worker process and what multiprocessing starts)."""
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids = [int(k) for k in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+        for kid in kids:
+            out += [kid, *_children(kid)]
+    return out
+
+
+def _descendants_cpu_ns(pid: int) -> dict[int, int]:
+    out = {}
+    for kid in _children(pid):
+        try:
+            out[kid] = proc_cpu_ns(kid)
+        except OSError:
+            pass
+    return out
+
+
+def _advice_runs(port: int) -> dict[str, tuple[object, ...]]:
+    """Each target's published advice, by the end of the window it was computed from."""
+    body = _get(f"http://127.0.0.1:{port}/api/v1/diagnosis", 30)[1] or b"{}"
+    out = {}
+    for target in json.loads(body).get("targets", []):
+        calibration = target.get("calibration") or {}
+        if "window_end" in calibration:
+            out[target["target"]] = (calibration["window_end"], calibration.get("cpu_seconds"),
+                                   calibration.get("step_cost_reused"), len(target.get("advice") or []),
+                                   calibration.get("left_out"))
+    return out
+
+
+def _advisor_phase(bench: Bench, prefix: str, n: int, window: float, warm: float, seconds: float,
+                   engine: dict[str, object], advisor: dict[str, object] | None, tag: str) -> dict:
+    """One sidecar on ``prefix``'s targets: its own CPU and its descendants' over ``seconds`` after
+    ``warm`` seconds, and every advice run published meanwhile (polled every 5 s)."""
+    proc, port = bench.sidecar(n, SHIPPED_INTERVAL, window, tag, prefix=prefix, engine=engine, advisor=advisor)
+    time.sleep(warm)
+    own0, kids0, t0 = proc_cpu_ns(proc.pid), _descendants_cpu_ns(proc.pid), time.monotonic()
+    served0 = bench.served().get(prefix, 0)
+    runs: dict[tuple[str, object], tuple[object, ...]] = {}
+    first = _advice_runs(port)  # published during the warm-up
+    seen_before = {(name, run[0]) for name, run in first.items()}
+    while time.monotonic() - t0 < seconds:
+        time.sleep(5.0)
+        for name, run in _advice_runs(port).items():
+            if (name, run[0]) not in seen_before:
+                runs[(name, run[0])] = run
+    wall = time.monotonic() - t0
+    kids1 = _descendants_cpu_ns(proc.pid)
+    own = (proc_cpu_ns(proc.pid) - own0) / 1e9
+    advisor_cpu = sum(ns - kids0.get(pid, 0) for pid, ns in kids1.items()) / 1e9
+    scrapes = bench.served().get(prefix, 0) - served0
+    status = {name: symptoms for name, symptoms in _symptoms(port).items()}
+    _stop(proc)
+    return {"targets": n, "wall_seconds": wall, "sidecar_cpu_seconds": own, "advisor_cpu_seconds": advisor_cpu,
+            "advisor_processes": len(kids1), "scrapes": scrapes,
+            "advice_runs": [[name, *run] for (name, _), run in sorted(runs.items(), key=lambda kv: str(kv[0]))],
+            "warm_up_runs": [[name, *run] for name, run in sorted(first.items())],
+            "symptoms": status, "advisor": advisor}
+
+
+def _symptoms(port: int) -> dict[str, list[str]]:
+    body = _get(f"http://127.0.0.1:{port}/api/v1/diagnosis", 30)[1] or b"{}"
+    return {t["target"]: [s["id"] for s in t.get("symptoms", []) if not s.get("informational")]
+            for t in json.loads(body).get("targets", [])}
+
+
+def run_advisor(quick: bool, cpu_seconds: float | None = None) -> tuple[list[Figure], dict]:
+    """The advisor's cost in the sidecar as shipped (180 s window at 5 s, the advisor's shipped
+    configuration): healthy targets (the simulator's healthy scenario), then symptomatic ones
+    (kv-pressure: KV pressure and preemptions, the advisor's most expensive engine model).
+
+    Each is measured after the window has filled. Healthy: the CPU of the sidecar's descendants (the
+    advisor's worker) per target. Symptomatic: over one advisor interval and two ticks more, so every
+    target is advised once (its first run, once its window has filled, falls in the warm-up; this one
+    reuses the step cost when it still fits): the worker's CPU over the period per target is the
+    average share of a symptom that lasts. The first runs' own cost is in the sidecar's JSON
+    (``calibration.cpu_seconds``) and printed.
+    """
+    from exporter.config import ADVISOR_TICK_SECONDS, Advisor
+    from exporter.simulator.capture import write_captures
+    from exporter.simulator.scenarios import SCENARIOS
+
+    window = QUICK_WINDOW if quick else SHIPPED_WINDOW
+    shipped = Advisor()
+    healthy_seconds = cpu_seconds or (20.0 if quick else 60.0)
+    symptomatic_seconds = 60.0 if quick else shipped.interval + 2 * ADVISOR_TICK_SECONDS
+    raw: dict = {}
+    with tempfile.TemporaryDirectory(prefix="vllm-diag-bench-") as tmp:
+        folders = {}
+        for prefix, name in ADVISOR_SCENARIOS.items():
+            folders[prefix] = Path(tmp) / name
+            # at the shipped scrape interval, as long as the run: the sequence does not wrap (a wrap would
+            # replay the scenario's start-up under the window)
+            write_captures(SCENARIOS[name], folders[prefix], window + symptomatic_seconds + 60.0, SHIPPED_INTERVAL,
+                           None)
+        bench = Bench(Path(tmp), hosts=16, captures=folders)
+        try:
+            healthy = raw["healthy"] = _advisor_phase(
+                bench, "h", 100, window, window + 2, healthy_seconds, SCENARIOS["healthy"].engine_facts(), None,
+                "advisor-healthy")
+            # The first runs (a whole fit each, the targets one after the other) fall in the warm-up.
+            symptomatic = raw["symptomatic"] = _advisor_phase(
+                bench, "k", ADVISOR_TARGETS, window, window + ADVISOR_FIRST_RUNS_SECONDS, symptomatic_seconds,
+                SCENARIOS["kv-pressure"].engine_facts(), None, "advisor-symptomatic")
+        finally:
+            bench.close()
+    healthy_mcores = 1e3 * healthy["advisor_cpu_seconds"] / healthy["wall_seconds"] / healthy["targets"]
+    runs = symptomatic["advice_runs"]
+    symptomatic_mcores = 1e3 * symptomatic["advisor_cpu_seconds"] / symptomatic["wall_seconds"] / ADVISOR_TARGETS
+    per_run = symptomatic["advisor_cpu_seconds"] / max(1, len(runs))
+    pipeline_per_scrape = symptomatic["sidecar_cpu_seconds"] / max(1, symptomatic["scrapes"])
+    healthy_per_scrape = healthy["sidecar_cpu_seconds"] / max(1, healthy["scrapes"])
+    # Targets per core at the shipped scrape interval: the pipeline's cost per target, plus the advisor's.
+    per_core_healthy = 1.0 / (healthy_per_scrape / SHIPPED_INTERVAL + healthy_mcores / 1e3)
+    per_core_symptomatic = 1.0 / (pipeline_per_scrape / SHIPPED_INTERVAL + symptomatic_mcores / 1e3)
+    details = {"healthy": healthy, "symptomatic": symptomatic, "cpu_seconds_per_run": per_run,
+               "shipped_interval": shipped.interval, "shipped_budget_seconds": shipped.cpu_budget_seconds,
+               "pipeline_ms_per_scrape_healthy": healthy_per_scrape * 1e3,
+               "pipeline_ms_per_scrape_symptomatic": pipeline_per_scrape * 1e3,
+               "targets_per_core_healthy": per_core_healthy, "targets_per_core_symptomatic": per_core_symptomatic}
+    print(f"advisor while healthy: {healthy['advisor_processes']} advisor processes, "
+          f"{healthy['advisor_cpu_seconds']:.2f} CPU s over {healthy['wall_seconds']:.0f} s at {healthy['targets']} "
+          f"targets ({healthy_mcores:.3f} mcores per target)")
+    print(f"advisor while symptomatic: {len(runs)} runs on {ADVISOR_TARGETS} targets in "
+          f"{symptomatic['wall_seconds']:.0f} s, {symptomatic['advisor_cpu_seconds']:.1f} CPU s "
+          f"({per_run:.2f} s per run; budget {shipped.cpu_budget_seconds:.1f} s every {shipped.interval:g} s): "
+          f"{symptomatic_mcores:.2f} mcores per target")
+    for run in symptomatic["warm_up_runs"]:
+        print("  first run, in the warm-up (target, window_end, cpu_seconds, step_cost_reused, proposals, left_out):",
+              run)
+    for run in runs:
+        print("  measured run (target, window_end, cpu_seconds, step_cost_reused, proposals, left_out):", run)
+    print(f"targets per core at {SHIPPED_INTERVAL:g} s with the advisor: {per_core_healthy:,.0f} healthy, "
+          f"{per_core_symptomatic:,.0f} symptomatic (pipeline {healthy_per_scrape * 1e3:.2f} / "
+          f"{pipeline_per_scrape * 1e3:.2f} ms per scrape)")
+    figures = [
+        Figure("advisor, healthy targets", healthy_mcores, "mcores/target", None, "", None, "", "0",
+               healthy["advisor_cpu_seconds"] == 0.0 and healthy["advisor_processes"] == 0, details),
+        Figure("advisor, symptomatic targets", symptomatic_mcores, "mcores/target", None, "", None, "",
+               f"<= {ADVISOR_MCORES_MAX:g}", symptomatic_mcores <= ADVISOR_MCORES_MAX and bool(runs), details),
+        Figure(f"targets per core at {SHIPPED_INTERVAL:g} s, all symptomatic, advisor on", per_core_symptomatic,
+               "targets", per_core_healthy, "all healthy", per_core_symptomatic / per_core_healthy, "of healthy",
+               "(info)", None, details),
+    ]
+    return figures, {"advisor": raw}

@@ -244,6 +244,44 @@ class Target(_Strict):
         return self
 
 
+# The sidecar's what-if advisor (exporter/advisor/worker.py). While a symptom lasts, the advice a
+# target publishes is never older than ADVICE_MAX_AGE_SECONDS (older advice is withdrawn); the worker
+# looks for targets due every ADVISOR_TICK_SECONDS and spends at most ADVISOR_CORE_SHARE of a core per
+# symptomatic target (its CPU budget per run is that share of the interval).
+ADVICE_MAX_AGE_SECONDS = 600.0
+ADVISOR_TICK_SECONDS = 15.0
+ADVISOR_CORE_SHARE = 0.01
+ADVISOR_MIN_INTERVAL_SECONDS = 60.0
+ADVISOR_RUN_SECONDS = 30.0  # what one run may take, wall time, on a loaded machine
+ADVISOR_MAX_INTERVAL_SECONDS = ADVICE_MAX_AGE_SECONDS - ADVISOR_TICK_SECONDS - ADVISOR_RUN_SECONDS
+
+
+class Advisor(_Strict):
+    """The what-if advisor in the sidecar: on while a symptom is active, nothing while healthy."""
+
+    enabled: bool = Field(default=True, description="run the what-if advisor for targets with an active symptom")
+    interval: float = Field(default=540.0, description="seconds between two advice runs of one symptomatic "
+                            f"target ({ADVISOR_MIN_INTERVAL_SECONDS:g}-{ADVISOR_MAX_INTERVAL_SECONDS:g}: "
+                            f"advice is never older than {ADVICE_MAX_AGE_SECONDS:g} s)")
+
+    @field_validator("interval")
+    @classmethod
+    def _interval(cls, value: float) -> float:
+        # A run starts at most one tick after it is due and takes up to its CPU budget (a share of the
+        # interval): the advice must be replaced before it is ADVICE_MAX_AGE_SECONDS old.
+        if not ADVISOR_MIN_INTERVAL_SECONDS <= value <= ADVISOR_MAX_INTERVAL_SECONDS:
+            raise ValueError(f"advisor.interval {value:g} s: use {ADVISOR_MIN_INTERVAL_SECONDS:g}-"
+                             f"{ADVISOR_MAX_INTERVAL_SECONDS:g} s (advice while a symptom lasts must never be older "
+                             f"than {ADVICE_MAX_AGE_SECONDS:g} s; a run starts up to {ADVISOR_TICK_SECONDS:g} s after "
+                             f"it is due and may take {ADVISOR_RUN_SECONDS:g} s)")
+        return value
+
+    @property
+    def cpu_budget_seconds(self) -> float:
+        """CPU time one run may spend on one target: ADVISOR_CORE_SHARE of a core over the interval."""
+        return ADVISOR_CORE_SHARE * self.interval
+
+
 _YAML_FILE: ContextVar[Path | None] = ContextVar("vllm_diag_yaml_file", default=None)
 
 
@@ -263,6 +301,8 @@ class Settings(BaseSettings):
                                          "<base>/<alertname lowercased>.md (default: the alert rules' base)")
     prometheus: PrometheusSource | None = Field(default=None, description="diagnose from a Prometheus-compatible "
                                                 "store instead of scraping (serve/diagnose --prometheus)")
+    advisor: Advisor = Field(default_factory=Advisor, description="the what-if advisor in the sidecar: "
+                             "enabled, interval (seconds); it runs only while a symptom is active")
 
     @field_validator("listen")
     @classmethod

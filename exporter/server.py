@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from exporter import __version__
-from exporter.config import Settings, Target
+from exporter.config import ADVISOR_TICK_SECONDS, Settings, Target
 from exporter.dcgm import gpu_utilization
 from exporter.facts.discovery import FactDiscovery
 from exporter.pipeline import HostProbe, TargetPipeline
@@ -166,10 +166,12 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         )
     from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar
 
-    advisor = AdvisorWorker()
-    advice_every = sidecar.settings.resolved_thresholds().advice_interval_seconds
-    scheduler.add_job(advisor.run, "interval", args=[sidecar.pipelines.values()], seconds=advice_every,
-                      id="advise", max_instances=1, coalesce=True, next_run_time=now + timedelta(seconds=advice_every))
+    advisor = AdvisorWorker(sidecar.settings.advisor)
+    if sidecar.settings.advisor.enabled:
+        # A look at each target's state every tick; work only for targets with an active symptom.
+        scheduler.add_job(advisor.run, "interval", args=[sidecar.pipelines.values()], seconds=ADVISOR_TICK_SECONDS,
+                          id="advise", max_instances=1, coalesce=True,
+                          next_run_time=now + timedelta(seconds=ADVISOR_TICK_SECONDS))
     for recorder in sidecar.recorders():
         recorder.start()
     scheduler.start()

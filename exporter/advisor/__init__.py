@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 
 from exporter.advisor.calibrate import (
     METRIC_KEYS,
@@ -31,28 +32,21 @@ from exporter.advisor.candidates import (
     step_extrapolation,
 )
 from exporter.advisor.predict import predict, score
-from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
 from exporter.window import Window
 
-__all__ = ["AdviceResult", "BadQuestion", "advise", "parse_question"]
+__all__ = ["AdviceResult", "BadQuestion", "Calibration", "advise", "advise_calibrated", "parse_question"]
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value, digits)
 
 
-def _calibration_doc(cal_desc: dict[str, object], checks: dict[str, Check]) -> dict[str, object]:
-    out = dict(cal_desc)
-    for kind, result in checks.items():
-        prefix = "" if kind == "primary" else f"{kind}_"
-        out[f"{prefix}errors"] = {k: _round(v, 3) for k, v in result.errors.items()}
-        out[f"{prefix}simulated"] = {k: _round(result.simulated.get(k), 5) for k in METRIC_KEYS}
-        out[f"{prefix}sampling_band"] = {k: None if band is None else [_round(band[0], 5), _round(band[1], 5)]
-                                         for k, band in result.bands.items()}
-    return out
+def _report(result: Check) -> CheckReport:
+    return CheckReport(dict(result.errors), {k: result.simulated.get(k) for k in METRIC_KEYS}, dict(result.bands))
 
 
 def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds) -> tuple[str, dict[str, Check]]:
@@ -79,43 +73,69 @@ def _value(candidate: Candidate, attr: str) -> object:
 def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: Sequence[str] = (),
            active_causes: Iterable[str] = (), cpu_budget_s: float | None = None) -> AdviceResult:
     """The advice for one target's window. Raises BadQuestion for a --what-if it cannot evaluate."""
+    return advise_calibrated(window, facts, thresholds, what_if, active_causes, cpu_budget_s)[0]
+
+
+def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: Sequence[str] = (),
+                      active_causes: Iterable[str] = (), cpu_budget_s: float | None = None,
+                      prior: Calibration | None = None, both_readings: bool = True
+                      ) -> tuple[AdviceResult, Calibration | None]:
+    """``advise``, and the calibration it used (for the next window of the same engine: ``prior``).
+
+    ``prior``: an earlier calibration of this engine with the same facts; its fitted step cost is
+    reused when it reproduces this window (else the cost is fitted afresh). ``both_readings``: when
+    the traffic is unclear, predict the other reading too (``if_closed``/``if_open``); the sidecar
+    predicts its primary reading only. ``cpu_budget_s``: candidates beyond it are left out, those
+    answering an active cause evaluated first, and always one.
+    """
     started = time.thread_time()
+    active = set(active_causes)
     observed = observe(window)
     try:
-        cal = calibrate(window, facts, thresholds)
+        cal = calibrate(window, facts, thresholds, prior)
     except CannotCalibrate as exc:
-        return AdviceResult(observed, (), f"cannot calibrate: {exc}")
+        return AdviceResult(observed, (), f"cannot calibrate: {exc}"), None
     traffic = cal.arrivals.alternatives()
+    checking = time.thread_time()
     primary_kind, checks = checked(cal, observed, thresholds)
-    desc: dict[str, object] = {
-        "arrivals": cal.arrivals.describe(),
-        "arrival_model": cal.arrivals.kind,
-        "step_cost": {"fixed_seconds": _round(cal.cost.fixed_s, 6),
-                      "per_token_seconds": _round(cal.cost.per_token_s, 8),
-                      "decode_token_weight": cal.cost.decode_weight,
-                      "noise_sigma": _round(cal.cost.noise_sigma, 3),
-                      "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
-        "frontend_seconds": _round(cal.frontend_s, 5),
-        "frontend_observed_seconds": _round(cal.frontend_observed_s, 5),
-        "num_gpu_blocks": cal.num_gpu_blocks,
-        "shared_prefix_tokens": cal.shared_prefix_tokens,
-        "prompt_tokens_mean": round(cal.prompt.mean, 1),
-        "output_tokens_mean": round(cal.output.mean, 1),
-        "window_seconds": round(cal.duration_s, 1),
-    }
+    reused = prior is not None
+    if reused and not checks[primary_kind].ok:  # the engine or the machine changed: fit afresh
+        cal = calibrate(window, facts, thresholds)
+        checking = time.thread_time()
+        primary_kind, checks = checked(cal, observed, thresholds)
+        reused = False
+    # What one candidate costs, to stay within a budget: a check is the same seeds on one reading.
+    per_candidate = (time.thread_time() - checking) / len(checks)
     primary = checks[primary_kind]
-    calibration = _calibration_doc(desc, {"primary": primary, **{k: v for k, v in checks.items() if k != primary_kind}})
+    calibration = CalibrationReport(
+        arrivals=cal.arrivals.describe(), arrival_model=cal.arrivals.kind,
+        step_cost={"fixed_seconds": _round(cal.cost.fixed_s, 6),
+                   "per_token_seconds": _round(cal.cost.per_token_s, 8),
+                   "decode_token_weight": cal.cost.decode_weight,
+                   "noise_sigma": _round(cal.cost.noise_sigma, 3),
+                   "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
+        step_cost_reused=reused,
+        frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
+        num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
+        prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
+        window_seconds=round(window.duration, 1), simulated_seconds=round(cal.duration_s, 1),
+        primary=_report(primary), others={k: _report(v) for k, v in checks.items() if k != primary_kind})
     if not primary.ok:
-        calibration["cpu_seconds"] = round(time.thread_time() - started, 2)
-        return AdviceResult(observed, (), primary.reason, calibration)
-    usable = {kind: t for kind, t in traffic.items() if checks[kind].ok}
+        calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2))
+        return AdviceResult(observed, (), primary.reason, calibration), None
+    usable = {kind: t for kind, t in traffic.items() if checks[kind].ok and (both_readings or kind == primary_kind)}
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
-        cal, set(active_causes), cal.arrivals.occupancy_mean - _running_mean(window))
+        cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
+    if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
+        candidates.sort(key=lambda c: not (c.answers & active))
     floor = thresholds.advice_preemption_floor
-    recommendations = []
+    recommendations: list[Recommendation] = []
     left_out = 0
     for candidate in candidates:
-        if cpu_budget_s is not None and time.thread_time() - started > cpu_budget_s:
+        before = time.thread_time()
+        # Under a budget, one candidate at least (a run that only calibrated would have cost for nothing)
+        if (cpu_budget_s is not None and recommendations
+                and before - started + per_candidate * len(usable) > cpu_budget_s):
             left_out += 1
             continue
         try:
@@ -126,18 +146,20 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
             if what_if:
                 raise
             continue
+        per_candidate = (time.thread_time() - before) / len(usable)
         main = predictions[primary_kind]
         recommendations.append(Recommendation(
             knob=candidate.knob, current=_value(candidate, "current"), proposed=_value(candidate, "proposed"),
             prediction=main, why=candidate.why, score=score(observed, main.predicted, floor),
             alternatives={k: p for k, p in predictions.items() if k != primary_kind},
-            caveat=step_extrapolation(cal, candidate)))
-    recommendations.sort(key=lambda r: -r.score)
-    calibration["cpu_seconds"] = round(time.thread_time() - started, 2)
-    if left_out:
-        calibration["left_out"] = f"{left_out} candidates not evaluated: advice_cpu_seconds budget spent"
+            caveat=step_extrapolation(cal, candidate), validated=candidate.validated,
+            accelerators=candidate.accelerators, cost=candidate.cost))
+    recommendations.sort(key=lambda r: -r.value)
+    calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2),
+                          left_out=f"{left_out} candidates not evaluated: the advisor's CPU budget spent"
+                          if left_out else "")
     reason = "" if recommendations else "no candidate change applies to this window"
-    return AdviceResult(observed, tuple(recommendations), reason, calibration)
+    return AdviceResult(observed, tuple(recommendations), reason, calibration), cal
 
 
 def _running_mean(window: Window) -> float:

@@ -47,6 +47,12 @@ SEEDS: tuple[int, ...] = (1, 2, 3)
 FIT_ROUNDS = 4
 NOISE_ROUNDS = 5
 NOISE_SIGMA_MAX = 1.6
+# Requests one seed's replay holds at least (its length stretches past advice_simulated_seconds for
+# them, up to the window's): a p95 of a few dozen requests rests on one or two of them.
+REPLAY_MIN_REQUESTS = 100
+# Simulated seconds before the measured part: three mean request lifetimes, within these bounds.
+WARMUP_MIN_S = 10.0
+WARMUP_MAX_S = 30.0
 
 
 class CannotCalibrate(Exception):
@@ -176,7 +182,7 @@ def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
 class Calibration:
     """Everything the model needs to replay this window, plus how well it did."""
 
-    duration_s: float
+    duration_s: float  # simulated seconds per seed after the warm-up: the window's, at most advice_simulated_seconds
     warmup_s: float
     prompt: Empirical
     output: Empirical
@@ -321,8 +327,14 @@ def _need(value: Any, what: str) -> Any:
     return value
 
 
-def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Calibration:
-    """Everything but the step cost from the window and facts; then the step cost by fitting."""
+def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
+              prior: Calibration | None = None) -> Calibration:
+    """Everything but the step cost from the window and facts; then the step cost by fitting.
+
+    With a ``prior`` (an earlier window's calibration of the same engine, same facts), its fitted step
+    cost and frontend work are taken as they are instead of fitted again: they describe the engine
+    and the machine, not the traffic. The caller checks the result against this window and fits
+    afresh when it does not reproduce it (``advise``)."""
     if window.duration <= 0 or len(window) < 3:
         raise CannotCalibrate("the window holds fewer than three scrapes")
     for name, value in (("tensor_parallel_size", facts.tensor_parallel_size),
@@ -367,8 +379,10 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
     cal = Calibration(
-        duration_s=min(window.duration, 300.0),
-        warmup_s=min(60.0, max(10.0, 3.0 * (e2e_mean or 1.0))),
+        # At most advice_simulated_seconds, unless that holds too few requests to read a p95 from.
+        duration_s=min(window.duration, max(thresholds.advice_simulated_seconds,
+                                            REPLAY_MIN_REQUESTS * window.duration / finished)),
+        warmup_s=min(WARMUP_MAX_S, max(WARMUP_MIN_S, 3.0 * (e2e_mean or 1.0))),
         prompt=prompt, output=output, shared_prefix_tokens=shared if facts.enable_prefix_caching is not False else 0,
         arrivals=arrivals, cost=StepCost(itl_hist.mean() or 0.01, 0.0), frontend_s=frontend,
         frontend_observed_s=frontend,
@@ -379,6 +393,8 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds) -> Cal
     )
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
                                     decode_weight=thresholds.advice_decode_token_weight))
+    if prior is not None:
+        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s)
     return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
 
 

@@ -36,6 +36,22 @@ NOT_MODELLED: dict[str, str] = {
     "pipeline_parallel_size": "the model does not cover multi-GPU parallelism",
 }
 ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
+# Knobs whose predictions were checked against a real engine's before/after runs (docs/advisor.md,
+# "Validation on a real vLLM": the token budget both ways, the KV-cache size, the output cap). A
+# prediction for any other knob is the engine model's alone and says so (``validated: false``).
+VALIDATED: frozenset[str] = frozenset({"max_num_batched_tokens", "num_gpu_blocks_override", "kv_cache_memory_bytes",
+                                       "max_tokens"})
+# What a change costs besides accelerators (a replica is an accelerator more: ``Candidate.accelerators``).
+COSTS: dict[str, str] = {
+    "max_num_batched_tokens": "no hardware; larger steps stall decodes longer, smaller ones prefill slower",
+    "max_num_seqs": "no hardware; fewer requests at once (less throughput when KV has room)",
+    "num_gpu_blocks_override": "GPU memory for the added KV blocks",
+    "kv_cache_memory_bytes": "GPU memory for the added KV cache",
+    "max_tokens": "no hardware; outputs longer than the cap are truncated",
+    "prefix_hit_ratio": "no hardware; prompts rebuilt upstream around one template",
+    "api_server_count": "CPU cores for the added API-server processes",
+    "replicas": "an accelerator per added replica (and its host share)",
+}
 # A what-if whose prefill pieces are this many times larger (or smaller) than the window's is priced
 # by a step cost the window never tested: the prediction says so.
 EXTRAPOLATION_FACTOR = 2.0
@@ -63,10 +79,30 @@ class Change:
 class Candidate:
     changes: tuple[Change, ...]
     why: str
+    answers: frozenset[str] = frozenset()  # the causes (exporter/catalog/symptoms.py) this change is an action for
 
     @property
     def knob(self) -> str:
         return "+".join(c.knob for c in self.changes)
+
+    @property
+    def validated(self) -> bool:
+        """Every knob it turns was checked against a real engine (``VALIDATED``)."""
+        return all(c.knob in VALIDATED for c in self.changes)
+
+    @property
+    def accelerators(self) -> float:
+        """Accelerators after the change per accelerator now: a replica more is one more (TP and PP, which
+        would multiply it, are refused by the calibration)."""
+        ratio = 1.0
+        for change in self.changes:
+            if change.knob == "replicas":
+                ratio *= float(change.proposed) / float(change.current or 1)
+        return ratio
+
+    @property
+    def cost(self) -> str:
+        return "; ".join(COSTS.get(c.knob, "") for c in self.changes)
 
 
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*([kKmMgGtT]?)(i?)[bB]?\s*$")
@@ -145,31 +181,37 @@ def derived(cal: Calibration, active: set[str], waiting_mean: float) -> list[Can
     why_down = ("B1/B2 active: long prefill steps stall the decodes" if active & {"B1", "B2"} else
                 "smaller steps keep decodes flowing while prompts prefill")
     if raise_to > budget:
-        out.append(Candidate((Change("max_num_batched_tokens", budget, raise_to),), why_up))
+        out.append(Candidate((Change("max_num_batched_tokens", budget, raise_to),), why_up, frozenset({"A4"})))
     if lower_to < budget:
-        out.append(Candidate((Change("max_num_batched_tokens", budget, lower_to),), why_down))
+        out.append(Candidate((Change("max_num_batched_tokens", budget, lower_to),), why_down,
+                             frozenset({"B1", "B2"})))
     if seqs >= 2:
         why = "D active: fewer requests hold KV at once" if "D" in active else "fewer requests hold KV at once"
-        out.append(Candidate((Change("max_num_seqs", seqs, max(1, seqs // 2)),), why))
+        out.append(Candidate((Change("max_num_seqs", seqs, max(1, seqs // 2)),), why, frozenset({"D"})))
     why_kv = "D active: more KV blocks, fewer preemptions" if "D" in active else "more KV room"
     if cal.kv_bytes_per_block:
         now = cal.num_gpu_blocks * cal.kv_bytes_per_block
-        out.append(Candidate((Change("kv_cache_memory_bytes", now, now * 2),), why_kv))
+        out.append(Candidate((Change("kv_cache_memory_bytes", now, now * 2),), why_kv, frozenset({"D"})))
     else:
-        out.append(Candidate((Change("num_gpu_blocks_override", cal.num_gpu_blocks, cal.num_gpu_blocks * 2),), why_kv))
+        out.append(Candidate((Change("num_gpu_blocks_override", cal.num_gpu_blocks, cal.num_gpu_blocks * 2),), why_kv,
+                             frozenset({"D"})))
     out_p90, out_max = cal.output.quantile(0.9), max(cal.output.values)
     if out_max > 1.5 * out_p90:
         out.append(Candidate((Change("max_tokens", None, math.ceil(out_p90)),),
-                             f"outputs have a long tail (p90 {out_p90:.0f}, max {out_max:.0f} tokens): cap at p90"))
+                             f"outputs have a long tail (p90 {out_p90:.0f}, max {out_max:.0f} tokens): cap at p90",
+                             frozenset({"C3", "D", "E"})))
     hit = current_value(cal, "prefix_hit_ratio") or 0.0
     if active & {"A5", "F"} and hit < 0.6:
         out.append(Candidate((Change("prefix_hit_ratio", hit, min(0.9, hit + 0.3)),),
-                             "A5/F active: one template upstream, so prompts share their prefix"))
+                             "A5/F active: one template upstream, so prompts share their prefix",
+                             frozenset({"A5", "F"})))
     if "A3" in active or "C1" in active:
-        out.append(Candidate((Change("api_server_count", 1, 2),), "CPU-bound frontend: a second API server"))
+        out.append(Candidate((Change("api_server_count", 1, 2),), "CPU-bound frontend: a second API server",
+                             frozenset({"A3", "C1"})))
     if waiting_mean >= 1.0 or active & {"A2", "D", "C3"}:
         out.append(Candidate((Change("replicas", 1, 2),), f"{waiting_mean:.1f} requests waiting on average: "
-                                                         "a second replica takes half the traffic"))
+                                                         "a second replica takes half the traffic",
+                             frozenset({"A2", "D", "C3"})))
     return out
 
 

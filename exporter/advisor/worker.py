@@ -1,11 +1,24 @@
-"""The advisor in the sidecar: off the poll loop, one target at a time, with a CPU budget each.
+"""The advisor in the sidecar: off the poll loop, one target at a time, only while a symptom is active.
 
-Every ``advice_interval_seconds`` the worker copies each diagnosed target's window (the buffer
-only: its scrapes are immutable) and runs ``advise`` on it in a separate process, with
-``advice_cpu_seconds`` of CPU time per target. A process, not a thread: calibrating runs the engine
-model in pure Python for seconds, and in a thread it would hold the interpreter lock the poll loop
-needs for every scrape and every ``/metrics`` answer. Scrapes keep their schedule meanwhile; the
-answer is handed to the target's pipeline, which publishes it with every following evaluation.
+Every ``ADVISOR_TICK_SECONDS`` the sidecar looks at each target's last state (nothing else: no
+window is copied, no process started). A target with an active symptom and a whole window (a
+sidecar just started waits until its window has filled) whose advice is missing or
+``advisor.interval`` old is due; the due targets go, oldest advice first, to one worker process,
+which calibrates and predicts on a copy of the window (the buffer only: its scrapes are immutable)
+with a CPU budget of ``ADVISOR_CORE_SHARE`` of the interval per target (one candidate is always
+evaluated, the others only within the budget). A healthy target costs
+nothing and its advice is withdrawn; advice older than ``ADVICE_MAX_AGE_SECONDS`` is withdrawn too.
+
+The worker process keeps each target's last calibration: while the engine facts are unchanged, its
+fitted step cost is reused when it reproduces the new window (most of a calibration's CPU time),
+and fitted afresh when it does not. It predicts the primary traffic reading only (``vllm-diag
+advise`` shows both when the traffic is unclear).
+
+A process, not a thread: calibrating runs the engine model in pure Python for seconds, and in a
+thread it would hold the interpreter lock the poll loop needs for every scrape and every
+``/metrics`` answer. It is spawned at the first symptom, not at start. Scrapes keep their schedule
+meanwhile; the answer is handed to the target's pipeline, which publishes it with every following
+evaluation.
 """
 
 from __future__ import annotations
@@ -14,16 +27,18 @@ import asyncio
 import copyreg
 import logging
 import multiprocessing
+import time
 from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from exporter.advisor import advise
+from exporter.advisor import Calibration, advise_calibrated
 from exporter.advisor.result import AdviceResult
 from exporter.catalog.thresholds import Thresholds
-from exporter.config import EngineFacts
+from exporter.config import ADVICE_MAX_AGE_SECONDS, Advisor, EngineFacts
 from exporter.facts.resolve import engine_facts
 from exporter.pipeline import TargetPipeline
 from exporter.window import Window
@@ -39,11 +54,21 @@ def _read_only(mapping: dict[Any, Any]) -> MappingProxyType[Any, Any]:
 
 copyreg.pickle(MappingProxyType, lambda proxy: (_read_only, (dict(proxy),)))
 
+# In the worker process: each target's last calibration, with the facts and thresholds it was made under.
+_CALIBRATIONS: dict[str, tuple[EngineFacts, Thresholds, Calibration]] = {}
 
-def advise_window(window: Window, facts: EngineFacts, thresholds: Thresholds,
-                  active_causes: frozenset[str]) -> AdviceResult:
+
+def advise_window(window: Window, facts: EngineFacts, thresholds: Thresholds, active_causes: frozenset[str],
+                  target: str = "", cpu_budget_s: float | None = None) -> AdviceResult:
     """What the worker process runs: everything it needs comes in as (picklable) arguments."""
-    return advise(window, facts, thresholds, (), active_causes, cpu_budget_s=thresholds.advice_cpu_seconds)
+    budget = thresholds.advice_cpu_seconds if cpu_budget_s is None else min(cpu_budget_s, thresholds.advice_cpu_seconds)
+    kept = _CALIBRATIONS.get(target)
+    prior = kept[2] if kept is not None and kept[0] == facts and kept[1] == thresholds else None
+    result, calibration = advise_calibrated(window, facts, thresholds, (), active_causes, cpu_budget_s=budget,
+                                            prior=prior, both_readings=False)
+    if calibration is not None:
+        _CALIBRATIONS[target] = (facts, thresholds, calibration)
+    return result
 
 
 def _new_executor() -> ProcessPoolExecutor:
@@ -51,29 +76,75 @@ def _new_executor() -> ProcessPoolExecutor:
     return ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
 
 
+def _symptomatic(pipeline: TargetPipeline) -> bool:
+    state = pipeline.state
+    return state.status == "ok" and bool(state.diagnosis.active_symptoms)
+
+
+def _filled(pipeline: TargetPipeline) -> bool:
+    """The window spans the configured window_seconds (within two scrapes)."""
+    return pipeline.window.duration + 2 * pipeline.target.scrape_interval >= pipeline.window.span_seconds
+
+
 class AdvisorWorker:
-    def __init__(self) -> None:
-        self._executor = _new_executor()
+    def __init__(self, settings: Advisor | None = None) -> None:
+        self.settings = settings or Advisor()
+        self._executor: ProcessPoolExecutor | None = None  # spawned at the first symptom
+        self._advised_at: dict[str, float] = {}  # target -> monotonic time its published advice's window ended
+
+    def due(self, pipelines: Iterable[TargetPipeline], now: float | None = None) -> list[TargetPipeline]:
+        """Withdraw advice that is stale or whose target is healthy; the targets to advise, oldest first."""
+        now = time.monotonic() if now is None else now
+        out: list[tuple[float, TargetPipeline]] = []
+        for pipeline in pipelines:
+            name = pipeline.target.name
+            at = self._advised_at.get(name)
+            if not _symptomatic(pipeline):
+                if pipeline.advice is not None or at is not None:
+                    pipeline.advice = None
+                    self._advised_at.pop(name, None)
+                continue
+            if not _filled(pipeline):  # a sidecar just started: advice is computed on a whole window
+                continue
+            if at is not None and now - at >= ADVICE_MAX_AGE_SECONDS:
+                pipeline.advice = None
+            if at is None or now - at >= self.settings.interval:
+                out.append((at if at is not None else -1.0, pipeline))
+        out.sort(key=lambda item: item[0])
+        return [pipeline for _, pipeline in out]
 
     async def run(self, pipelines: Iterable[TargetPipeline]) -> None:
         loop = asyncio.get_running_loop()
-        for pipeline in list(pipelines):
-            state = pipeline.state
-            if state.status != "ok":
+        for pipeline in self.due(list(pipelines)):
+            if not _symptomatic(pipeline):  # it recovered while an earlier target was advised
                 continue
+            state = pipeline.state
             window = pipeline.window.copy()  # the poll loop goes on pushing to the original
+            copied, stamp = time.monotonic(), time.time()
             active = frozenset(c.id for c in state.diagnosis.active_causes if not c.informational)
+            if self._executor is None:
+                self._executor = _new_executor()
             try:
-                pipeline.advice = await loop.run_in_executor(
-                    self._executor, advise_window, window, engine_facts(state.engine), pipeline.thresholds, active)
+                result = await loop.run_in_executor(
+                    self._executor, advise_window, window, engine_facts(state.engine), pipeline.thresholds, active,
+                    pipeline.target.name, self.settings.cpu_budget_seconds)
+                # when its window ended: the advice is withdrawn ADVICE_MAX_AGE_SECONDS later at the latest
+                calibration = result.calibration
+                pipeline.advice = result if calibration is None else replace(
+                    result, calibration=replace(calibration, window_end=round(stamp, 3)))
             except BrokenProcessPool:  # the worker died (killed, out of memory): a new one next time
                 log.error("advisor process died while advising %s; starting a new one", pipeline.target.name)
-                self._executor = _new_executor()
+                self._executor, pipeline.advice = None, None
             except Exception:  # the advisor is a side feature: it never stops the diagnosis
                 log.exception("advisor failed for %s", pipeline.target.name)
+                pipeline.advice = None
+            # Due again one interval later, whatever happened: a failing target is not retried every tick.
+            self._advised_at[pipeline.target.name] = copied
 
     def close(self) -> None:
         """Stop now: a calibration under way is abandoned, not waited for (it may take seconds)."""
+        if self._executor is None:
+            return
         workers = list((getattr(self._executor, "_processes", None) or {}).values())  # no public handle before 3.14
         self._executor.shutdown(wait=False, cancel_futures=True)
         for process in workers:

@@ -169,7 +169,13 @@ def advice_lines(target: dict[str, Any]) -> list[str]:
         lines.append(f"  no prediction: {target.get('reason') or 'nothing to evaluate'}")
     for item in target["advice"]:
         current = "unset" if item["current"] is None else fact_value(item["current"])
-        lines.append(f"  {item['knob']} {current} -> {fact_value(item['proposed'])}: {item['why']}")
+        unvalidated = "" if item.get("validated", True) else " [not validated on a real engine]"
+        lines.append(f"  {item['knob']} {current} -> {fact_value(item['proposed'])}{unvalidated}: {item['why']}")
+        cost = item.get("cost")
+        if cost:
+            more = cost["accelerators"]
+            hardware = f"{more:g}x the accelerators" if more != 1 else "no more accelerators"
+            lines.append(f"    cost: {hardware}; {cost['what']}")
         if item.get("caveat"):
             lines.append(f"    {item['caveat']}")
         parts = []

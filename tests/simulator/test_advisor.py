@@ -106,7 +106,8 @@ def test_worker_publishes_off_the_poll_loop(small_budget: tuple[Path, Path]) -> 
         worker.close()
     assert pipeline.advice is not None and pipeline.advice.recommendations
     # The calibration's CPU time was spent by the worker process, not by the sidecar's (and its lock).
-    advised = pipeline.advice.calibration["cpu_seconds"]
+    assert pipeline.advice.calibration is not None and pipeline.advice.calibration.cpu_seconds is not None
+    advised = pipeline.advice.calibration.cpu_seconds
     assert advised > 0.5 and spent < advised / 2, (spent, advised)
     state = pipeline.evaluate(pipeline.state.evaluated_at)  # the next evaluation carries it
     doc = state.to_dict()

@@ -18,10 +18,10 @@ from exporter.advisor.calibrate import (
     sampling_band,
     tail_bound,
 )
-from exporter.advisor.candidates import BadQuestion, parse_question, parse_value
+from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
-from exporter.advisor.result import AdviceResult, Prediction, Recommendation
+from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
 from exporter.window import HistogramDelta, Window
@@ -264,8 +264,17 @@ def _result() -> AdviceResult:
                                                        "generation_tokens_per_second": (100.0, 120.0)},
                       ("ITL p95 20 ms -> 50 ms (+150%)",))
     rec = Recommendation("max_num_batched_tokens", 256, 2048, pred, "A4 active", 1.2,
-                         caveat="extrapolated: prefill steps of up to 2048 tokens")
-    return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec,), "", {"arrivals": "open: 2 req/s"})
+                         caveat="extrapolated: prefill steps of up to 2048 tokens",
+                         cost="no hardware; larger steps stall decodes longer")
+    replica = Recommendation("replicas", 1, 2, pred, "a second replica takes half the traffic", 1.5,
+                             validated=False, accelerators=2.0, cost="an accelerator per added replica")
+    check = CheckReport({"ttft_p95_seconds": 0.1}, {"ttft_p95_seconds": 0.45}, {"ttft_p95_seconds": (0.4, 0.6)})
+    calibration = CalibrationReport(
+        arrivals="open: 2 req/s", arrival_model="unclear", step_cost={"fixed_seconds": 0.01}, step_cost_reused=False,
+        frontend_seconds=0.002, frontend_observed_seconds=0.003, num_gpu_blocks=96, shared_prefix_tokens=0,
+        prompt_tokens_mean=800.0, output_tokens_mean=24.0, window_seconds=180.0, simulated_seconds=90.0,
+        primary=check, others={"closed": check}, cpu_seconds=4.2)
+    return AdviceResult(Outcome(0.5, 0.02, 0.0, 100.0), (rec, replica), "", calibration)
 
 
 def test_json_shape() -> None:
@@ -276,8 +285,25 @@ def test_json_shape() -> None:
     assert set(item["predicted"]) == {"ttft_p95_seconds", "itl_p95_seconds", "preemption_rate",
                                       "generation_tokens_per_second"}
     assert item["interval"]["ttft_p95_seconds"] == [0.09, 0.12]
+    assert item["validated"] is True and item["cost"]["accelerators"] == 1.0 and item["value"] == 1.2
+    replica = doc["advice"][1]
+    assert replica["validated"] is False and replica["cost"]["accelerators"] == 2.0
+    assert replica["value"] == round(1.5 - math.log(2.0), 3)  # better score, but not per accelerator
+    calibration = doc["calibration"]
+    assert calibration["arrivals"] == "open: 2 req/s" and calibration["cpu_seconds"] == 4.2
+    assert calibration["errors"] == calibration["closed_errors"] == {"ttft_p95_seconds": 0.1}
+    assert calibration["sampling_band"]["ttft_p95_seconds"] == [0.4, 0.6] and "window_end" not in calibration
     empty = AdviceResult(Outcome(None, None, None, None), (), "cannot calibrate: too few requests").to_dict()
     assert empty["advice"] == [] and empty["reason"].startswith("cannot calibrate")
+
+
+def test_validated_knobs_and_what_a_replica_costs() -> None:
+    budget = Candidate((Change("max_num_batched_tokens", 256, 2048),), "")
+    assert budget.validated and budget.accelerators == 1.0 and "no hardware" in budget.cost
+    for knob in ("max_num_seqs", "prefix_hit_ratio", "api_server_count", "replicas"):
+        assert not Candidate((Change(knob, 1, 2),), "").validated, knob
+    both = Candidate((Change("max_num_batched_tokens", 256, 2048), Change("replicas", 1, 3)), "")
+    assert not both.validated and both.accelerators == 3.0 and "accelerator" in both.cost
 
 
 def test_published_everywhere() -> None:
@@ -297,8 +323,13 @@ def test_published_everywhere() -> None:
     page = html.render(doc)
     assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
     assert "extrapolated: prefill steps of up to 2048 tokens" in page
+    assert 'data-knob="replicas" data-validated="false"' in page and "not validated on a real engine" in page
+    assert "cost: 2x the accelerators; an accelerator per added replica" in page
     report = text.render(doc)
     assert "max_num_batched_tokens 256 -> 2048" in report
+    assert "replicas 1 -> 2 [not validated on a real engine]: a second replica" in report
+    assert "    cost: 2x the accelerators; an accelerator per added replica" in report
+    assert "    cost: no more accelerators; no hardware" in report
     assert "    extrapolated: prefill steps of up to 2048 tokens" in report
     registry = CollectorRegistry()
     registry.register(DiagnosisCollector(lambda: {"t": state}))

@@ -14,6 +14,7 @@ listen: "127.0.0.1:9999"
 window_seconds: 60
 slo: {ttft_p95_seconds: 1.5, itl_p95_seconds: 0.05}
 thresholds: {kv_usage_high: 0.95}
+advisor: {enabled: true, interval: 300}
 targets:
   - name: vllm-0
     url: http://127.0.0.1:8000/metrics
@@ -32,6 +33,8 @@ def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
     assert settings.slo.ttft.threshold_seconds == 1.5 and settings.slo.ttft.target == 0.95
     assert settings.targets[0].engine.max_num_seqs == 256
     assert settings.resolved_thresholds().kv_usage_high == 0.95
+    assert settings.advisor.enabled and settings.advisor.interval == 300
+    assert settings.advisor.cpu_budget_seconds == 3.0  # 1 % of a core over the interval
     monkeypatch.setenv("VLLM_DIAG_WINDOW_SECONDS", "120")
     assert load_settings(path).window_seconds == 120
     assert load_settings(path, {"window_seconds": 90}).window_seconds == 90
@@ -48,6 +51,11 @@ def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
         (('cpu: {match: "vllm serve"}', "cpu: {pid: 1, match: x}"), "exactly one"),
         (("max_num_seqs: 256", "max_num_seqs: zero"), "targets.0.engine.max_num_seqs"),
         (("name: vllm-0", "name: vllm-*"), "patterns over the targets of --prometheus"),
+        (("interval: 300", "interval: 900"), "advisor.interval 900 s: use 60-555 s (advice while a symptom lasts "
+                                             "must never be older than 600 s"),
+        (("interval: 300", "interval: 10"), "advisor.interval 10 s: use 60-555 s"),
+        (("enabled: true", "enabled: perhaps"), "advisor.enabled"),
+        (("advisor: {", "advisor: {every: 5, "), "advisor.every"),
     ],
 )
 def test_invalid_config_names_field_and_reason(tmp_path, patch, fragment):
