@@ -5,7 +5,7 @@
 # Without arguments the suite runs in three lanes (tests/conftest.py's LANES, marker expressions):
 #   waiting   docker, Prometheus/Alertmanager playback, Chromium, live servers: mostly waits;
 #   cpu       the fast tier and the slow tests of deterministic CPU work, beside `waiting` at the
-#             lowest priority (its output follows `waiting`'s);
+#             lowest priority, in two pytest-xdist workers (its output follows `waiting`'s);
 #   realvllm  the real vLLM: its engines start beside the other lanes, its tests run alone after
 #             them (latencies and CPU scores are what it measures).
 # With arguments, one plain pytest run with them (for instance a file, or -m "not slow").
@@ -44,7 +44,10 @@ started=$(date +%s)
 VLLM_DIAG_REALVLLM_START_AFTER="$work/go" nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" \
   -m "$(lane realvllm)" >"$work/realvllm.log" 2>&1 &
 realvllm_pid=$!
-nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -m "$(lane cpu)" >"$work/cpu.log" 2>&1 &
+# Two workers, a file's tests on one of them (module fixtures are set up once): when the waiting lane
+# idles, the CPU lane has both cores.
+nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -n 2 --dist loadfile -m "$(lane cpu)" \
+  >"$work/cpu.log" 2>&1 &
 cpu_pid=$!
 # Interrupted: the background lanes get SIGINT, so their fixtures stop what they started.
 trap 'kill -INT "$cpu_pid" "$realvllm_pid" 2>/dev/null; touch "$work/go"' INT TERM
