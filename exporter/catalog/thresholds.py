@@ -313,8 +313,17 @@ def out_of_range(key: str, value: float) -> str | None:
     return None
 
 
+# Thresholds that became settings of their own: an old config names where its value went.
+MOVED: dict[str, str] = {
+    "advice_interval_seconds": "the advisor's interval is the setting advisor.interval (seconds between two advice "
+                               "runs of one symptomatic target; the advisor no longer runs while a target is healthy)",
+}
+
+
 def validate(key: str, value: float) -> float:
     """An override as the catalog accepts it: a known key, a number (float) in its range."""
+    if key in MOVED:
+        raise ValueError(f"threshold {key!r} is gone: {MOVED[key]}")
     if key not in BY_KEY:
         raise ValueError(f"unknown threshold {key!r} (known: {', '.join(sorted(BY_KEY))})")
     value = float(value)

@@ -48,6 +48,8 @@ def test_yaml_then_env_then_flags(tmp_path, monkeypatch):
         (("url: http://127.0.0.1:8000/metrics", "url: ftp://x"), "targets.0.url"),
         (("kv_usage_high: 0.95", "kv_usage_hihg: 0.95"), "unknown threshold 'kv_usage_hihg'"),
         (("kv_usage_high: 0.95", "kv_usage_high: 7"), "out of range"),
+        (("kv_usage_high: 0.95", "advice_interval_seconds: 300"), "is gone: the advisor's interval is the setting "
+                                                                  "advisor.interval"),
         (('cpu: {match: "vllm serve"}', "cpu: {pid: 1, match: x}"), "exactly one"),
         (("max_num_seqs: 256", "max_num_seqs: zero"), "targets.0.engine.max_num_seqs"),
         (("name: vllm-0", "name: vllm-*"), "patterns over the targets of --prometheus"),
