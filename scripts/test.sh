@@ -41,7 +41,8 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/vllm-diag-tests.XXXXXX")
 started=$(date +%s)
 # Each lane has its own base temporary directory: pytest sessions at once must not prune each other's.
 # The realvllm lane starts now at the lowest priority, starts its engines and waits for $work/go.
-VLLM_DIAG_REALVLLM_START_AFTER="$work/go" nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" \
+start_after=$(.venv/bin/python -c "from tests.realvllm.conftest import START_AFTER_ENV; print(START_AFTER_ENV)")
+env "$start_after=$work/go" nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/realvllm" \
   -m "$(lane realvllm)" >"$work/realvllm.log" 2>&1 &
 realvllm_pid=$!
 # Two workers, a file's tests on one of them (module fixtures are set up once): when the waiting lane
