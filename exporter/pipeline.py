@@ -51,8 +51,6 @@ class TargetPipeline:
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
         self._recent = int(self.thresholds.recent_evaluations)
-        if hasattr(host_probe, "recent_evaluations"):  # the host probe's recent horizon (exporter/hostcpu)
-            host_probe.recent_evaluations = self._recent  # type: ignore[union-attr]
         # DCGM utilisation readings 0..1 over the window (point samples, no baseline): the rules read the mean of
         # the newest recent_evaluations, the window's mean is published beside it
         self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)

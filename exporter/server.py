@@ -37,7 +37,8 @@ from exporter.webconfig import load_web_config
 
 log = logging.getLogger(__name__)
 
-HostProbeFactory = Callable[[Target, float], HostProbe | None]
+# (target, window seconds, the rules' recent horizon in evaluations) -> the target's host probe, or None
+HostProbeFactory = Callable[[Target, float, int], HostProbe | None]
 
 # Large payloads are parsed off the event loop so /metrics stays responsive meanwhile.
 OFFLOAD_BYTES = 256 * 1024
@@ -51,8 +52,10 @@ class Sidecar:
         """``read_processes=False``: engine facts from the HTTP API only, never from the process on the
         target's port (the demo's engines are simulated in this very process)."""
         self.settings = settings
+        recent = int(settings.resolved_thresholds().recent_evaluations)
         self.pipelines = {
-            t.name: TargetPipeline(t, settings, host_probes(t, settings.window_seconds) if host_probes else None)
+            t.name: TargetPipeline(
+                t, settings, host_probes(t, settings.window_seconds, recent) if host_probes else None)
             for t in settings.targets
         }
         self.states: dict[str, TargetState] = {name: p.state for name, p in self.pipelines.items()}

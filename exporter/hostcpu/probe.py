@@ -29,7 +29,8 @@ class HostProbe:
 
     def __init__(self, pids: Callable[[], list[int]], span_seconds: float, *, cgroup_dir: Path | None = None,
                  proc: Path = Path("/proc"), psi_path: Path | None = None,
-                 readers: Mapping[str, Callable[[], Reader]] | None = None) -> None:
+                 readers: Mapping[str, Callable[[], Reader]] | None = None,
+                 recent_evaluations: int = int(DEFAULTS["recent_evaluations"])) -> None:
         self._pids = pids
         self._proc = proc
         self.span = span_seconds
@@ -40,7 +41,7 @@ class HostProbe:
         # source -> its cumulative counters, per evaluation; the baseline keeps the deltas over the whole span
         self._history: TimeBuffer[dict[str, dict[str, float]]] = TimeBuffer(span_seconds, keep_baseline=True)
         self._failed: list[tuple[str, str]] = []
-        self.recent_evaluations = int(DEFAULTS["recent_evaluations"])  # the pipeline sets its resolved value
+        self.recent_evaluations = recent_evaluations  # the rules' recent horizon, resolved from the config
         self._warned: set[str] = set()
         # source name -> its reader; the default reads /proc and the cgroup (a simulator passes its own)
         self._readers: Mapping[str, Callable[[], Reader]] = readers if readers is not None else {
@@ -142,22 +143,28 @@ def _shares(entries: list[tuple[float, dict[str, dict[str, float]]]]) -> HostInp
                       cpu_psi_share=psi, sources=tuple(sources))
 
 
-def host_probe_for(target: Target, span_seconds: float | None = None) -> HostProbe | None:
-    """A probe for a target with a configured CPU source, else None (rules then abstain)."""
+def host_probe_for(target: Target, span_seconds: float | None = None,
+                   recent_evaluations: int = int(DEFAULTS["recent_evaluations"])) -> HostProbe | None:
+    """A probe for a target with a configured CPU source, else None (rules then abstain).
+
+    ``span_seconds`` is the window the shares are kept for, ``recent_evaluations`` the horizon the rules
+    read them over (both from the sidecar's resolved settings: ``server.HostProbeFactory``).
+    """
     source = target.cpu
     if source is None:
         return None
     span = span_seconds or 60.0
     if source.pid is not None:
         pid = source.pid
-        return HostProbe(lambda: _safe(lambda: descendants(pid)), span)
+        return HostProbe(lambda: _safe(lambda: descendants(pid)), span, recent_evaluations=recent_evaluations)
     if source.match is not None:
         pattern = source.match
-        return HostProbe(lambda: _safe(lambda: matching(pattern)), span)
+        return HostProbe(lambda: _safe(lambda: matching(pattern)), span, recent_evaluations=recent_evaluations)
     directory = Path(source.cgroup or "")
     if not directory.is_absolute():
         directory = Path("/sys/fs/cgroup") / directory
-    return HostProbe(lambda: _safe(lambda: cgroup_members(directory)), span, cgroup_dir=directory)
+    return HostProbe(lambda: _safe(lambda: cgroup_members(directory)), span, cgroup_dir=directory,
+                     recent_evaluations=recent_evaluations)
 
 
 def _safe(find: Callable[[], list[int]]) -> list[int]:

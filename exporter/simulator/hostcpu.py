@@ -29,7 +29,7 @@ def simulated_host_inputs(engine: Engine | DataParallelEngine) -> HostInputs:
                       sources=("schedstat (simulated)",))
 
 
-HostProbeFactory = Callable[[object, float], Callable[[float], HostInputs] | None]
+HostProbeFactory = Callable[[object, float, int], Callable[[float], HostInputs] | None]
 
 
 def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> HostProbeFactory:
@@ -40,7 +40,7 @@ def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> HostProbeFac
     simulated get no probe, as a target without a CPU source would.
     """
 
-    def factory(target: object, span_seconds: float) -> Callable[[float], HostInputs] | None:
+    def factory(target: object, span_seconds: float, recent_evaluations: int) -> Callable[[float], HostInputs] | None:
         get = engines.get(getattr(target, "name", ""))
         if get is None:
             return None

@@ -71,8 +71,7 @@ class _Counter:
 
 def test_host_probe_reads_the_recent_horizon_and_keeps_the_windows_share() -> None:
     source = _Counter()
-    probe = HostProbe(lambda: [], 600.0, readers={"schedstat": lambda: source})
-    probe.recent_evaluations = 3
+    probe = HostProbe(lambda: [], 600.0, readers={"schedstat": lambda: source}, recent_evaluations=3)
     inputs = None
     for second in range(10):
         inputs = probe(float(second))
