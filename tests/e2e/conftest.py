@@ -251,6 +251,80 @@ class Process:
         return "\n".join(text.splitlines()[-lines:])
 
 
+class Servers:
+    """What one fixture starts: aiohttp apps (each on an event loop of its own, so a slow one never
+    delays another) and server binaries; ``stop`` ends them all, newest first, the binaries by PID."""
+
+    def __init__(self) -> None:
+        self.processes: list[Process] = []
+        self._served: list[tuple[LoopThread, web.AppRunner]] = []
+
+    def serve(self, app: web.Application, port: int) -> None:
+        loop = LoopThread()
+        try:
+            self._served.append((loop, loop.run(_serve(app, port))))
+        except BaseException:
+            loop.stop()
+            raise
+
+    def start(self, process: Process) -> Process:
+        self.processes.append(process)
+        return process
+
+    def report(self) -> str:
+        return "\n".join(f"--- {p.name} (pid {p.pid}, alive {p.alive()}) log tail:\n{p.log_tail()}"
+                         for p in self.processes)
+
+    def stop(self) -> None:
+        for proc in reversed(self.processes):
+            proc.stop()
+        for loop, runner in reversed(self._served):
+            try:
+                loop.run(runner.cleanup(), timeout=15)
+            except Exception:  # noqa: BLE001 - teardown goes on
+                pass
+            loop.stop()
+
+
+def start_alertmanager(servers: Servers, tmp: Path, config: dict[str, Any], port: int) -> Process:
+    """A real Alertmanager with ``config`` on 127.0.0.1:``port``, tmp storage, no cluster."""
+    config_file = tmp / "alertmanager.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp / "am-data").mkdir()
+    return servers.start(Process("alertmanager", [
+        require_binary(ALERTMANAGER_BIN), f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=", f"--storage.path={tmp / 'am-data'}", "--log.level=info",
+    ], tmp / "alertmanager.log"))
+
+
+def start_prometheus(servers: Servers, tmp: Path, config: dict[str, Any], port: int, *flags: str) -> Process:
+    """A real Prometheus with ``config`` (written to tmp/prometheus.yml) on 127.0.0.1:``port``.
+
+    A firing alert is re-sent every second (default 1m), so a notification dropped while Prometheus
+    (re)discovers the Alertmanager is repeated at once.
+    """
+    config_file = tmp / "prometheus.yml"
+    config_file.write_text(yaml.safe_dump(config, sort_keys=False))
+    (tmp / "prom-data").mkdir()
+    return servers.start(Process("prometheus", [
+        require_binary(PROMETHEUS_BIN), f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
+        f"--storage.tsdb.path={tmp / 'prom-data'}", "--rules.alert.resend-delay=1s", "--log.level=info", *flags,
+    ], tmp / "prometheus.log"))
+
+
+def wait_ready(process: Process, url: str, diagnostics: Callable[[], str]) -> None:
+    """Until ``url``/-/ready answers 200; fails at once (with the log) if the process exits."""
+    poll(lambda: (process.alive() and http(f"{url}/-/ready")[0] == 200 or not process.alive() and "exited"),
+         timeout=30, what=f"{process.name} /-/ready", diagnostics=diagnostics)
+    if not process.alive():
+        pytest.fail(f"{process.name} exited with {process.proc.returncode}\n{diagnostics()}", pytrace=False)
+
+
+def wait_alertmanager_discovered(prometheus_url: str, diagnostics: Callable[[], str]) -> None:
+    poll(lambda: get_json(f"{prometheus_url}/api/v1/alertmanagers")["data"]["activeAlertmanagers"],
+         timeout=30, what="Prometheus discovering the Alertmanager", diagnostics=diagnostics)
+
+
 def require_binary(path: str) -> str:
     if not (os.path.isfile(path) and os.access(path, os.X_OK)):
         found = shutil.which(os.path.basename(path))
@@ -468,17 +542,13 @@ def _sidecar_settings(simulator: str, port: int):
 
 @pytest.fixture(scope="package")
 def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
-    prometheus_bin = require_binary(PROMETHEUS_BIN)
-    alertmanager_bin = require_binary(ALERTMANAGER_BIN)
     t0 = time.monotonic()
     tmp = tmp_path_factory.mktemp("e2e")
-    # One loop (thread) per server: a slow simulator step never delays the sidecar's polling timers.
-    loops = {name: LoopThread() for name in ("simulator", "webhook", "sidecar")}
-    runners: list[tuple[LoopThread, web.AppRunner]] = []
+    servers = Servers()
     webhook = Webhook()
     sim_port, sidecar_port, hook_port, am_port, prom_port = (free_port() for _ in range(5))
     stack = Stack(tmp, f"http://127.0.0.1:{sim_port}", f"http://127.0.0.1:{sidecar_port}",
-                  f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}", webhook)
+                  f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}", webhook, servers.processes)
     _ACTIVE.append(stack)
     try:
         # Simulator, webhook, sidecar (in that order: the sidecar polls the simulator at once).
@@ -486,51 +556,29 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
         simulator = build_app(scenarios, speed=1.0, warmup_s=WARMUP_S)
         # The CPU source the shipped deployments configure, read from the simulated engines.
         probes = host_probes_for({n: (lambda live=live: live.engine) for n, live in simulator[SIMS].items()})
-        for name, app, port in (("simulator", simulator, sim_port),
-                                ("webhook", webhook.app(), hook_port),
-                                ("sidecar", create_app(_sidecar_settings(stack.simulator_url, sidecar_port),
-                                                       host_probes=probes), sidecar_port)):
-            runners.append((loops[name], loops[name].run(_serve(app, port))))
+        servers.serve(simulator, sim_port)
+        servers.serve(webhook.app(), hook_port)
+        servers.serve(create_app(_sidecar_settings(stack.simulator_url, sidecar_port), host_probes=probes),
+                      sidecar_port)
         poll(lambda: all(t["state"] == "ok" for t in stack.diagnosis().values())
              and len(stack.diagnosis()) == len(SCENARIOS),
              timeout=30, what="the sidecar's first diagnosis of every target", diagnostics=stack.report)
         stack.timings["sidecar_ready_s"] = round(time.monotonic() - t0, 1)
 
-        # Alertmanager.
-        am_config, _ = alertmanager_config(f"http://127.0.0.1:{hook_port}")
-        am_file = tmp / "alertmanager.yml"
-        am_file.write_text(yaml.safe_dump(am_config, sort_keys=False))
-        (tmp / "am-data").mkdir()
-        stack.processes.append(Process("alertmanager", [
-            alertmanager_bin, f"--config.file={am_file}", f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=", f"--storage.path={tmp / 'am-data'}", "--log.level=info",
-        ], tmp / "alertmanager.log"))
-
+        alertmanager = start_alertmanager(servers, tmp, alertmanager_config(f"http://127.0.0.1:{hook_port}")[0],
+                                          am_port)
         # Prometheus, first without rules: the rule files are loaded once every target has been
         # scraped, as in a long-running Prometheus. With shortened `for:` (VLLMDiagSidecarDown 10m ->
         # 10s) the 5-7 s of target discovery at start would otherwise come close to firing
         # absent(up{job=~".*vllm-diag.*"}) before the sidecar's first scrape.
         rules = write_rules(tmp / "rules")
         stack.max_for_s = max(_seconds(v) for p in rules for v in re.findall(r"^\s+for: (\S+)$", p.read_text(), re.M))
-        prom_file = tmp / "prometheus.yml"
         common = {"sidecar": f"127.0.0.1:{sidecar_port}", "simulator": f"127.0.0.1:{sim_port}",
                   "alertmanager": f"127.0.0.1:{am_port}"}
-        prom_file.write_text(yaml.safe_dump(prometheus_config(rule_files=[], **common), sort_keys=False))
-        (tmp / "prom-data").mkdir()
-        stack.processes.append(Process("prometheus", [
-            prometheus_bin, f"--config.file={prom_file}", f"--web.listen-address=127.0.0.1:{prom_port}",
-            f"--storage.tsdb.path={tmp / 'prom-data'}", "--web.enable-lifecycle", "--log.level=info",
-            # A firing alert is re-sent every second (default 1m): notifications Prometheus drops while
-            # it re-discovers the Alertmanager after the reload below (~5 s) are repeated at once.
-            "--rules.alert.resend-delay=1s",
-        ], tmp / "prometheus.log"))
-
-        for proc, url in ((stack.processes[0], stack.alertmanager_url), (stack.processes[1], stack.prometheus_url)):
-            poll(lambda proc=proc, url=url: (proc.alive() and http(f"{url}/-/ready")[0] == 200
-                                             or not proc.alive() and "exited"),
-                 timeout=30, what=f"{proc.name} /-/ready", diagnostics=stack.report)
-            if not proc.alive():
-                pytest.fail(f"{proc.name} exited with {proc.proc.returncode}\n{stack.report()}", pytrace=False)
+        prometheus = start_prometheus(servers, tmp, prometheus_config(rule_files=[], **common), prom_port,
+                                      "--web.enable-lifecycle")
+        wait_ready(alertmanager, stack.alertmanager_url, stack.report)
+        wait_ready(prometheus, stack.prometheus_url, stack.report)
         stack.timings["servers_ready_s"] = round(time.monotonic() - t0, 1)
 
         def all_targets_up() -> bool:
@@ -541,27 +589,19 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
              diagnostics=stack.report)
         stack.timings["targets_up_s"] = round(time.monotonic() - t0, 1)
 
-        prom_file.write_text(yaml.safe_dump(prometheus_config(rule_files=rules, **common), sort_keys=False))
+        (tmp / "prometheus.yml").write_text(
+            yaml.safe_dump(prometheus_config(rule_files=rules, **common), sort_keys=False))
         status, body = http(f"{stack.prometheus_url}/-/reload", method="POST", data=b"")
         assert status == 200, f"reload failed: {status} {body!r}\n{stack.report()}"
         expected_groups = sum(len(yaml.safe_load(p.read_text())["groups"]) for p in rules)
         poll(lambda: len(get_json(f"{stack.prometheus_url}/api/v1/rules")["data"]["groups"]) == expected_groups,
              timeout=15, what=f"{expected_groups} rule groups loaded", diagnostics=stack.report)
-        poll(lambda: get_json(f"{stack.prometheus_url}/api/v1/alertmanagers")["data"]["activeAlertmanagers"],
-             timeout=15, what="Prometheus to (re)discover the Alertmanager", diagnostics=stack.report)
+        wait_alertmanager_discovered(stack.prometheus_url, stack.report)
         stack.rules_loaded_at = time.monotonic()
         stack.timings["rules_loaded_s"] = round(stack.rules_loaded_at - t0, 1)
         yield stack
     finally:
-        for proc in reversed(stack.processes):
-            proc.stop()
-        for loop, runner in reversed(runners):
-            try:
-                loop.run(runner.cleanup(), timeout=15)
-            except Exception:  # noqa: BLE001 - teardown goes on
-                pass
-        for loop in loops.values():
-            loop.stop()
+        servers.stop()
         _ACTIVE.remove(stack)
 
 

@@ -45,18 +45,16 @@ from exporter.simulator import SCENARIOS
 from tests.conftest import free_port
 from tests.e2e import replay
 from tests.e2e.conftest import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
     REPO,
-    LoopThread,
-    Process,
+    Servers,
     Webhook,
-    _serve,
     alertmanager_config,
     get_json,
-    http,
     poll,
-    require_binary,
+    start_alertmanager,
+    start_prometheus,
+    wait_alertmanager_discovered,
+    wait_ready,
 )
 
 pytestmark = pytest.mark.prometheus
@@ -177,7 +175,6 @@ def _prometheus_config(playback: str, alertmanager: str, rule_files: list[Path],
 
 @pytest.fixture(scope="module")
 def matrix(tmp_path_factory: pytest.TempPathFactory):
-    prometheus_bin, alertmanager_bin = require_binary(PROMETHEUS_BIN), require_binary(ALERTMANAGER_BIN)
     tmp = tmp_path_factory.mktemp("matrix")
     t0 = time.monotonic()
     base = [*SCENARIOS, *replay.ROLLOUTS]
@@ -187,29 +184,20 @@ def matrix(tmp_path_factory: pytest.TempPathFactory):
     replay_s = time.monotonic() - t0
     names = endpoints()
 
-    loops = [LoopThread(), LoopThread()]
+    servers = Servers()
     webhook, playback = Webhook(), Playback(timelines)
     play_port, hook_port, am_port, prom_port = (free_port() for _ in range(4))
-    runners = [(loops[0], loops[0].run(_serve(playback.app(), play_port))),
-               (loops[1], loops[1].run(_serve(webhook.app(), hook_port)))]
-    processes: list[Process] = []
     prom_url, am_url = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
-
-    def report() -> str:
-        return "\n".join(f"--- {p.name}:\n{p.log_tail()}" for p in processes)
-
     try:
+        servers.serve(playback.app(), play_port)
+        servers.serve(webhook.app(), hook_port)
         am_config, _ = alertmanager_config(f"http://127.0.0.1:{hook_port}")
         route = am_config["route"]
         for r in (route, *route.get("routes", [])):
             for key, value in (("group_wait", GROUP_WAIT), ("group_interval", "1s")):
                 if key in r or r is route:
                     r[key] = value
-        (tmp / "am.yml").write_text(yaml.safe_dump(am_config, sort_keys=False))
-        (tmp / "am-data").mkdir()
-        processes.append(Process("alertmanager", [
-            alertmanager_bin, f"--config.file={tmp / 'am.yml'}", f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=", f"--storage.path={tmp / 'am-data'}"], tmp / "am.log"))
+        alertmanager = start_alertmanager(servers, tmp, am_config, am_port)
 
         rule_files = []
         (tmp / "rules").mkdir()
@@ -223,19 +211,14 @@ def matrix(tmp_path_factory: pytest.TempPathFactory):
                 for rule in group["rules"]:
                     if "alert" in rule:
                         observed.for_s[rule["alert"]] = replay.seconds(rule["for"])
-        (tmp / "prom.yml").write_text(yaml.safe_dump(
-            _prometheus_config(f"127.0.0.1:{play_port}", f"127.0.0.1:{am_port}", rule_files, names), sort_keys=False))
-        (tmp / "prom-data").mkdir()
-        processes.append(Process("prometheus", [
-            prometheus_bin, f"--config.file={tmp / 'prom.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-            f"--storage.tsdb.path={tmp / 'prom-data'}", "--rules.alert.resend-delay=1s"], tmp / "prom.log"))
-        for url in (am_url, prom_url):
-            poll(lambda url=url: http(f"{url}/-/ready")[0] == 200, timeout=30, what=f"{url} ready", diagnostics=report)
-        poll(lambda: get_json(f"{prom_url}/api/v1/alertmanagers")["data"]["activeAlertmanagers"], timeout=30,
-             what="Prometheus discovering Alertmanager", diagnostics=report)
+        prometheus = start_prometheus(servers, tmp, _prometheus_config(
+            f"127.0.0.1:{play_port}", f"127.0.0.1:{am_port}", rule_files, names), prom_port)
+        wait_ready(alertmanager, am_url, servers.report)
+        wait_ready(prometheus, prom_url, servers.report)
+        wait_alertmanager_discovered(prom_url, servers.report)
         poll(lambda: len([t for t in get_json(f"{prom_url}/api/v1/targets")["data"]["activeTargets"]
                           if t["health"] == "up"]) == len(names), timeout=30, what="every endpoint scraped",
-             diagnostics=report)
+             diagnostics=servers.report)
 
         playback.started = time.time()
         end = playback.started + PLAYBACK_S
@@ -245,16 +228,9 @@ def matrix(tmp_path_factory: pytest.TempPathFactory):
         time.sleep(2 * EVAL_INTERVAL_S + 1.0)
         _observe(prom_url, am_url, observed)
         yield {"timelines": timelines, "observed": observed, "webhook": webhook, "started": playback.started,
-               "replay_s": replay_s, "playback_s": PLAYBACK_S, "report": report}
+               "replay_s": replay_s, "playback_s": PLAYBACK_S, "report": servers.report}
     finally:
-        for p in reversed(processes):
-            p.stop()
-        for loop, runner in runners:
-            try:
-                loop.run(runner.cleanup(), timeout=15)
-            except Exception:  # noqa: BLE001 - teardown goes on
-                pass
-            loop.stop()
+        servers.stop()
 
 
 def _observe(prom_url: str, am_url: str, observed: Observed) -> None:

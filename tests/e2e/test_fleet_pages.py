@@ -37,16 +37,13 @@ from exporter.render import rules
 from tests.conftest import free_port
 from tests.e2e import replay
 from tests.e2e.conftest import (
-    ALERTMANAGER_BIN,
-    PROMETHEUS_BIN,
     REPO,
-    LoopThread,
-    Process,
-    _serve,
+    Servers,
     get_json,
-    http,
-    poll,
-    require_binary,
+    start_alertmanager,
+    start_prometheus,
+    wait_alertmanager_discovered,
+    wait_ready,
 )
 
 pytestmark = pytest.mark.prometheus
@@ -217,7 +214,6 @@ def _sidecar_timeline(timeline: replay.Timeline, pod: str, model: str) -> replay
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory):
-    prometheus_bin, alertmanager_bin = require_binary(PROMETHEUS_BIN), require_binary(ALERTMANAGER_BIN)
     tmp = tmp_path_factory.mktemp("fleet")
     t0 = time.monotonic()
     needed = sorted({r.timeline for case in CASES for r in case.replicas})
@@ -230,40 +226,26 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
             timelines[(r.pod, "raw")] = timelines[(r.pod, "diag")] = t
             replicas[r.pod] = r
 
-    loops = [LoopThread(), LoopThread()]
+    servers = Servers()
     hook, playback = Hook(), FleetPlayback(timelines, replicas)
     play_port, hook_port, am_port, prom_port = (free_port() for _ in range(4))
-    runners = [(loops[0], loops[0].run(_serve(playback.app(), play_port))),
-               (loops[1], loops[1].run(_serve(hook.app(), hook_port)))]
-    processes: list[Process] = []
     prom_url, am_url = f"http://127.0.0.1:{prom_port}", f"http://127.0.0.1:{am_port}"
-
-    def report() -> str:
-        return "\n".join(f"--- {p.name}:\n{p.log_tail()}" for p in processes)
-
     try:
-        (tmp / "am.yml").write_text(yaml.safe_dump(_alertmanager_config(f"http://127.0.0.1:{hook_port}"),
-                                                   sort_keys=False))
-        (tmp / "am-data").mkdir()
-        processes.append(Process("alertmanager", [
-            alertmanager_bin, f"--config.file={tmp / 'am.yml'}", f"--web.listen-address=127.0.0.1:{am_port}",
-            "--cluster.listen-address=", f"--storage.path={tmp / 'am-data'}"], tmp / "am.log"))
+        servers.serve(playback.app(), play_port)
+        servers.serve(hook.app(), hook_port)
+        alertmanager = start_alertmanager(servers, tmp, _alertmanager_config(f"http://127.0.0.1:{hook_port}"),
+                                          am_port)
         (tmp / "rules").mkdir()
         rule_files = []
         for source in sorted((REPO / "alert_rules").glob("*.yml")):
             path = tmp / "rules" / source.name
             path.write_text(replay.scale_rules(source.read_text(), SPEED))
             rule_files.append(path)
-        (tmp / "prom.yml").write_text(yaml.safe_dump(
-            _prometheus_config(f"127.0.0.1:{play_port}", f"127.0.0.1:{am_port}", rule_files), sort_keys=False))
-        (tmp / "prom-data").mkdir()
-        processes.append(Process("prometheus", [
-            prometheus_bin, f"--config.file={tmp / 'prom.yml'}", f"--web.listen-address=127.0.0.1:{prom_port}",
-            f"--storage.tsdb.path={tmp / 'prom-data'}", "--rules.alert.resend-delay=1s"], tmp / "prom.log"))
-        for url in (am_url, prom_url):
-            poll(lambda url=url: http(f"{url}/-/ready")[0] == 200, timeout=30, what=f"{url} ready", diagnostics=report)
-        poll(lambda: get_json(f"{prom_url}/api/v1/alertmanagers")["data"]["activeAlertmanagers"], timeout=30,
-             what="Prometheus discovering Alertmanager", diagnostics=report)
+        prometheus = start_prometheus(servers, tmp, _prometheus_config(
+            f"127.0.0.1:{play_port}", f"127.0.0.1:{am_port}", rule_files), prom_port)
+        wait_ready(alertmanager, am_url, servers.report)
+        wait_ready(prometheus, prom_url, servers.report)
+        wait_alertmanager_discovered(prom_url, servers.report)
         playback.started = time.time()
         fired: dict[str, set[str]] = {}
         end = playback.started + max(c.end_s for c in CASES) / SPEED
@@ -276,16 +258,10 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
                 pass
             time.sleep(1.0)
         time.sleep(2.0)
-        yield {"hook": hook, "started": playback.started, "fired": fired, "replay_s": replay_s, "report": report}
+        yield {"hook": hook, "started": playback.started, "fired": fired, "replay_s": replay_s,
+               "report": servers.report}
     finally:
-        for p in reversed(processes):
-            p.stop()
-        for loop, runner in runners:
-            try:
-                loop.run(runner.cleanup(), timeout=15)
-            except Exception:  # noqa: BLE001 - teardown goes on
-                pass
-            loop.stop()
+        servers.stop()
 
 
 def _minutes(fleet: dict[str, Any], at: float) -> float:
