@@ -11,7 +11,7 @@ Not covered: the KVCR tier's four names, which vLLM builds from constants of the
 package (``vllm/v1/kv_offload/tiering/kvcr/manager.py``, 0.30+), and 0.21.0 was read from its sdist
 (PyPI has no x86-64 wheel of it).
 
-vLLM's deprecation policy (docs/usage/metrics.md): a metric deprecated in X.Y is hidden in X.Y+1 (it
+vLLM's deprecation policy (its metrics usage guide): a metric deprecated in X.Y is hidden in X.Y+1 (it
 comes back with ``--show-hidden-metrics-for-version=X.Y``) and removed in X.Y+2; the releases below
 are what the code did, which sometimes came later. ``exporter/catalog/metrics.py`` (what the sidecar
 reads, with its older names as aliases) must agree with this map (tests/unit/test_metric_versions.py);
