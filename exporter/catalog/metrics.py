@@ -104,8 +104,8 @@ _C, _G, _H, _I = Kind.COUNTER, Kind.GAUGE, Kind.HISTOGRAM, Kind.INFO
 
 METRICS: tuple[MetricDef, ...] = (
     # Scheduler state (gauges, per engine)
-    MetricDef(NUM_REQUESTS_RUNNING, _G, "Requests in model execution batches", since="0.7.3"),
-    MetricDef(NUM_REQUESTS_WAITING, _G, "Requests waiting to be scheduled", since="0.7.3"),
+    MetricDef(NUM_REQUESTS_RUNNING, _G, "Requests in model execution batches", since="0.7.1"),
+    MetricDef(NUM_REQUESTS_WAITING, _G, "Requests waiting to be scheduled", since="0.7.1"),
     MetricDef(
         NUM_REQUESTS_WAITING_BY_REASON, _G,
         "Waiting requests by reason (capacity, deferred)", since="0.20",
@@ -141,7 +141,7 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(TIME_TO_FIRST_TOKEN_SECONDS, _H, "Time to first token (frontend clock)"),
     MetricDef(
         INTER_TOKEN_LATENCY_SECONDS, _H, "Time between successive outputs of a request",
-        aliases=("vllm:time_per_output_token_seconds",), since="0.10.2", aliases_last="0.11",
+        aliases=("vllm:time_per_output_token_seconds",), since="0.10.2", aliases_last="0.14",
     ),
     MetricDef(REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS, _H, "Per-request mean time per output token",
               since="0.11.0"),
@@ -173,14 +173,16 @@ METRICS: tuple[MetricDef, ...] = (
 # What else a vLLM 0.32 API server exports (tests/fixtures/vllm-0.32-cpu): known, so that the simulator
 # exports the same /metrics and docs/vllm-metrics.md lists it, but never parsed.
 UNREAD_METRICS: tuple[MetricDef, ...] = (
-    MetricDef(ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL, _C, "Estimated bytes written to GPU memory (MBU)"),
-    MetricDef(MM_CACHE_QUERIES_TOTAL, _C, "Multi-modal cache queries, in items"),
-    MetricDef(MM_CACHE_HITS_TOTAL, _C, "Multi-modal cache hits, in items"),
-    MetricDef(PROMPT_TOKENS_CACHED_TOTAL, _C, "Cached prompt tokens (local and external)"),
-    MetricDef(PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL, _C, "Prefix-cache hit tokens by the cache tier that supplied them"),
+    MetricDef(ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL, _C, "Estimated bytes written to GPU memory (MBU)", since="0.17"),
+    MetricDef(MM_CACHE_QUERIES_TOTAL, _C, "Multi-modal cache queries, in items", since="0.11.1"),
+    MetricDef(MM_CACHE_HITS_TOTAL, _C, "Multi-modal cache hits, in items", since="0.11.1"),
+    MetricDef(PROMPT_TOKENS_CACHED_TOTAL, _C, "Cached prompt tokens (local and external)", since="0.16"),
+    MetricDef(PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL, _C, "Prefix-cache hit tokens by the cache tier that supplied them",
+              since="0.32"),
     MetricDef(REQUEST_MAX_NUM_GENERATION_TOKENS, _H, "Maximum requested generation tokens per request"),
     MetricDef(REQUEST_PARAMS_N, _H, "n request parameter"),
-    MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)"),
+    MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)",
+              since="0.13"),
 )
 
 # Sample-name suffixes of a histogram family, mapped to the part they carry.

@@ -33,9 +33,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
         "render", help="regenerate alert rules, runbooks, dashboards and reference docs from the catalog",
         description="Regenerate alert_rules/, docs/runbooks/, deploy/alertmanager/alertmanager.yml and "
                     "deploy/kubernetes/prometheusrule.yaml (rules), dashboards/ and "
-                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards), docs/metrics.md and "
-                    "docs/vllm-metrics.md (docs) from the catalog. "
-                    "--check renders in memory and fails on any drift.")
+                    "deploy/kubernetes/grafana-dashboards.yaml (dashboards), docs/metrics.md, "
+                    "docs/vllm-metrics.md and docs/vllm-metric-versions.md (docs) from the catalog. "
+                    "--check renders in memory and fails on any drift. Every run fails when a generated query "
+                    "reads a series nobody exports, or a vLLM name that a supported release "
+                    "(exporter/catalog/versions.py) lacks without the fallback name that release has.")
     parser.add_argument("what", choices=("rules", "dashboards", "docs", "all"), help="which artefacts")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
@@ -99,7 +101,7 @@ def _histogram_edges(text: str) -> dict[str, tuple[float, ...]]:
 
 def run(args: argparse.Namespace) -> int:
     from exporter.render.generate import check, orphans, render, write
-    from exporter.render.lint import lint
+    from exporter.render.lint import lint, version_lint
 
     root: Path = args.root
     try:
@@ -110,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
     outputs = render(args.what, options)
     # A query naming a series nobody emits is a bug in the generator, whichever mode runs.
     problems = [f"lint: {line}" for line in lint()]
+    # ... and so is one that reads a vLLM name some supported release lacks, with no fallback for it.
+    problems += [f"versions: {line}" for line in version_lint()]
     if args.check:
         problems += check(root, outputs, args.what)
         for line in problems:

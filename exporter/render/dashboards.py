@@ -347,7 +347,11 @@ def speculative_panels() -> list[g.Panel]:
     itl_count = vllm.INTER_TOKEN_LATENCY_SECONDS + "_count"
     first_tokens = vllm.TIME_TO_FIRST_TOKEN_SECONDS + "_count"
     later_tokens = f"{SPEC.sum_rate(vllm.GENERATION_TOKENS_TOTAL, RATE)}\n- {SPEC.sum_rate(first_tokens, RATE)}"
-    per_event = SPEC.divide(later_tokens, SPEC.sum_rate(itl_count, RATE))
+    # Output events per second under every name vLLM gave the histogram (time_per_output_token_seconds
+    # through 0.10.1), the current one first: `or` keeps it where a scrape carries both.
+    itl_events = "\nor\n".join(SPEC.sum_rate(name + "_count", RATE)
+                                for name in slo_rules.wire_names(vllm.INTER_TOKEN_LATENCY_SECONDS))
+    per_event = SPEC.divide(later_tokens, f"({itl_events})")
     return [
         timeseries("Draft acceptance rate", "Accepted / proposed draft tokens. Below the low mark the drafts are "
                    "mostly rejected (cause B5): each verify step pays for draft positions it throws away.",

@@ -39,7 +39,8 @@ def _docs_outputs(options: rules.Options | None = None) -> dict[str, str]:
 
 # `render rules` also writes the runbooks, the Alertmanager example and the PrometheusRule: all read
 # the alert list; `render dashboards` also writes the dashboards' Kubernetes ConfigMaps; `render docs`
-# the reference pages generated from the catalogs (docs/metrics.md, docs/vllm-metrics.md).
+# the reference pages generated from the catalogs (docs/metrics.md, docs/vllm-metrics.md,
+# docs/vllm-metric-versions.md).
 GENERATORS: Mapping[str, Callable[[rules.Options | None], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,
@@ -48,7 +49,7 @@ GENERATORS: Mapping[str, Callable[[rules.Options | None], dict[str, str]]] = {
 OWNED_DIRS_BY_GENERATOR: Mapping[str, tuple[str, ...]] = {
     "rules": ("alert_rules", "docs/runbooks"),
     "dashboards": ("dashboards",),
-    "docs": (),  # two files in docs/, beside hand-written pages: no directory of its own
+    "docs": (),  # three files in docs/, beside hand-written pages: no directory of its own
 }
 
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from exporter.catalog.metrics import wire_names
+from exporter.catalog import versions
+from exporter.catalog.metrics import KNOWN, NAMESPACE, wire_names
 from exporter.publish.exported import sample_names
 from exporter.render import dashboards, rules, runbooks
 
@@ -88,4 +89,55 @@ def lint(expressions: dict[str, list[str]] | None = None, known: Iterable[str] |
         for expr in exprs:
             for name in sorted(metric_names(expr) - known_set):
                 problems.append(f"{source}: unknown series {name!r} in {expr!r}")
+    return problems
+
+
+def version_lint(expressions: dict[str, list[str]] | None = None) -> list[str]:
+    """One line per ``vllm:`` name an expression reads that a supported release lacks without a fallback.
+
+    Supported releases are ``exporter.catalog.versions.SUPPORTED``. For each one, every family an
+    expression reads must be exported there under one of the names the expression reads (a rename is
+    covered by reading the old name too, ``or``), unless that release has no name of the family at all
+    and the catalog dates the family to a later release (``MetricDef.since``: the signals abstain
+    before it). A hidden name (``--show-hidden-metrics-for-version``) counts as absent. Names the version
+    map does not know fail too.
+    """
+    problems: list[str] = []
+    for source, exprs in (expressions if expressions is not None else all_expressions()).items():
+        for expr in exprs:
+            samples = {n for n in metric_names(expr) if n.startswith(NAMESPACE)}
+            read: dict[str, str] = {}
+            for sample in sorted(samples):
+                family = versions.family_of_sample(sample)
+                if family is None:
+                    problems.append(f"{source}: {sample!r} is in no vLLM release's metrics "
+                                    f"(exporter/catalog/versions.py) in {expr!r}")
+                else:
+                    read[family] = sample
+            for family in sorted(read):
+                problems += _release_gaps(source, family, set(read), expr)
+    return problems
+
+
+def _release_gaps(source: str, family: str, read: set[str], expr: str) -> list[str]:
+    """The supported releases where ``family``, as ``expr`` reads it, has no data."""
+    names = versions.lineage(family)
+    newest = names[0]
+    since = KNOWN[newest].since if newest in KNOWN else ""
+    unfallen: dict[str, list[str]] = {}  # name the release has -> releases
+    absent: list[str] = []
+    for release in versions.SUPPORTED:
+        if any(versions.exported_in(versions.BY_WIRE[n], release) for n in names if n in read):
+            continue
+        there = [n for n in names if versions.exported_in(versions.BY_WIRE[n], release)]
+        if there:
+            unfallen.setdefault(there[0], []).append(release)
+        elif not since or versions.version_key(release) >= versions.version_key(since):
+            absent.append(release)
+    problems = [f"{source}: reads {family!r} but vLLM {versions.ranges(releases)} export(s) it as {name!r}: "
+                f"read both (`or`, exporter.render.rules.generations) in {expr!r}"
+                for name, releases in unfallen.items()]
+    if absent:
+        problems.append(f"{source}: reads {family!r}, which vLLM {versions.ranges(absent)} lack(s), and the catalog "
+                        f"dates no later `since` for it (exporter/catalog/metrics.py) in {expr!r}")
     return problems

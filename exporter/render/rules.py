@@ -397,7 +397,8 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
         Verify("ITL quantiles (p99 over p50 = stutter)", "vllm_diag_itl_seconds"),
         Verify("prompt share of computed tokens", "vllm_diag_prefill_token_share"),
         Verify("raw ITL p95 (per output event: with speculative decoding an event carries several tokens)",
-               RAW.quantile(0.95, vllm.INTER_TOKEN_LATENCY_SECONDS, _W)),
+               generations(lambda n: RAW.quantile(0.95, n(vllm.INTER_TOKEN_LATENCY_SECONDS), _W),
+                           vllm.INTER_TOKEN_LATENCY_SECONDS)),
         Verify("running requests", RAW.agg("sum", vllm.NUM_REQUESTS_RUNNING)),
         Verify("with speculative decoding: draft acceptance rate (B5 below the low mark)",
                RAW.ratio(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL, _W)),
@@ -417,12 +418,15 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
     ),
     "E": (
         Verify("KV usage (latest, window max and mean)", "vllm_diag_kv_cache_usage_ratio"),
-        Verify("raw KV usage", RAW.agg("max", vllm.KV_CACHE_USAGE_PERC)),
+        Verify("raw KV usage", generations(lambda n: RAW.agg("max", n(vllm.KV_CACHE_USAGE_PERC)),
+                                           vllm.KV_CACHE_USAGE_PERC)),
         Verify("raw preemptions per second (still rare for E)", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, _W)),
     ),
     "F": (
         Verify("prefix-cache hit ratio", "vllm_diag_prefix_cache_hit_ratio"),
-        Verify("raw hit ratio", RAW.ratio(vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL, _W)),
+        Verify("raw hit ratio", generations(
+            lambda n: RAW.ratio(n(vllm.PREFIX_CACHE_HITS_TOTAL), n(vllm.PREFIX_CACHE_QUERIES_TOTAL), _W),
+            vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL)),
         Verify("raw mean prompt length (tokens)", RAW.mean(vllm.REQUEST_PROMPT_TOKENS, _W)),
         Verify("KV usage: full means eviction (F6), room means prompts differ (F)", "vllm_diag_kv_cache_usage_ratio"),
     ),
