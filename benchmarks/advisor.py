@@ -549,7 +549,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", help="folder for the captures (default: a temporary one)")
     parser.add_argument("--reuse", action="store_true", help="score captures already in --runs, run nothing")
     parser.add_argument("--write", metavar="FILE", help="write the table into FILE (docs/advisor.md)")
+    parser.add_argument("--manifest", metavar="FILE", help="score the real before/after pairs of this manifest "
+                        "(benchmarks/advisor_pairs.py) instead of the four cases")
+    parser.add_argument("--split", default="validation", choices=("dev", "validation", "smoke", "all"),
+                        help="with --manifest: the pairs to score (default validation)")
+    parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM")
+    parser.add_argument("--seconds", type=float, default=None, help="with --capture: captured seconds per run")
     args = parser.parse_args(argv)
+    if args.manifest:
+        from benchmarks import advisor_pairs
+
+        if args.capture and not vllm_available():
+            print(f"python -m benchmarks.advisor: {unavailable_reason()}", file=sys.stderr)
+            return 2
+        return advisor_pairs.main(Path(args.manifest), args.split, args.capture, args.seconds)
     if args.reuse and not args.runs:
         parser.error("--reuse needs --runs DIR (the captures to score)")
     if not args.reuse and not vllm_available():

@@ -206,7 +206,8 @@ class Target(_Strict):
     discover: bool = Field(default=True, description="read vLLM's command line and HTTP API for engine facts")
     cpu: CpuSource | None = None
     dcgm_url: str | None = None
-    record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose")
+    record_dir: Path | None = Field(default=None, description="save every raw scrape here, for offline diagnose "
+                                                             "(and the advisor's kept window, NAME.advisor.json)")
     record_retention: RecordRetention = Field(default_factory=RecordRetention,
                                               description="what record_dir keeps: one day, under 1 GiB, by default")
     max_series_per_family: int = Field(default=2000, gt=0,

@@ -27,7 +27,15 @@ from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture
 from exporter.signals import HostInputs, compute
-from exporter.state import SCRAPE_ERROR_REASONS, Advice, ScrapeHealth, TargetState, TargetStatus, unknown_diagnosis
+from exporter.state import (
+    SCRAPE_ERROR_REASONS,
+    Advice,
+    AdviceTrack,
+    ScrapeHealth,
+    TargetState,
+    TargetStatus,
+    unknown_diagnosis,
+)
 from exporter.timebuffer import TimeBuffer
 from exporter.window import Window
 
@@ -67,6 +75,7 @@ class TargetPipeline:
         self._edge_warned: set[str] = set()  # objectives whose threshold off a bucket edge was logged
         self._health = ScrapeHealth(errors_total=dict(self._errors))
         self.advice: Advice | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
+        self.advice_track: AdviceTrack | None = None  # set by the same worker (exporter/advisor/track.py)
         self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
@@ -196,7 +205,7 @@ class TargetPipeline:
             evaluated_at=now, health=self._health, diagnosis=diagnosis, model_name=model, signals=signals,
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
-            advice=self.advice, objectives=judged, recording=self._recording(),
+            advice=self.advice, advice_track=self.advice_track, objectives=judged, recording=self._recording(),
             inputs=inputs.available(latest, self.target.cpu is not None, host),
         )
         return self.state

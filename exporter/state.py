@@ -6,7 +6,7 @@ a half-updated diagnosis and nothing is computed when someone scrapes us.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -40,6 +40,17 @@ class Advice(Protocol):
 
     @property
     def top(self) -> Recommended | None: ...
+    def to_dict(self) -> dict[str, Any]: ...
+
+
+class AdviceTrack(Protocol):
+    """The advisor's track record on this target (``exporter.advisor.track.TrackReport``): how far its
+    what-if was from what a real knob change then measured."""
+
+    def errors(self) -> Iterable[tuple[str, str, float]]:
+        """(knob, metric, error ratio) of the latest comparison of each knob."""
+        ...
+
     def to_dict(self) -> dict[str, Any]: ...
 
 
@@ -166,6 +177,7 @@ class TargetState:
     source_errors_total: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (source, reason) -> count
     engine: Mapping[str, Fact] = field(default_factory=dict)  # resolved engine facts, each with its source
     advice: Advice | None = None  # the what-if advisor's last answer (exporter/advisor), when it ran
+    advice_track: AdviceTrack | None = None  # the advisor's errors on real knob changes, once it kept a window
     # The latency objectives judged over the window (exporter/objectives), by name (ttft, itl).
     objectives: Mapping[str, ObjectiveStatus] = field(default_factory=dict)
     # The paging rules' inputs (catalog.metrics.WATCHED_INPUTS) -> available; empty before the first scrape.
@@ -177,6 +189,7 @@ class TargetState:
         signals = self.signals.to_dict() if self.signals is not None else {}
         advice = self.advice.to_dict() if self.advice is not None else {}
         recording = {"recording": self.recording.to_dict()} if self.recording is not None else {}
+        track = self.advice_track.to_dict() if self.advice_track is not None else {}
         return {
             "target": self.target,
             "model_name": self.model_name,
@@ -210,4 +223,5 @@ class TargetState:
             },
             **recording,  # only when the target records its scrapes
             **advice,  # advice, observed, reason, calibration
+            **track,  # advice_track: the comparisons with real knob changes
         }

@@ -18,6 +18,7 @@ from exporter.advisor.calibrate import (
     Calibration,
     CannotCalibrate,
     Check,
+    Fitted,
     Outcome,
     calibrate,
     check,
@@ -38,7 +39,7 @@ from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
 from exporter.window import Window
 
-__all__ = ["AdviceResult", "BadQuestion", "Calibration", "advise", "advise_calibrated", "parse_question"]
+__all__ = ["AdviceResult", "BadQuestion", "Calibration", "Fitted", "advise", "advise_calibrated", "parse_question"]
 
 
 def _round(value: float | None, digits: int = 4) -> float | None:
@@ -79,8 +80,9 @@ def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: 
 def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: Sequence[str] = (),
                       active_causes: Iterable[str] = (), cpu_budget_s: float | None = None,
                       prior: Calibration | None = None, both_readings: bool = True
-                      ) -> tuple[AdviceResult, Calibration | None]:
-    """``advise``, and the calibration it used (for the next window of the same engine: ``prior``).
+                      ) -> tuple[AdviceResult, Fitted | None]:
+    """``advise``, and the calibration it used with its reading and baseline (for the next window of the
+    same engine: ``prior``; for the track record of a knob change: ``exporter.advisor.track``).
 
     ``prior``: an earlier calibration of this engine with the same facts; its fitted step cost is
     reused when it reproduces this window (else the cost is fitted afresh). ``both_readings``: when
@@ -159,7 +161,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
                           left_out=f"{left_out} candidates not evaluated: the advisor's CPU budget spent"
                           if left_out else "")
     reason = "" if recommendations else "no candidate change applies to this window"
-    return AdviceResult(observed, tuple(recommendations), reason, calibration), cal
+    fitted = Fitted(cal, primary_kind, primary.simulated)
+    return AdviceResult(observed, tuple(recommendations), reason, calibration), fitted
 
 
 def _running_mean(window: Window) -> float:

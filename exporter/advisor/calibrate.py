@@ -229,6 +229,17 @@ class Calibration:
 
 
 @dataclass(frozen=True, slots=True)
+class Fitted:
+    """A calibration that reproduced its window, with what a later what-if of it needs: the arrival
+    reading the advice used (``open`` or ``closed``) and the model's own outcome of the window (the
+    baseline a prediction's change is measured from, ``predict``)."""
+
+    calibration: Calibration
+    kind: str
+    simulated: Outcome
+
+
+@dataclass(frozen=True, slots=True)
 class Run:
     """One simulated window: its outcome, the latency histograms it was read from, and the fit's linear sums."""
 

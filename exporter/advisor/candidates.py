@@ -246,6 +246,10 @@ def apply(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Client
             frontend = cal.frontend_s / value
         elif change.knob == "replicas":
             replicas = int(value)
+        elif change.knob == "enable_prefix_caching":
+            # Not a --what-if knob (a window without caching shows no reuse to predict from); the track record
+            # (exporter/advisor/track.py) replays a real switch of it.
+            engine["enable_prefix_caching"] = bool(value)
     if engine.get("num_gpu_blocks_override", cal.num_gpu_blocks) * cal.block_size < 2 * cal.block_size:
         raise BadQuestion("the KV cache would hold less than two blocks")
     base = cal.engine_config(**engine)

@@ -8,6 +8,11 @@ users who send their next request when the last one has finished, after ``think_
 
 While it runs, the model records which steps each observed quantity spans (``Linear``), so the
 calibration can solve for the step cost that reproduces the window (``calibrate.fit_step_cost``).
+
+All of it plugs into the simulator's engine through its public protocols (``StepCostModel``:
+``FittedCost``; ``ArrivalSource``: ``OpenSource``, ``ClosedLoop``; ``EngineObserver``:
+``TraceObserver``) and its ``reserve_full_isl`` admission gate: no private method of the engine is
+overridden, so a change inside the simulator either keeps these contracts or fails to type-check.
 """
 
 from __future__ import annotations
@@ -16,11 +21,11 @@ import heapq
 import math
 import random
 from bisect import bisect_left
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
-from exporter.simulator.engine import Engine, EngineConfig, Histogram, _Req
-from exporter.simulator.workload import RequestSpec, Workload, _ClassStream
+from exporter.simulator.engine import Engine, EngineConfig, Request, SpecStream, StepTime
+from exporter.simulator.workload import ClassStream, RequestSpec, Workload
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,110 +116,17 @@ class Trace:
         return self.step_wait_s / self.step_wait_n if self.step_wait_n else 0.0
 
 
-class _TracedHistogram(Histogram):
-    """The ITL histogram, telling the engine about each observation (decode gaps and recompute gaps alike)."""
+class FittedCost:
+    """The window's fitted :class:`StepCost` as the engine's step cost (``StepCostModel``), recording
+    each step's end and cumulative work in the trace for the fit."""
 
-    __slots__ = ("engine",)
-
-    def __init__(self, bounds: tuple[float, ...], engine: CalibratedEngine) -> None:
-        super().__init__(bounds)
-        self.engine = engine
-
-    def observe(self, value: float, n: int = 1) -> None:
-        super().observe(value, n)
-        self.engine._trace_itl(value, n)
-
-
-class CalibratedEngine(Engine):
-    """An :class:`Engine` with a fitted linear step cost and, optionally, closed-loop clients."""
-
-    def __init__(self, config: EngineConfig, workload: Workload, cost: StepCost, traffic: OpenArrivals | Clients,
-                 seed: int = 0, measure_from: float = 0.0) -> None:
+    def __init__(self, cost: StepCost, trace: Trace, rng: random.Random) -> None:
         self._cost = cost
-        self._clients = traffic if isinstance(traffic, Clients) else None
-        self.trace = Trace(measure_from)
-        # Requests are built from the workload's single class; its own arrival process is not used.
-        self._stream = _ClassStream(0, workload.classes[0], random.Random(seed * 1_000_003), config.max_model_len)
-        self._rid = 0
-        self._think_rng = random.Random(seed + 17)
-        self._noise_rng = random.Random(seed + 41)
-        self._queue: list[tuple[float, int, RequestSpec]] = []
-        super().__init__(config, workload, seed)
-        self.stats.inter_token_latency = _TracedHistogram(self.stats.inter_token_latency.bounds, self)
-        if isinstance(traffic, OpenArrivals):
-            self._specs = self._open_specs(traffic, random.Random(seed + 29))
-            self._next_spec = next(self._specs, None)
-        else:
-            clients = traffic
-            self._specs = iter(())
-            for i in range(clients.count):
-                # Clients start spread over one think time (or a few ms), not all in the same instant.
-                self._push_request(self._think_rng.uniform(0.0, max(clients.think_s, 0.01 * (i + 1))))
-            self._next_spec = self._queue[0][2] if self._queue else None
+        self._trace = trace
+        self._noise_rng = rng
 
-    # -- traffic --------------------------------------------------------------------------------
-
-    def _open_specs(self, arrivals: OpenArrivals, rng: random.Random) -> Iterator[RequestSpec]:
-        for _ in range(arrivals.backlog):
-            self._rid += 1
-            yield self._stream.build(self._rid, 0.0)
-        for t in arrivals.times(rng):
-            self._rid += 1
-            yield self._stream.build(self._rid, t)
-
-    def _push_request(self, arrival: float) -> None:
-        spec = self._stream.build(self._rid, arrival)
-        heapq.heappush(self._queue, (arrival, self._rid, spec))
-        self._rid += 1
-
-    def _pull_arrivals(self, now: float) -> None:
-        if self._clients is None:
-            super()._pull_arrivals(now)
-            return
-        costs, cfg = self.cfg.costs, self.cfg
-        queue = self._queue
-        while queue and queue[0][0] <= now:
-            _, _, spec = heapq.heappop(queue)
-            work = (costs.tokenize_base_s + costs.tokenize_per_token_s * spec.prompt_len) * cfg.frontend_cost_scale
-            start = max(spec.arrival, self._frontend_free)
-            self._frontend_free = start + work / cfg.cpu_share
-            self.stats.frontend_cpu_s += work
-            self._pending.append(_Req(spec, self._frontend_free))
-        self._next_spec = queue[0][2] if queue else None
-
-    def _finish(self, r: _Req, seen: float) -> None:
-        super()._finish(r, seen)
-        self._record_prefill(r)
-        if self._clients is not None:
-            think = self._clients.think_s
-            delay = self._think_rng.expovariate(1.0 / think) if think > 0 else 0.0
-            self._push_request(seen + delay)
-            self._next_spec = self._queue[0][2]
-
-    # -- step cost and the fit's bookkeeping --------------------------------------------------
-
-    def _prep_costs(self) -> None:
-        pass  # the fitted StepCost replaces the roofline constants
-
-    def _admit(self, r: _Req, budget: int) -> int:
-        # vLLM's admission gate (scheduler_reserve_full_isl, on by default since 0.2x): a waiting request
-        # is admitted only when its whole sequence fits, not just its first chunk. Without it a long
-        # prompt admitted on a leftover chunk of budget preempts itself on its next chunk.
-        if not self._free:
-            return 0
-        hits = self._lookup(r)
-        need = -(-r.num_tokens // self._bs) - len(hits)
-        evictable = sum(1 for b in hits if self._ref[b] == 0)
-        if need + evictable > len(self._free):
-            return 0
-        first = not r.admitted_once
-        n = super()._admit(r, budget)
-        if n and first:
-            self.trace.admitted_at_step[r.rid] = self.step_index
-        return n
-
-    def _step_time(self, s: int, n_decode: int, chunks: list[tuple[_Req, int, int]]
-                   ) -> tuple[float, float, float, float, float, float]:
+    def step_time(self, now: float, n_decode: int, decode_context: int,
+                  chunks: Sequence[tuple[Request, int, int]]) -> StepTime:
         prefill = sum(c for _, _, c in chunks)
         cost = self._cost
         work = prefill + cost.decode_weight * n_decode
@@ -224,31 +136,111 @@ class CalibratedEngine(Engine):
             # average out, so its relative spread shrinks like 1/sqrt(length) (fitted at the shortest).
             sigma = cost.noise_sigma * math.sqrt(min(1.0, cost.fixed_s / dt)) if dt > 0 else cost.noise_sigma
             dt *= self._noise_rng.lognormvariate(-sigma * sigma / 2.0, sigma)
-        trace = self.trace
-        trace.step_end.append(self.now + dt)
+        trace = self._trace
+        trace.step_end.append(now + dt)
         trace.cum_work.append(trace.cum_work[-1] + work)
-        return dt, dt, 0.0, 0.0, 0.0, 0.0
+        return StepTime(dt, dt, 0.0, 0.0, 0.0, 0.0)
 
-    def _trace_itl(self, value: float, n: int) -> None:
+
+class OpenSource(SpecStream):
+    """Open traffic as the engine's ``ArrivalSource``: a backlog at time 0, then the renewal process."""
+
+    def __init__(self, arrivals: OpenArrivals, stream: ClassStream, rng: random.Random) -> None:
+        super().__init__(self._specs_of(arrivals, stream, rng))
+
+    @staticmethod
+    def _specs_of(arrivals: OpenArrivals, stream: ClassStream, rng: random.Random) -> Iterator[RequestSpec]:
+        rid = 0
+        for _ in range(arrivals.backlog):
+            rid += 1
+            yield stream.build(rid, 0.0)
+        for t in arrivals.times(rng):
+            rid += 1
+            yield stream.build(rid, t)
+
+
+class ClosedLoop:
+    """Closed-loop clients as the engine's ``ArrivalSource``: each sends its next request an exponential
+    think time (mean ``think_s``) after its last one's response."""
+
+    def __init__(self, clients: Clients, stream: ClassStream, think_rng: random.Random) -> None:
+        self._clients = clients
+        self._stream = stream
+        self._think_rng = think_rng
+        self._rid = 0
+        self._queue: list[tuple[float, int, RequestSpec]] = []
+        for i in range(clients.count):
+            # Clients start spread over one think time (or a few ms), not all in the same instant.
+            self._push(think_rng.uniform(0.0, max(clients.think_s, 0.01 * (i + 1))))
+
+    def _push(self, arrival: float) -> None:
+        spec = self._stream.build(self._rid, arrival)
+        heapq.heappush(self._queue, (arrival, self._rid, spec))
+        self._rid += 1
+
+    def next_arrival(self) -> float | None:
+        return self._queue[0][2].arrival if self._queue else None
+
+    def arrived(self, now: float) -> Iterator[RequestSpec]:
+        queue = self._queue
+        while queue and queue[0][0] <= now:
+            yield heapq.heappop(queue)[2]
+
+    def finished(self, spec: RequestSpec, seen: float) -> None:
+        think = self._clients.think_s
+        delay = self._think_rng.expovariate(1.0 / think) if think > 0 else 0.0
+        self._push(seen + delay)
+
+
+class TraceObserver:
+    """The engine's ``EngineObserver`` for the fit: which steps each observed ITL gap and prefill time spans."""
+
+    def __init__(self, trace: Trace) -> None:
+        self._trace = trace
+
+    def admitted(self, request: Request, step: int) -> None:
+        self._trace.admitted_at_step[request.rid] = step
+
+    def token_gap(self, now: float, value: float, n: int) -> None:
         """The steps an ITL observation of ``value`` seconds, ending with the current step, spans."""
-        trace = self.trace
-        if self.now < trace.measure_from:
+        trace = self._trace
+        if now < trace.measure_from:
             return
         end = len(trace.step_end) - 1
         # The gap began at the end of step j (a previous output, or the step that preempted the request).
         j = min(bisect_left(trace.step_end, trace.step_end[end] - value - 1e-9), end - 1)
         trace.itl.add(end - j, trace.cum_work[end] - trace.cum_work[j], weight=n)
 
-    def _record_prefill(self, r: _Req) -> None:
+    def finished(self, request: Request, seen: float) -> None:
         """Which steps the request's prefill time (scheduled -> first token) spans."""
-        trace = self.trace
-        first = trace.admitted_at_step.pop(r.rid, None)
-        if first is None or r.t_sched < trace.measure_from:
+        trace = self._trace
+        first = trace.admitted_at_step.pop(request.rid, None)
+        if first is None or request.t_sched < trace.measure_from:
             return
-        trace.step_wait_s += r.t_queued - r.t_engine
+        trace.step_wait_s += request.t_queued - request.t_engine
         trace.step_wait_n += 1
-        last = bisect_left(trace.step_end, r.t_first)
+        last = bisect_left(trace.step_end, request.t_first)
         if last >= len(trace.step_end) or last < first:
             return
         trace.prefill.add(last - first + 1, trace.cum_work[last] - trace.cum_work[first - 1])
 
+
+class CalibratedEngine(Engine):
+    """An :class:`Engine` with a fitted linear step cost and open or closed-loop traffic, built from the
+    simulator's public parts only (``StepCostModel``, ``ArrivalSource``, ``EngineObserver``)."""
+
+    def __init__(self, config: EngineConfig, workload: Workload, cost: StepCost, traffic: OpenArrivals | Clients,
+                 seed: int = 0, measure_from: float = 0.0) -> None:
+        # vLLM's admission gate (scheduler_reserve_full_isl, on by default since 0.2x): a waiting request is
+        # admitted only when its whole sequence fits, not just its first chunk.
+        config = replace(config, reserve_full_isl=True)
+        self.trace = Trace(measure_from)
+        # Requests are built from the workload's single class; its own arrival process is not used.
+        stream = ClassStream(0, workload.classes[0], random.Random(seed * 1_000_003), config.max_model_len)
+        arrivals: OpenSource | ClosedLoop
+        if isinstance(traffic, OpenArrivals):
+            arrivals = OpenSource(traffic, stream, random.Random(seed + 29))
+        else:
+            arrivals = ClosedLoop(traffic, stream, random.Random(seed + 17))
+        super().__init__(config, workload, seed, cost=FittedCost(cost, self.trace, random.Random(seed + 41)),
+                         arrivals=arrivals, observer=TraceObserver(self.trace))

@@ -177,6 +177,13 @@ def _advice(state: TargetState) -> Iterator[Sample]:
         yield [state.target, state.model_name, top.knob, _advice_value(top.current), _advice_value(top.proposed)], 1.0
 
 
+def _advice_errors(state: TargetState) -> Iterator[Sample]:
+    """The advisor's error on the latest real change of each knob (exporter/advisor/track.py)."""
+    if state.advice_track is not None:
+        for knob, metric, value in state.advice_track.errors():
+            yield [state.target, knob, metric], value
+
+
 def _quantiles(family: str) -> Source:
     def values(s: Signals) -> Iterator[tuple[Sequence[str], float | None]]:
         quantiles = getattr(s.latency, f"{family}_quantiles")
@@ -264,6 +271,12 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
                    "The what-if advisor's top recommendation: knob, current and proposed value (always 1; absent "
                    "until the advisor has one). The predictions are in the JSON.",
                    (*TM, "knob", "current", "proposed"), each_state(_advice)),
+    ExportedMetric(PREFIX + "advice_error_ratio", "gauge", "ratio",
+                   "The what-if advisor's error on the latest real change of a knob: predicted / measured - 1 "
+                   "(ttft_p95, itl_p95; preemptions_per_s padded by advice_preemption_floor), the prediction "
+                   "made from the last window before the change, the measurement the first whole window after "
+                   "it. Absent until a change was seen. The history is in the JSON (advice_track).",
+                   ("target", "knob", "metric"), each_state(_advice_errors)),
     # evaluation
     ExportedMetric(PREFIX + "evidence_ready", "gauge", "", "1 when the window holds enough data to diagnose.",
                    TM, each_state(lambda s: [(_tm(s), 1.0 if s.status == "ok" else 0.0)])),

@@ -40,6 +40,16 @@ of O(batch), which is what makes ten simulated minutes take a fraction of a seco
 
 The model only has a simulated clock (``Engine.now``, seconds since start); it never sleeps
 and is deterministic for a given seed.
+
+What a user of the model may replace, each through a protocol (the advisor's calibrated engine,
+``exporter/advisor/model.py``, replaces all three):
+
+* ``StepCostModel``: what one step costs (default ``RooflineCost``, the roofline above);
+* ``ArrivalSource``: which requests reach the API server when (default ``SpecStream`` over the
+  workload's generated requests; a closed loop of clients sends the next when one finishes);
+* ``EngineObserver``: told of each first admission, token gap and finish (default: none).
+
+The KV cache's block pool is its own module (``blockpool``).
 """
 
 from __future__ import annotations
@@ -48,10 +58,12 @@ import heapq
 import math
 import random
 from bisect import bisect_left
-from collections import OrderedDict, deque
+from collections import deque
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, NamedTuple, Protocol
 
+from exporter.simulator.blockpool import BlockPool
 from exporter.simulator.buckets import (
     HTTP_DURATION_BUCKETS,
     HTTP_DURATION_HIGHR_BUCKETS,
@@ -181,6 +193,9 @@ class EngineConfig:
     num_speculative_tokens: int = 0
     spec_acceptance: float = 0.0
     spec_method: str = "ngram"
+    # vLLM's scheduler_reserve_full_isl: a waiting request is admitted only when KV has room for its whole
+    # prompt, not just its first chunk (off in the scenarios, which were written before it; on in the advisor).
+    reserve_full_isl: bool = False
     costs: CostModel = field(default_factory=CostModel)
 
     def __post_init__(self) -> None:
@@ -321,7 +336,7 @@ class EngineStats:
 _WAITING, _PREFILL, _DECODE, _DONE = 0, 1, 2, 3
 
 
-class _Req:
+class Request:
     """A request inside the engine. Plain slots class: it is touched on every event."""
 
     __slots__ = (
@@ -361,52 +376,186 @@ class _Req:
         self.g0 = 0  # generated at c0
 
 
-class Engine:
-    """The simulated deployment: frontend + engine core + GPU(s), advanced by ``advance_to``."""
+# --------------------------------------------------------------------------------------------
+# What a user of the model may replace: step cost, arrivals, observer
+# --------------------------------------------------------------------------------------------
 
-    def __init__(self, config: EngineConfig, workload: Workload, seed: int = 0) -> None:
+
+class StepTime(NamedTuple):
+    """One step: its wall time and what the GPU did meanwhile (DCGM's view, vLLM's MFU estimates)."""
+
+    wall_s: float
+    gpu_s: float  # busy (kernels, and NCCL waiting on the link)
+    tensor_s: float
+    dram_s: float
+    comm_s: float
+    comm_bytes: float
+    flops: float = 0.0  # analytic work per GPU, as --enable-mfu-metrics estimates it
+    read_bytes: float = 0.0
+
+
+class StepCostModel(Protocol):
+    """What one engine step costs."""
+
+    def step_time(self, now: float, n_decode: int, decode_context: int,
+                  chunks: Sequence[tuple[Request, int, int]]) -> StepTime:
+        """The step that starts at ``now``: ``n_decode`` decoding requests attending to ``decode_context``
+        tokens in all, and prefill ``chunks`` of (request, tokens computed before, tokens now)."""
+        ...
+
+
+class ArrivalSource(Protocol):
+    """The requests that reach the API server, in arrival order."""
+
+    def next_arrival(self) -> float | None:
+        """When the next request arrives (None: none is known yet)."""
+        ...
+
+    def arrived(self, now: float) -> Iterator[RequestSpec]:
+        """Every request that has arrived by ``now`` and was not handed out yet, in order."""
+        ...
+
+    def finished(self, spec: RequestSpec, seen: float) -> None:
+        """The client saw the request's last token at ``seen`` (a closed loop sends its next one)."""
+        ...
+
+
+class EngineObserver(Protocol):
+    """Told what happens to requests, for bookkeeping beyond vLLM's own statistics."""
+
+    def admitted(self, request: Request, step: int) -> None:
+        """``request`` was scheduled for the first time, in step ``step``."""
+        ...
+
+    def token_gap(self, now: float, value: float, n: int) -> None:
+        """``n`` inter-token-latency observations of ``value`` seconds, the step ending at ``now``."""
+        ...
+
+    def finished(self, request: Request, seen: float) -> None:
+        """``request`` produced its last token; its client saw it at ``seen``."""
+        ...
+
+
+class SpecStream:
+    """An :class:`ArrivalSource` over an iterator of requests in arrival order (open traffic)."""
+
+    __slots__ = ("_specs", "_next")
+
+    def __init__(self, specs: Iterator[RequestSpec]) -> None:
+        self._specs = specs
+        self._next: RequestSpec | None = next(specs, None)
+
+    def next_arrival(self) -> float | None:
+        return self._next.arrival if self._next is not None else None
+
+    def arrived(self, now: float) -> Iterator[RequestSpec]:
+        spec = self._next
+        while spec is not None and spec.arrival <= now:
+            yield spec
+            spec = self._next = next(self._specs, None)
+
+    def finished(self, spec: RequestSpec, seen: float) -> None:
+        pass  # open traffic arrives whatever the engine does
+
+
+class RooflineCost:
+    """The default step cost: roofline per step (GEMM FLOPs vs HBM bytes for weights + KV reads), a fixed
+    GPU overhead, TP all-reduces (two per layer, latency + ring bandwidth), and engine-core CPU time per
+    step divided by the CPU share."""
+
+    def __init__(self, cfg: EngineConfig) -> None:
+        m, g, c = cfg.model, cfg.gpu, cfg.costs
+        tp = cfg.tensor_parallel_size
+        self._gpu = g
+        self._gpu_fixed_s = c.gpu_step_fixed_s
+        self._spec_k = cfg.num_speculative_tokens
+        self._flops_per_token = 2.0 * m.params / tp
+        self._attn_flops_per_pair = 4.0 * m.n_layers * m.hidden / tp
+        self._weight_bytes_gpu = m.weight_bytes / tp
+        self._kv_bytes_per_token_gpu = m.kv_bytes_per_token / tp
+        self._weight_s = m.weight_bytes / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
+        self._kv_s_per_token = m.kv_bytes_per_token / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
+        self._flop_rate = g.peak_flops * c.compute_efficiency
+        self._n_allreduce = 2 * m.n_layers if tp > 1 else 0
+        self._ar_bytes_per_token = m.hidden * m.dtype_bytes
+        self._ring = 2.0 * (tp - 1) / tp if tp > 1 else 0.0
+        self._cpu_fixed = (c.step_cpu_s + c.tp_step_cpu_s * (tp - 1)) / cfg.cpu_share
+        self._cpu_per_seq = c.seq_cpu_s / cfg.cpu_share
+
+    def step_time(self, now: float, n_decode: int, decode_context: int,
+                  chunks: Sequence[tuple[Request, int, int]]) -> StepTime:
+        ctx = decode_context  # tokens attended by the decodes
+        per_decode = 1 + self._spec_k  # its last token and the drafts, verified in one pass
+        tokens = n_decode * per_decode
+        pairs = float(ctx) * per_decode
+        kv_tokens = ctx
+        for _, k, c in chunks:
+            tokens += c
+            pairs += c * (k + c / 2.0)
+            kv_tokens += k + c
+        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
+        read_bytes = self._weight_bytes_gpu + self._kv_bytes_per_token_gpu * kv_tokens
+        compute_s = flops / self._flop_rate
+        dram_s = self._weight_s + self._kv_s_per_token * kv_tokens
+        gpu_s = max(compute_s, dram_s) + self._gpu_fixed_s
+        comm_s = comm_bytes = 0.0
+        if self._n_allreduce:
+            per_ar = tokens * self._ar_bytes_per_token * self._ring
+            comm_bytes = per_ar * self._n_allreduce
+            comm_s = self._n_allreduce * self._gpu.allreduce_latency_s + comm_bytes / self._gpu.link_bandwidth
+        cpu_s = self._cpu_fixed + self._cpu_per_seq * (n_decode + len(chunks))
+        # NCCL kernels keep the GPU "utilised" in DCGM's eyes while they wait on the link.
+        return StepTime(cpu_s + gpu_s + comm_s, gpu_s + comm_s, compute_s, dram_s, comm_s, comm_bytes, flops,
+                        read_bytes)
+
+
+class Engine:
+    """The simulated deployment: frontend + engine core + GPU(s), advanced by ``advance_to``.
+
+    ``cost``, ``arrivals`` and ``observer`` replace the roofline step cost, the workload's generated
+    requests and the absent observer (the protocols above); ``workload`` still gives the client timeout.
+    """
+
+    def __init__(self, config: EngineConfig, workload: Workload, seed: int = 0, *,
+                 cost: StepCostModel | None = None, arrivals: ArrivalSource | None = None,
+                 observer: EngineObserver | None = None) -> None:
         self.cfg = config
         self.stats = EngineStats(config)
         self.now = 0.0
         self.step_index = 0
         self.num_gpu_blocks = config.num_gpu_blocks
         self._bs = config.block_size
-        self._specs = generate(workload, seed, config.max_model_len)
+        self._own_cost = cost is None  # the roofline of the config: rebuilt when it changes (reconfigure)
+        self.cost: StepCostModel = RooflineCost(config) if cost is None else cost
+        self.arrivals: ArrivalSource = (SpecStream(generate(workload, seed, config.max_model_len))
+                                        if arrivals is None else arrivals)
+        self.observer = observer
         self._client_timeout = workload.client_timeout_s
-        self._next_spec: RequestSpec | None = next(self._specs, None)
         # frontend
         self._frontend_free = 0.0
-        self._pending: deque[_Req] = deque()  # tokenised, ready at t_engine (non-decreasing)
+        self._pending: deque[Request] = deque()  # tokenised, ready at t_engine (non-decreasing)
         # scheduler state
-        self.waiting: deque[_Req] = deque()
-        self.running: dict[int, _Req] = {}  # admission order; popitem() = lowest priority
-        self._prefilling: dict[int, _Req] = {}
+        self.waiting: deque[Request] = deque()
+        self.running: dict[int, Request] = {}  # admission order; popitem() = lowest priority
+        self._prefilling: dict[int, Request] = {}
         self._n_decode = 0
         # Decode clock: tokens every running decode has advanced so far (one per step without speculation).
         self._clock = 0
         self._ctx_base = 0  # sum over decode requests of (t0 - c0); context = base + n * clock
-        self._blocks_due: list[tuple[int, int, int, _Req]] = []  # (clock, order, epoch, r): grow KV
-        self._finish_due: list[tuple[int, int, int, _Req]] = []  # (clock, order, epoch, r): last token
+        self._blocks_due: list[tuple[int, int, int, Request]] = []  # (clock, order, epoch, r): grow KV
+        self._finish_due: list[tuple[int, int, int, Request]] = []  # (clock, order, epoch, r): last token
         self._spec_k = config.num_speculative_tokens
         self._spec_rng = random.Random(f"spec-{seed}")
         self._order = 0
         self._preempted_this_step = False
-        # KV cache: block 0 is the null block and never allocated
-        n = self.num_gpu_blocks
-        self._ref = [0] * n
-        self._bhash: list[tuple[int, int] | None] = [None] * n
-        self._cached: dict[tuple[int, int], int] = {}
-        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, n))
-        # step-time constants
-        self._prep_costs()
+        self._pool = BlockPool(self.num_gpu_blocks, self._bs)  # KV cache: block 0 is the null block
 
     # ----------------------------------------------------------------- public read-outs
 
     @property
     def kv_cache_usage(self) -> float:
         """Held blocks / usable blocks; evictable cached blocks count as free (vLLM's rule)."""
-        usable = self.num_gpu_blocks - 1
-        return 1.0 - len(self._free) / usable if usable > 0 else 0.0
+        return self._pool.usage
 
     @property
     def num_running(self) -> int:
@@ -445,7 +594,8 @@ class Engine:
         if config.num_gpu_blocks != self.num_gpu_blocks or config.block_size != self.cfg.block_size:
             raise ValueError("reconfigure cannot change the KV cache's geometry")
         self.cfg = config
-        self._prep_costs()
+        if self._own_cost:
+            self.cost = RooflineCost(config)
 
     # ----------------------------------------------------------------- main loop
 
@@ -468,10 +618,9 @@ class Engine:
             # Idle GPU: jump to the next thing that can happen.
             if pending:
                 nxt = pending[0].t_engine
-            elif self._next_spec is not None:
-                nxt = self._next_spec.arrival
             else:
-                nxt = math.inf
+                arrival = self.arrivals.next_arrival()
+                nxt = arrival if arrival is not None else math.inf
             if nxt >= t:
                 self.now = t
                 break
@@ -482,15 +631,12 @@ class Engine:
     def _pull_arrivals(self, now: float) -> None:
         """Tokenise every request that has arrived at the API server by ``now`` (FIFO)."""
         costs, cfg = self.cfg.costs, self.cfg
-        spec = self._next_spec
-        while spec is not None and spec.arrival <= now:
+        for spec in self.arrivals.arrived(now):
             work = (costs.tokenize_base_s + costs.tokenize_per_token_s * spec.prompt_len) * cfg.frontend_cost_scale
             start = max(spec.arrival, self._frontend_free)
             self._frontend_free = start + work / cfg.cpu_share
             self.stats.frontend_cpu_s += work
-            self._pending.append(_Req(spec, self._frontend_free))
-            spec = next(self._specs, None)
-        self._next_spec = spec
+            self._pending.append(Request(spec, self._frontend_free))
 
     def _frontend_outputs(self, n_outputs: int) -> float:
         """Process one step's outputs in the API server; returns when clients see them.
@@ -514,91 +660,39 @@ class Engine:
 
     # ----------------------------------------------------------------- KV cache
 
-    def _lookup(self, r: _Req) -> list[int]:
-        """Longest run of cached leading blocks, whole blocks only, < num_tokens tokens.
-
-        Block ``i``'s hash is ``(chain key of the segment holding its last token, i)``: two
-        requests share it exactly when their content up to the block's end is identical,
-        which is what vLLM's hash chain over block tokens decides.
-        """
+    def _lookup(self, r: Request) -> list[int]:
+        """Longest run of cached leading blocks of ``r`` (``BlockPool.lookup``); none without prefix caching."""
         if not self.cfg.enable_prefix_caching:
             return []
-        hits: list[int] = []
-        cached = self._cached
-        limit = (r.num_tokens - 1) // self._bs
-        ends, keys, bs = r.seg_ends, r.seg_keys, self._bs
-        j = 0
-        for i in range(limit):
-            end = (i + 1) * bs
-            while ends[j] < end:
-                j += 1
-            bid = cached.get((keys[j], i))
-            if bid is None:
-                break
-            hits.append(bid)
-        return hits
+        return self._pool.lookup(r.seg_ends, r.seg_keys, r.num_tokens)
 
-    def _register(self, r: _Req, computed_tokens: int) -> None:
+    def _register(self, r: Request, computed_tokens: int) -> None:
         """Make every full, computed block of ``r`` findable by later requests."""
         if not self.cfg.enable_prefix_caching:
             return
-        full = min(computed_tokens // self._bs, len(r.blocks))
-        if full <= r.n_hashed:
-            return
-        cached, bhash, blocks = self._cached, self._bhash, r.blocks
-        ends, keys, bs = r.seg_ends, r.seg_keys, self._bs
-        j = 0
-        for i in range(r.n_hashed, full):
-            # A block's hash is the chain key of the content up to the block's end.
-            end = (i + 1) * bs
-            while ends[j] < end:
-                j += 1
-            h = (keys[j], i)
-            if h not in cached:  # another request may have computed the same block already
-                bid = blocks[i]
-                cached[h] = bid
-                bhash[bid] = h
-        r.n_hashed = full
+        r.n_hashed = self._pool.register(r.blocks, r.n_hashed, r.seg_ends, r.seg_keys, computed_tokens)
 
-    def _allocate(self, k: int) -> list[int]:
-        """Take ``k`` blocks from the LRU head, evicting their cached content."""
-        free, bhash, ref, cached = self._free, self._bhash, self._ref, self._cached
-        out: list[int] = []
-        for _ in range(k):
-            bid, _ = free.popitem(last=False)
-            h = bhash[bid]
-            if h is not None:
-                del cached[h]
-                bhash[bid] = None
-            ref[bid] = 1
-            out.append(bid)
-        return out
-
-    def _free_blocks(self, r: _Req) -> None:
-        # Reverse order, as vLLM does: a request's tail blocks are evicted before its head.
-        ref, free = self._ref, self._free
-        for bid in reversed(r.blocks):
-            ref[bid] -= 1
-            if ref[bid] == 0:
-                free[bid] = None
+    def _free_blocks(self, r: Request) -> None:
+        self._pool.release(r.blocks)
         r.blocks = []
         r.n_hashed = 0
 
-    def _ensure_blocks(self, r: _Req, tokens: int) -> bool:
+    def _ensure_blocks(self, r: Request, tokens: int) -> bool:
         """Grow ``r`` to hold ``tokens`` slots, preempting from the running tail when short.
         Returns False when ``r`` itself had to be preempted."""
         need = -(-tokens // self._bs) - len(r.blocks)
         if need <= 0:
             return True
-        while len(self._free) < need:
+        free = self._pool.free
+        while len(free) < need:
             _, victim = self.running.popitem()
             self._preempt(victim)
             if victim is r:
                 return False
-        r.blocks.extend(self._allocate(need))
+        r.blocks.extend(self._pool.allocate(need))
         return True
 
-    def _preempt(self, r: _Req) -> None:
+    def _preempt(self, r: Request) -> None:
         """Recompute preemption of ``r`` (already removed from ``running``)."""
         if r.phase == _DECODE:
             steps = self._clock - r.c0
@@ -623,24 +717,26 @@ class Engine:
 
     # ----------------------------------------------------------------- scheduling
 
-    def _admit(self, r: _Req, budget: int) -> int:
-        """Schedule waiting ``r`` with up to ``budget`` tokens; 0 if KV has no room for it."""
-        if not self._free:
+    def _admit(self, r: Request, budget: int) -> int:
+        """Schedule waiting ``r`` with up to ``budget`` tokens; 0 if KV has no room for it (for its first
+        chunk, or its whole prompt with ``reserve_full_isl``)."""
+        pool = self._pool
+        free = pool.free
+        if not free:
             return 0  # cheap reject: any admission needs at least one new block
         hits = self._lookup(r)
+        evictable = pool.evictable(hits)
+        # vLLM's scheduler_reserve_full_isl: without it a long prompt admitted on a leftover chunk of
+        # budget preempts itself on its next chunk.
+        if self.cfg.reserve_full_isl and -(-r.num_tokens // self._bs) - len(hits) + evictable > len(free):
+            return 0
         cached_tokens = len(hits) * self._bs
         n = min(r.num_tokens - cached_tokens, budget)
         need = -(-(cached_tokens + n) // self._bs) - len(hits)
-        ref = self._ref
-        evictable = sum(1 for b in hits if ref[b] == 0)
-        if need + evictable > len(self._free):
+        if need + evictable > len(free):
             return 0
-        free = self._free
-        for b in hits:
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
-        r.blocks = hits + self._allocate(need)
+        pool.touch(hits)
+        r.blocks = hits + pool.allocate(need)
         r.n_hashed = len(hits)
         r.computed = cached_tokens
         r.target = r.num_tokens
@@ -651,6 +747,8 @@ class Engine:
             r.t_sched = self.now
             self.stats.prefix_cache_queries += r.num_tokens
             self.stats.prefix_cache_hits += cached_tokens
+            if self.observer is not None:
+                self.observer.admitted(r, self.step_index)
         self._order += 1
         r.order = self._order
         r.phase = _PREFILL
@@ -658,7 +756,7 @@ class Engine:
         self._prefilling[r.rid] = r
         return n
 
-    def _enter_decode(self, r: _Req) -> None:
+    def _enter_decode(self, r: Request) -> None:
         """``r`` emitted a token at the end of this step (the clock already advanced); it decodes next step."""
         del self._prefilling[r.rid]
         r.phase = _DECODE
@@ -671,7 +769,7 @@ class Engine:
         heapq.heappush(self._finish_due, (finish, r.order, r.epoch, r))
         self._push_block_due(r, finish)
 
-    def _push_block_due(self, r: _Req, finish: int) -> None:
+    def _push_block_due(self, r: Request, finish: int) -> None:
         """When ``r`` next needs a block: a decode step at num_tokens T computes position T-1 and its k
         draft positions, so it needs ceil((T + k) / bs) blocks."""
         due = self._bs * len(r.blocks) - r.t0 + r.c0 - self._spec_k + 1
@@ -679,7 +777,7 @@ class Engine:
         if due < finish:
             heapq.heappush(self._blocks_due, (due, r.order, r.epoch, r))
 
-    def _grow_decode(self, r: _Req) -> None:
+    def _grow_decode(self, r: Request) -> None:
         tokens = r.t0 + (self._clock - r.c0)
         if not self._ensure_blocks(r, tokens + self._spec_k):
             return
@@ -696,7 +794,7 @@ class Engine:
 
     def _step(self) -> None:
         cfg = self.cfg
-        s = self.step_index = self.step_index + 1
+        self.step_index += 1
         self._preempted_this_step = False
         blocks_due, clock = self._blocks_due, self._clock
 
@@ -708,7 +806,7 @@ class Engine:
         budget = cfg.max_num_batched_tokens - self._n_decode * (1 + self._spec_k)
 
         # 2. Running chunked prefills, in admission order.
-        chunks: list[tuple[_Req, int, int]] = []
+        chunks: list[tuple[Request, int, int]] = []
         if self._prefilling and budget > 0:
             for r in list(self._prefilling.values()):
                 if budget <= 0:
@@ -727,7 +825,7 @@ class Engine:
         if not self._preempted_this_step:
             waiting, running, max_seqs = self.waiting, self.running, cfg.max_num_seqs
             loras: set[int] | None = None  # adapters in the batch, built only when a LoRA request waits
-            skipped: list[_Req] = []
+            skipped: list[Request] = []
             while budget > 0 and waiting and len(running) < max_seqs:
                 r = waiting[0]
                 lora = r.spec.lora
@@ -751,10 +849,13 @@ class Engine:
 
         # 4. How long the step takes.
         n_decode = self._n_decode
-        dt, gpu_s, tensor_s, dram_s, comm_s, comm_bytes = self._step_time(s, n_decode, chunks)
+        dt, gpu_s, tensor_s, dram_s, comm_s, comm_bytes, flops, read_bytes = self.cost.step_time(
+            self.now, n_decode, self._ctx_base + n_decode * self._clock, chunks)
         t_start = self.now
         self.now = t_end = t_start + dt
         st = self.stats
+        st.estimated_flops += flops
+        st.estimated_read_bytes += read_bytes
         st.steps += 1
         st.step_time_s += dt
         st.comm_time_s += comm_s
@@ -783,6 +884,8 @@ class Engine:
             # Every decode emitted one output (1 + accepted drafts tokens); its previous output was at
             # the previous step's end, which is this step's start (the engine never idles while decodes run).
             st.inter_token_latency.observe(dt, n_decode)
+            if self.observer is not None:
+                self.observer.token_gap(t_end, dt, n_decode)
             if self._spec_k:
                 accepted = self._accepted()
                 advance += accepted
@@ -812,6 +915,8 @@ class Engine:
             else:
                 # First output after a recompute: one long gap in the stream.
                 st.inter_token_latency.observe(t_end - r.t_last_out)
+                if self.observer is not None:
+                    self.observer.token_gap(t_end, t_end - r.t_last_out, 1)
             r.t_last_out = t_end
             generated += 1
             if r.generated >= r.out_len:
@@ -836,7 +941,7 @@ class Engine:
         if outputs:
             st.iteration_tokens.observe(prompt_computed + generated)
 
-    def _finish(self, r: _Req, seen: float) -> None:
+    def _finish(self, r: Request, seen: float) -> None:
         """``r`` produced its last token; its client saw it at ``seen`` (frontend clock)."""
         st = self.stats
         r.phase = _DONE
@@ -866,50 +971,6 @@ class Engine:
         st.http_request_size_sum += 4.0 * r.prompt_len + 310.0
         st.http_duration.observe(e2e + 0.0015)
         st.http_duration_highr.observe(e2e + 0.0015)
-
-    # ----------------------------------------------------------------- step-time model
-
-    def _prep_costs(self) -> None:
-        cfg, m, g, c = self.cfg, self.cfg.model, self.cfg.gpu, self.cfg.costs
-        tp = cfg.tensor_parallel_size
-        self._flops_per_token = 2.0 * m.params / tp
-        self._attn_flops_per_pair = 4.0 * m.n_layers * m.hidden / tp
-        self._weight_bytes_gpu = m.weight_bytes / tp
-        self._kv_bytes_per_token_gpu = m.kv_bytes_per_token / tp
-        self._weight_s = m.weight_bytes / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
-        self._kv_s_per_token = m.kv_bytes_per_token / tp / (g.hbm_bandwidth * c.bandwidth_efficiency)
-        self._flop_rate = g.peak_flops * c.compute_efficiency
-        self._n_allreduce = 2 * m.n_layers if tp > 1 else 0
-        self._ar_bytes_per_token = m.hidden * m.dtype_bytes
-        self._ring = 2.0 * (tp - 1) / tp if tp > 1 else 0.0
-        self._cpu_fixed = (c.step_cpu_s + c.tp_step_cpu_s * (tp - 1)) / cfg.cpu_share
-        self._cpu_per_seq = c.seq_cpu_s / cfg.cpu_share
-
-    def _step_time(
-        self, s: int, n_decode: int, chunks: list[tuple[_Req, int, int]]
-    ) -> tuple[float, float, float, float, float, float]:
-        """Returns (step wall time, GPU busy, tensor-active, DRAM-active, comm time, comm bytes) of step ``s``."""
-        ctx = self._ctx_base + n_decode * self._clock  # tokens attended by the decodes
-        per_decode = 1 + self._spec_k  # its last token and the drafts, verified in one pass
-        tokens = n_decode * per_decode
-        pairs = float(ctx) * per_decode
-        kv_tokens = ctx
-        for _, k, c in chunks:
-            tokens += c
-            pairs += c * (k + c / 2.0)
-            kv_tokens += k + c
-        flops = self._flops_per_token * tokens + self._attn_flops_per_pair * pairs
-        stats = self.stats
-        stats.estimated_flops += flops
-        stats.estimated_read_bytes += self._weight_bytes_gpu + self._kv_bytes_per_token_gpu * kv_tokens
-        compute_s = flops / self._flop_rate
-        dram_s = self._weight_s + self._kv_s_per_token * kv_tokens
-        gpu_s = max(compute_s, dram_s) + self.cfg.costs.gpu_step_fixed_s
-        comm_s = comm_bytes = 0.0
-        if self._n_allreduce:
-            per_ar = tokens * self._ar_bytes_per_token * self._ring
-            comm_bytes = per_ar * self._n_allreduce
-            comm_s = self._n_allreduce * self.cfg.gpu.allreduce_latency_s + comm_bytes / self.cfg.gpu.link_bandwidth
-        cpu_s = self._cpu_fixed + self._cpu_per_seq * (n_decode + len(chunks))
-        # NCCL kernels keep the GPU "utilised" in DCGM's eyes while they wait on the link.
-        return cpu_s + gpu_s + comm_s, gpu_s + comm_s, compute_s, dram_s, comm_s, comm_bytes
+        if self.observer is not None:
+            self.observer.finished(r, seen)
+        self.arrivals.finished(spec, seen)

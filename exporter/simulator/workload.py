@@ -191,7 +191,7 @@ def _chain(segments: list[tuple[int, tuple[int, ...]]]) -> tuple[tuple[int, ...]
     return tuple(ends), tuple(keys)
 
 
-class _ClassStream:
+class ClassStream:
     """Turns one request class into RequestSpecs (without request ids)."""
 
     def __init__(self, index: int, cls: RequestClass, rng: random.Random, max_model_len: int) -> None:
@@ -271,7 +271,7 @@ def generate(workload: Workload, seed: int, max_model_len: int) -> Iterator[Requ
     the requests of the others.
     """
     streams = [
-        _ClassStream(i, cls, random.Random(seed * 1_000_003 + i), max_model_len)
+        ClassStream(i, cls, random.Random(seed * 1_000_003 + i), max_model_len)
         for i, cls in enumerate(workload.classes)
     ]
     heap: list[tuple[float, int]] = []
