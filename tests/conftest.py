@@ -56,7 +56,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # the lowest priority. The real vLLM runs afterwards, alone: its latencies and CPU scores are what
 # it measures. The lanes are marker expressions (LANES), so `pytest -m` reproduces any of them.
 CPU_BOUND = frozenset({  # modules, or single tests by node id
-    "tests/simulator/test_advisor.py", "tests/simulator/test_format.py", "tests/simulator/test_physics.py",
+    "tests/simulator/test_advisor.py", "tests/simulator/test_advisor_track.py", "tests/simulator/test_format.py",
+    "tests/simulator/test_physics.py",
     "tests/simulator/test_scenarios.py", "tests/render/test_slo_alerts.py",
     "tests/promsource/test_agreement.py", "tests/promsource/test_advise_prometheus.py",
     # Reads the installed vLLM's code (an import in a subprocess); starts no engine.
