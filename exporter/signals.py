@@ -256,7 +256,8 @@ class KvTransfer:
     kv_both), the NIXL connector's families only with NIXL, the offloading connector's only with offload; the
     external prefix-cache counters always, moving only with a connector. A consumer's request waits for its
     KV as *deferred* (``num_requests_waiting_by_reason``) from admission until the load completes, and vLLM
-    stamps it SCHEDULED only then: the wait is in its queue time and TTFT, not a wait for capacity.
+    stamps it SCHEDULED only then: the wait is in its queue time and TTFT, not a wait for capacity
+    (``_deferred_wait`` splits the queue time by the waiting reasons).
     """
 
     enabled: bool | None = None  # a KV connector or offload is at work (its families, or the external counters move)
@@ -264,7 +265,7 @@ class KvTransfer:
     transferred_prompt_share: float | None = None  # prompt tokens by source external_kv_transfer / all
     external_queried_tokens: float | None = None
     external_hit_ratio: float | None = None  # connector hits / tokens offered (external_prefix_cache_*)
-    deferred_wait_mean: float | None = None  # mean deferred wait per request (Little: mean deferred / arrivals)
+    deferred_wait_mean: float | None = None  # mean deferred wait per request: its share of the queue time
     deferred_ttft_share: float | None = None  # deferred_wait_mean / mean TTFT
     fetch_in_progress_mean: float | None = None  # requests whose KV load is under way, mean over scrapes
     transfers: float | None = None  # NIXL transfers in the window
@@ -857,6 +858,29 @@ def _transfer_type(value: str) -> Callable[[LabelSet], bool]:
     return lambda labels: label_value(labels, "transfer_type") == value
 
 
+def _deferred_wait(window: Window, flow: Traffic, times: Latency, consumer: bool) -> float | None:
+    """Mean time a request waits deferred (for its KV, on a consumer), in seconds.
+
+    vLLM stamps a request SCHEDULED only once its KV load is done, so its queue time (QUEUED to SCHEDULED,
+    exact per request) holds the wait for KV and any wait for capacity. The scrapes' mean deferred and
+    capacity counts split it (all of it on a consumer no scrape caught waiting: its waits are short loads).
+    Without the queue-time histogram, Little's law: the mean deferred count over the arrival rate.
+    """
+    by_reason = vllm.NUM_REQUESTS_WAITING_BY_REASON
+    if not window.present(by_reason):
+        return None
+    deferred = _mean(window.gauge_series(by_reason, "sum", _reason("deferred")))
+    capacity = _mean(window.gauge_series(by_reason, "sum", _reason("capacity")))
+    if deferred is None:
+        return None
+    if times.queue_mean is not None:
+        waiting = deferred + (capacity or 0.0)
+        return times.queue_mean * (deferred / waiting if waiting > 0 else 1.0 if consumer else 0.0)
+    if flow.first_tokens and window.duration > 0:
+        return deferred / (flow.first_tokens / window.duration)
+    return None
+
+
 def kv_transfer(window: Window, flow: Traffic, times: Latency) -> KvTransfer:
     """KV transfer and offload signals; ``KvTransfer()`` when no connector is at work."""
     external_queries = _increase(window, vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL)
@@ -868,12 +892,8 @@ def kv_transfer(window: Window, flow: Traffic, times: Latency) -> KvTransfer:
     if window.present(by_source):
         transferred_share = _ratio(window.increase(by_source, _source("external_kv_transfer")),
                                    window.increase(by_source))
-    # Little's law: the mean number waiting deferred over the arrival rate is the mean deferred wait.
-    deferred_wait = None
-    if window.present(vllm.NUM_REQUESTS_WAITING_BY_REASON) and flow.first_tokens and duration > 0:
-        deferred = _mean(window.gauge_series(vllm.NUM_REQUESTS_WAITING_BY_REASON, "sum", _reason("deferred")))
-        deferred_wait = deferred / (flow.first_tokens / duration) if deferred is not None else None
     fetch = vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE
+    deferred_wait = _deferred_wait(window, flow, times, window.present(fetch))
     xfer = _histogram(window, vllm.NIXL_XFER_TIME_SECONDS)
     xfer_bytes = _histogram(window, vllm.NIXL_BYTES_TRANSFERRED)
     failures = _increase(window, vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL)

@@ -231,6 +231,15 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
               since="0.32"),
 )
 
+# Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload (and no capture
+# of a KV consumer is kept), so no real capture holds them (tests/unit/test_metric_names.py).
+FROM_SOURCE_ONLY: frozenset[str] = frozenset({
+    NUM_REQUESTS_KV_FETCH_BY_STAGE, NIXL_XFER_TIME_SECONDS, NIXL_BYTES_TRANSFERRED, NIXL_NUM_FAILED_TRANSFERS_TOTAL,
+    NIXL_NUM_KV_EXPIRED_REQS_TOTAL, NIXL_POST_TIME_SECONDS, NIXL_NUM_DESCRIPTORS, NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL,
+    KV_OFFLOAD_LOAD_BYTES_TOTAL, KV_OFFLOAD_LOAD_TIME_TOTAL, KV_OFFLOAD_TOTAL_BYTES_TOTAL, KV_OFFLOAD_TOTAL_TIME_TOTAL,
+    KV_OFFLOAD_CPU_CACHE_USAGE_PERC, KV_OFFLOAD_STORE_BYTES_TOTAL, KV_OFFLOAD_STORE_TIME_TOTAL,
+})
+
 # Sample-name suffixes of a histogram family, mapped to the part they carry.
 HISTOGRAM_PARTS: tuple[tuple[str, str], ...] = (("_bucket", "bucket"), ("_sum", "sum"), ("_count", "count"))
 

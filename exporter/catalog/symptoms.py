@@ -182,12 +182,13 @@ CAUSES: tuple[Cause, ...] = (
                   "no load for prompts whose prefill costs less than their transfer",
                   "prefill work on the decode instance disturbs its streams (ITL)"))),
     Cause("A8", "A", "distributed", "KV transfer failing: loads from another instance fail",
-          "A share of this instance's KV loads fail (vllm:nixl_num_failed_transfers counts transfer, handshake "
-          "and notification failures). With vLLM's default kv_load_failure_policy (fail) each failed load ends "
-          "its request with an error; with recompute its prompt is prefilled here instead, at prefill cost.",
+          f"A share of this instance's KV loads fail ({vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL} counts transfer, "
+          "handshake and notification failures). With vLLM's default kv_load_failure_policy (fail) each failed "
+          "load ends its request with an error; with recompute its prompt is prefilled here instead, at prefill "
+          "cost.",
           (Action("read both instances' logs for the connector's errors: the side-channel port reachable, NIXL "
                   "agent metadata exchanged, the UCX transport up; on the prefill instance, KV that expired "
-                  "before this instance read it (vllm:nixl_num_kv_expired_reqs: raise "
+                  f"before this instance read it ({vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL}: raise "
                   "VLLM_NIXL_ABORT_REQUEST_TIMEOUT if decode reads late)",
                   "the failing link or peer named", "an operator's time"),
            Action("set kv_load_failure_policy to recompute in this instance's --kv-transfer-config",

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from types import MappingProxyType
 
-from exporter.catalog.metrics import ITERATION_TOKENS_TOTAL
+from exporter.catalog.metrics import ITERATION_TOKENS_TOTAL, NIXL_NUM_FAILED_TRANSFERS_TOTAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +178,7 @@ class Thresholds:
         "count over the arrival rate) at or above which a missed first-token objective is put on the KV "
         "transfer (A7). Below it the transfer is a minor part of the first token and the A causes judge it.", 0, 1)
     kv_transfer_failure_share: float = threshold(0.02, "ratio",
-        "Failed KV transfers over all transfers (vllm:nixl_num_failed_transfers against the transfer "
+        f"Failed KV transfers over all transfers ({NIXL_NUM_FAILED_TRANSFERS_TOTAL} against the transfer "
         "histogram's count) at or above which the transfer is failing (A8). Each failure fails its request "
         "or recomputes its prompt on the decode instance (kv_load_failure_policy).", 0, 1)
     kv_transfer_failures_min: float = threshold(5, "failures",

@@ -502,7 +502,8 @@ def rule_a7(ctx: Context) -> Finding:
             f"{_pct(kt.deferred_ttft_share)} of mean TTFT {_s(s.latency.ttft_mean or 0)}")
     if kt.deferred_ttft_share < t.kv_transfer_ttft_share:
         return clear(f"{wait}: the transfer does not explain the first tokens ({role})")
-    evidence = [breach.evidence, f"{wait} ({role}; mean deferred count over the arrival rate)",
+    evidence = [breach.evidence, f"{wait} ({role}; the queue time, split by the scrapes' deferred and capacity "
+                                 "counts: vLLM schedules a request once its KV is in)",
                 *transfer_evidence(s)]
     if s.scheduler.queued_fraction is not None:
         evidence.append(f"requests wait for capacity in only {_pct(s.scheduler.queued_fraction)} of scrapes: "

@@ -340,7 +340,7 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
                    "kv_producer: NIXL families without it). Pairs prefill and decode instances of a model.",
                    (*TM, "role"), each_state(_kv_role)),
     _gauge("kv_deferred_ttft_share", "ratio",
-           "KV consumer: mean wait for KV (deferred count over arrivals) as a share of mean TTFT (A7).",
+           "KV consumer: mean wait for KV (the deferred share of the queue time) as a share of mean TTFT (A7).",
            lambda s: s.kv_transfer.deferred_ttft_share),
     _gauge("kv_transfer_time_seconds", "seconds", "Mean time of one KV transfer (NIXL) over the window.",
            lambda s: s.kv_transfer.transfer_time_mean),

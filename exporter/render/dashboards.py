@@ -397,8 +397,8 @@ def kv_transfer_panels() -> list[g.Panel]:
     transferred = KV.divide(KV.sum_rate(by_source, RATE, extra='source="external_kv_transfer"'),
                             KV.sum_rate(by_source, RATE, drop=("source",)))
     return [
-        timeseries("TTFT share waiting for KV", "Mean wait of a request for its KV (deferred count over arrivals) "
-                   "over mean TTFT. Above the mark a missed first-token objective is put on the transfer (A7); "
+        timeseries("TTFT share waiting for KV", "Mean wait of a request for its KV (the deferred share of its queue "
+                   "time) over mean TTFT. Above the mark a missed first-token objective is put on the transfer (A7); "
                    "the raw line is the requests whose KV load is in progress.",
                    [(diag("vllm_diag_kv_deferred_ttft_share", sel), "{{target}} (sidecar window)"),
                     (KV.agg("sum", fetch, 'stage="in_progress"', drop=("stage",)), "raw loading {{model_name}}")],

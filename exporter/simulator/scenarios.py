@@ -754,9 +754,9 @@ _PD_HEALTHY = Scenario(
 _PD_SLOW = Scenario(
     name="pd-decode-slow-transfer",
     description=(
-        "The same decode instance after NIXL fell back to TCP (1.5 GB/s): each prompt's KV takes ~130 ms on a "
-        "link 80 % busy, loads queue behind each other, and requests spend most of their first-token time "
-        "waiting deferred for KV: KV transfer slow (A7, distributed)."
+        "The same decode instance after NIXL fell back to TCP (1.5 GB/s): a prompt's KV takes ~130 ms alone, "
+        "~290 ms on average on a link 65 % busy where loads queue behind each other, and requests spend most "
+        "of their first-token time waiting deferred for KV: KV transfer slow (A7, distributed)."
     ),
     knobs=_PD_KNOBS + "; link 1.5 GB/s",
     engine=_pd_decode(kv_transfer_bandwidth=1.5e9),
@@ -781,7 +781,7 @@ _PD_FAILING = Scenario(
     slo=_PD_SLO,
 )
 
-# The cache-eviction deployment with a CPU offload tier of 40,000 blocks (80 GB, --kv-offloading-size 80):
+# The cache-eviction deployment with a CPU offload tier of 100,000 blocks (200 GB, --kv-offloading-size 200):
 # the prefixes the GPU cache evicts come back from host memory by a copy, not a prefill.
 _OFFLOAD = Scenario(
     name="kv-offload-eviction",
@@ -791,7 +791,7 @@ _OFFLOAD = Scenario(
         "the misses by a copy over PCIe, and first tokens stay within their objective. A cheaper miss: no "
         "finding beyond information."
     ),
-    knobs="gpu_memory_utilization 0.5; --kv-offloading-size 80 (40,000 blocks); 200 prefix groups x 3000 "
+    knobs="gpu_memory_utilization 0.5; --kv-offloading-size 200 (100,000 blocks); 200 prefix groups x 3000 "
     "tokens; 2.6 req/s, ~600 output",
     engine=EngineConfig(gpu_memory_utilization=0.5, kv_offload_blocks=100_000),
     workload=_EVICTION.workload,

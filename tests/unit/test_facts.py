@@ -283,7 +283,8 @@ def test_speculative_config_gives_its_drafter_and_draft_tokens_only() -> None:
 
 
 def test_kv_transfer_config_gives_connector_role_and_failure_policy_only():
-    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer", "kv_load_failure_policy": "recompute",
+    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
+                         "kv_load_failure_policy": "recompute",
                          "kv_connector_extra_config": {"backends": ["UCX"], "secret": "x"}, "kv_ip": "10.0.0.1"})
     inv = cmdline.parse(["vllm", "serve", "m", "--kv-transfer-config", config, "--kv-offloading-size", "80"])
     assert inv is not None and inv.flags == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
