@@ -714,20 +714,9 @@ class Engine:
         if external:
             return self._start_load(r, hits, external, kind)
         n = min(r.num_tokens - cached_tokens, budget)
-        need = -(-(cached_tokens + n) // self._bs) - len(hits)
-        ref = self._ref
-        evictable = sum(1 for b in hits if ref[b] == 0)
-        if need + evictable > len(self._free):
+        if not self._take_blocks(r, hits, cached_tokens + n):
             return 0
-        free = self._free
-        for b in hits:
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
-        r.blocks = hits + self._allocate(need)
-        r.n_hashed = len(hits)
         r.computed = cached_tokens
-        r.target = r.num_tokens
         if not r.admitted_once:
             # Prefix-cache counters: tokens, first admission only (re-admissions excluded).
             r.admitted_once = True
@@ -737,12 +726,31 @@ class Engine:
             self.stats.prefix_cache_hits += cached_tokens
             if self.cfg.kv_consumer:  # the connector is asked for what the GPU cache missed, and found none
                 self.stats.external_prefix_queries += r.num_tokens - cached_tokens
+        self._run(r)
+        return n
+
+    def _run(self, r: _Req) -> None:
+        """``r`` joins the running batch, prefilling, as the lowest-priority request."""
         self._order += 1
         r.order = self._order
         r.phase = _PREFILL
         self.running[r.rid] = r
         self._prefilling[r.rid] = r
-        return n
+
+    def _take_blocks(self, r: _Req, hits: list[int], tokens: int) -> bool:
+        """Give ``r`` the cached ``hits`` and new blocks up to ``tokens`` slots; False if KV has no room."""
+        need = -(-tokens // self._bs) - len(hits)
+        ref, free = self._ref, self._free
+        if need + sum(1 for b in hits if ref[b] == 0) > len(free):
+            return False
+        for b in hits:
+            if ref[b] == 0:
+                del free[b]
+            ref[b] += 1
+        r.blocks = hits + self._allocate(need)
+        r.n_hashed = len(hits)
+        r.target = r.num_tokens
+        return True
 
     def _external_tokens(self, r: _Req, hits: list[int]) -> tuple[int, str]:
         """Prompt tokens the KV connector would load after the ``hits`` of the GPU prefix cache, and from where:
@@ -771,18 +779,9 @@ class Engine:
     def _start_load(self, r: _Req, hits: list[int], external: int, kind: str) -> int:
         """Give ``r`` blocks for its cached and loaded tokens and start the load; 0 if KV has no room."""
         cached_tokens = len(hits) * self._bs
-        need = -(-(cached_tokens + external) // self._bs) - len(hits)
-        ref, free = self._ref, self._free
-        if need + sum(1 for b in hits if ref[b] == 0) > len(free):
+        if not self._take_blocks(r, hits, cached_tokens + external):
             return 0
-        for b in hits:
-            if ref[b] == 0:
-                del free[b]
-            ref[b] += 1
-        r.blocks = hits + self._allocate(need)
-        r.n_hashed = len(hits)
         r.computed = cached_tokens + external
-        r.target = r.num_tokens
         st = self.stats
         if not r.admitted_once:
             # vLLM records both prefix caches at this admission (a preempted request's lookups are not counted).
@@ -843,11 +842,7 @@ class Engine:
             r.blocks.extend(self._allocate(need))
         if r.t_sched < 0:
             r.t_sched = self.now  # vLLM stamps SCHEDULED now: the load's wait is queue time
-        self._order += 1
-        r.order = self._order
-        r.phase = _PREFILL
-        self.running[r.rid] = r
-        self._prefilling[r.rid] = r
+        self._run(r)
         return n
 
     def _offload_store(self, h: tuple[int, int]) -> None:

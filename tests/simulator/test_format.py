@@ -272,10 +272,16 @@ def test_docs_table_matches_the_registry() -> None:
         ), name
 
 
-def test_a_decode_instance_exports_the_connector_families_vllm_registers() -> None:
+def test_a_decode_instance_exports_the_connector_families_vllm_registers(fixtures_dir: Path) -> None:
     """A NIXL kv_consumer: NIXL's families after the spec-decode position, the fetch-stage gauge after the
-    waiting-by-reason gauge, with vLLM's bucket edges (nixl/stats.py); a plain engine exports none of them."""
+    waiting-by-reason gauge (as in a real kv_consumer's capture, HELP and labels included), with vLLM's
+    bucket edges (nixl/stats.py); a plain engine exports none of them."""
     sim = parse(scenario_text("pd-decode-slow-transfer"))
+    real = parse((fixtures_dir / "snapshot-kv-consumer.txt").read_text())
+    fetch = "vllm:num_requests_kv_fetch_by_stage"
+    assert sim.helps[fetch] == real.helps[fetch] and sim.label_names[fetch] == real.label_names[fetch]
+    real_names = [n for n, _ in real.types]
+    assert real_names.index(fetch) == real_names.index("vllm:num_requests_waiting_by_reason") + 1
     names = [n for n, _ in sim.types if not n.endswith("_created")]
     nixl = [n for n in names if n.startswith("vllm:nixl_")]
     assert nixl == ["vllm:nixl_xfer_time_seconds", "vllm:nixl_post_time_seconds", "vllm:nixl_bytes_transferred",

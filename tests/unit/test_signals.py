@@ -284,3 +284,15 @@ def test_kv_transfer_signals_of_a_simulated_decode_instance():
     assert kt.deferred_ttft_share > 0.5
     assert kt.failures == 0 and kt.failure_share == 0.0
     assert "nixl" not in " ".join(s.missing)  # connector families are optional, never missing inputs
+
+
+def test_a_real_kv_consumer_is_recognised_from_its_metrics(fixtures_dir):
+    """vLLM 0.32 with ExampleConnector as kv_consumer (docs/disaggregation.md): it registers the fetch-stage
+    gauge; with the producer's KV in the shared folder, most prompt tokens arrived by transfer."""
+    text = read_capture(fixtures_dir, "kv-consumer")
+    s = _signals([text], [0.0])
+    assert s.kv_transfer.enabled and s.kv_transfer.consumer
+    plain = _signals([read_capture(fixtures_dir, "steady")], [0.0])
+    assert plain.kv_transfer.enabled is None and plain.kv_transfer.consumer is None
+    assert _sample(text, "vllm:prompt_tokens_by_source_total", ',source="external_kv_transfer"') == 5376
+    assert _sample(text, "vllm:external_prefix_cache_hits_total") == 5376
