@@ -300,9 +300,12 @@ class KvTransfer:
 
     @property
     def offload(self) -> bool:
-        """KV comes back from an offload tier or another instance by a copy: a miss there costs a load, not a
-        recompute (the connector served tokens in the window, or the offload families say it loads)."""
-        return bool(self.enabled and ((self.external_hit_ratio or 0) > 0 or (self.offload_load_bytes or 0) > 0))
+        """A miss comes back by a copy from a tier that keeps KV, not by a recompute: the offload families say it
+        loads, or the connector served tokens without NIXL. A NIXL decode instance is no such tier: its prefill
+        instance frees the KV once read, and a preempted request recomputes."""
+        if not self.enabled:
+            return False
+        return (self.offload_load_bytes or 0) > 0 or ((self.external_hit_ratio or 0) > 0 and self.transfers is None)
 
 
 Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer

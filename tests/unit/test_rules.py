@@ -75,7 +75,8 @@ PD_DECODE = dict(kv_transfer_enabled=True, kv_consumer=True, kv_transferred_prom
                  kv_transfer_time_mean_seconds=0.4, kv_transfer_time_p95_seconds=0.9, kv_transfer_bytes_mean=2e8,
                  kv_transfer_failures=0, kv_transfer_failure_share=0.0, kv_deferred_wait_mean_seconds=1.6,
                  kv_deferred_ttft_share=0.64, waiting_deferred=16, deferred_fraction=1.0, queue_mean=1.7,
-                 ttft_queue_share=0.68, ttft_prefill_share=0.1, prefix_cache_hit_ratio=0.0)
+                 ttft_queue_share=0.68, ttft_prefill_share=0.1, prefix_cache_hit_ratio=0.0,
+                 external_prefix_cache_hit_ratio=0.98, external_prefix_cache_queried_tokens=900000)
 PD_FAILING = dict(PD_DECODE, kv_deferred_wait_mean_seconds=0.01, kv_deferred_ttft_share=0.05, kv_transfer_failures=30,
                   kv_transfer_failure_share=30 / 630, requests_errored=30)
 # KV offload on: the CPU tier served most of what the GPU prefix cache missed.
@@ -531,6 +532,9 @@ def test_with_offload_a_miss_is_a_copy_d_weakens_and_says_so_f_counts_the_tier()
     assert offloaded.status == "fired" and offloaded.strength < storm.strength
     assert any("by a copy over PCIe, not a recompute" in e for e in offloaded.evidence)
     assert any("90.0 GB loaded back to the GPU at 20.0 GB/s" in e for e in offloaded.evidence)
+    # a NIXL decode instance's connector hits are transfers, not a tier: a preemption there recomputes
+    decode = RULE_BY_ID["D"](_ctx({**STORM, **PD_DECODE}, {}))
+    assert decode.strength == storm.strength and not any("offload" in e for e in decode.evidence)
     # the GPU prefix cache hits 10 %, the tier serves 90 % of the rest: reuse is fine, F6 clears
     evicted = {**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, **KV_FULL}
     assert RULE_BY_ID["F6"](_ctx(evicted, {})).status == "fired"
