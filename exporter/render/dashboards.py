@@ -431,15 +431,14 @@ def kv_transfer_panels() -> list[g.Panel]:
 
 def disaggregation_panels() -> list[g.Panel]:
     """The fleet's prefill and decode instances, paired by model (the sidecar's role gauge)."""
-    role = exported("vllm_diag_kv_transfer_role").sample_name
-    sel = f'{{{PLACE_SEL}, model_name=~"$model"}}'
+    role = diag("vllm_diag_kv_transfer_role")
     return [
         table("Prefill and decode instances by model", "Every target with a KV connector, its model and role "
               "(kv_producer: prefill, kv_consumer: decode, kv_both: either or offload), one row per target: "
               "a model's prefill and decode instances side by side.",
-              (f"{role}{sel} == 1", ""), metrics=["vllm_diag_kv_transfer_role"], overrides=_table_links()),
+              (f"{role} == 1", ""), metrics=["vllm_diag_kv_transfer_role"], overrides=_table_links()),
         timeseries("Instances per role by model", "How many prefill and decode instances each model has.",
-                   [(f"count by (model_name, role) ({role}{sel})", "{{model_name}} {{role}}")],
+                   [(f"count by (model_name, role) ({role})", "{{model_name}} {{role}}")],
                    metrics=["vllm_diag_kv_transfer_role"], unit="none"),
         timeseries("Decode instances: TTFT share waiting for KV", "Per decode target; above the mark a missed "
                    "first-token objective is the transfer's (A7).",
