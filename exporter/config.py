@@ -61,6 +61,13 @@ class EngineFacts(_Strict):
     # counters on /metrics tell whether speculation is on)
     speculative_method: str | None = None
     num_speculative_tokens: int | None = Field(default=None, gt=0)
+    # --kv-transfer-config: its connector, role and load-failure policy; --kv-offloading-size/-backend (None: not
+    # known; the connector's families and vllm:num_requests_kv_fetch_by_stage on /metrics tell a consumer too)
+    kv_connector: str | None = None
+    kv_role: str | None = None
+    kv_load_failure_policy: str | None = None
+    kv_offloading_size: float | None = Field(default=None, gt=0)
+    kv_offloading_backend: str | None = None
     vllm_version: str | None = None
     platform: str | None = None
 

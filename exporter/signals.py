@@ -5,8 +5,8 @@ A value is ``None`` when its inputs are absent or the window holds no such traff
 names of absent inputs are listed in ``missing`` so nothing reads as zero.
 
 ``Signals`` is a composition of small frozen groups (traffic, KV, scheduler, latency, CPU,
-GPU, speculative decoding), each filled by its own function over the window. The JSON ``signals`` object is a
-contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
+GPU, speculative decoding, KV transfer), each filled by its own function over the window. The JSON
+``signals`` object is a contract (docs/method.md, "The JSON signals object"): :meth:`Signals.to_dict` flattens the
 groups into one object, in the order of the dataclasses' fields (``FLAT_KEYS``, derived from them):
 a new signal is one new field of its group.
 """
@@ -248,10 +248,71 @@ class Speculative:
         return None
 
 
-Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative
+@dataclass(frozen=True, slots=True)
+class KvTransfer:
+    """KV transfer between instances (disaggregated prefill/decode) and KV offload, over the window.
+
+    vLLM registers ``vllm:num_requests_kv_fetch_by_stage`` only on a KV consumer (``kv_role`` kv_consumer or
+    kv_both), the NIXL connector's families only with NIXL, the offloading connector's only with offload; the
+    external prefix-cache counters always, moving only with a connector. A consumer's request waits for its
+    KV as *deferred* (``num_requests_waiting_by_reason``) from admission until the load completes, and vLLM
+    stamps it SCHEDULED only then: the wait is in its queue time and TTFT, not a wait for capacity
+    (``_deferred_wait`` splits the queue time by the waiting reasons).
+    """
+
+    enabled: bool | None = None  # a KV connector or offload is at work (its families, or the external counters move)
+    consumer: bool | None = None  # the fetch-stage gauge is registered: this instance loads KV (decode side)
+    transferred_prompt_share: float | None = None  # prompt tokens by source external_kv_transfer / all
+    external_queried_tokens: float | None = None
+    external_hit_ratio: float | None = None  # connector hits / tokens offered (external_prefix_cache_*)
+    deferred_wait_mean: float | None = None  # mean deferred wait per request: its share of the queue time
+    deferred_ttft_share: float | None = None  # deferred_wait_mean / mean TTFT
+    fetch_in_progress_mean: float | None = None  # requests whose KV load is under way, mean over scrapes
+    transfers: float | None = None  # NIXL transfers in the window
+    transfer_time_mean: float | None = None  # seconds per NIXL transfer
+    transfer_time_p95: float | None = None
+    transfer_bytes_per_second: float | None = None  # NIXL bytes moved / window
+    transfer_bytes_mean: float | None = None  # bytes per NIXL transfer
+    failures: float | None = None  # NIXL failed transfers (handshake and notification failures included)
+    failure_share: float | None = None  # failures / (failures + transfers)
+    kv_expired: float | None = None  # prefill side: requests whose KV expired before a decode read it
+    errored_requests: float | None = None  # finished with reason error in the window (a failed KV load's end)
+    offload_load_seconds: float | None = None  # offload tier -> GPU copy time in the window
+    offload_load_bytes: float | None = None
+    offload_load_bytes_per_second: float | None = None  # bytes loaded per second of loading (copy bandwidth)
+    offload_cpu_usage: float | None = None  # share of the CPU offload tier in use, latest
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "enabled": "kv_transfer_enabled", "consumer": "kv_consumer",
+        "transferred_prompt_share": "kv_transferred_prompt_share",
+        "external_queried_tokens": "external_prefix_cache_queried_tokens",
+        "external_hit_ratio": "external_prefix_cache_hit_ratio",
+        "deferred_wait_mean": "kv_deferred_wait_mean_seconds", "deferred_ttft_share": "kv_deferred_ttft_share",
+        "fetch_in_progress_mean": "kv_fetch_in_progress_mean", "transfers": "kv_transfers",
+        "transfer_time_mean": "kv_transfer_time_mean_seconds", "transfer_time_p95": "kv_transfer_time_p95_seconds",
+        "transfer_bytes_per_second": "kv_transfer_bytes_per_second", "transfer_bytes_mean": "kv_transfer_bytes_mean",
+        "failures": "kv_transfer_failures", "failure_share": "kv_transfer_failure_share",
+        "kv_expired": "kv_transfer_expired_requests", "errored_requests": "requests_errored",
+        "offload_load_seconds": "kv_offload_load_seconds", "offload_load_bytes": "kv_offload_load_bytes",
+        "offload_load_bytes_per_second": "kv_offload_load_bytes_per_second",
+        "offload_cpu_usage": "kv_offload_cpu_usage",
+    }
+
+    @property
+    def offload(self) -> bool:
+        """A miss comes back by a copy from a tier that keeps KV, not by a recompute: the offload families say it
+        loads, or the connector served tokens without NIXL. A NIXL decode instance is no such tier: its prefill
+        instance frees the KV once read, and a preempted request recomputes."""
+        if not self.enabled:
+            return False
+        return (self.offload_load_bytes or 0) > 0 or ((self.external_hit_ratio or 0) > 0 and self.transfers is None)
+
+
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer
 GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
     ("speculative", Speculative),
+    ("kv_transfer", KvTransfer),
 )
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
@@ -296,6 +357,7 @@ class Signals:
     cpu: Cpu = Cpu()
     gpu: Gpu = Gpu()
     speculative: Speculative = Speculative()
+    kv_transfer: KvTransfer = KvTransfer()
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -784,6 +846,97 @@ def speculative(window: Window, itl: HistogramDelta | None) -> Speculative:
     )
 
 
+# KV transfer / offload families: any of them on /metrics says a connector or offload is configured.
+KV_TRANSFER_FAMILIES: tuple[str, ...] = (
+    vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE, vllm.NIXL_XFER_TIME_SECONDS, vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL,
+    vllm.KV_OFFLOAD_LOAD_BYTES_TOTAL, vllm.KV_OFFLOAD_TOTAL_BYTES_TOTAL, vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC,
+)
+
+
+def _stage(value: str) -> Callable[[LabelSet], bool]:
+    return lambda labels: label_value(labels, "stage") == value
+
+
+def _transfer_type(value: str) -> Callable[[LabelSet], bool]:
+    return lambda labels: label_value(labels, "transfer_type") == value
+
+
+def _deferred_wait(window: Window, flow: Traffic, times: Latency, consumer: bool) -> float | None:
+    """Mean time a request waits deferred (for its KV, on a consumer), in seconds.
+
+    vLLM stamps a request SCHEDULED only once its KV load is done, so its queue time (QUEUED to SCHEDULED,
+    exact per request) holds the wait for KV and any wait for capacity. The scrapes' mean deferred and
+    capacity counts split it (all of it on a consumer no scrape caught waiting: its waits are short loads).
+    Without the queue-time histogram, Little's law: the mean deferred count over the arrival rate.
+    """
+    by_reason = vllm.NUM_REQUESTS_WAITING_BY_REASON
+    if not window.present(by_reason):
+        return None
+    deferred = _mean(window.gauge_series(by_reason, "sum", _reason("deferred")))
+    capacity = _mean(window.gauge_series(by_reason, "sum", _reason("capacity")))
+    if deferred is None:
+        return None
+    if times.queue_mean is not None:
+        waiting = deferred + (capacity or 0.0)
+        return times.queue_mean * (deferred / waiting if waiting > 0 else 1.0 if consumer else 0.0)
+    if flow.first_tokens and window.duration > 0:
+        return deferred / (flow.first_tokens / window.duration)
+    return None
+
+
+def kv_transfer(window: Window, flow: Traffic, times: Latency) -> KvTransfer:
+    """KV transfer and offload signals; ``KvTransfer()`` when no connector is at work."""
+    external_queries = _increase(window, vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL)
+    if not (any(window.present(name) for name in KV_TRANSFER_FAMILIES) or external_queries):
+        return KvTransfer()
+    duration = window.duration
+    by_source = vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL
+    transferred_share = None
+    if window.present(by_source):
+        transferred_share = _ratio(window.increase(by_source, _source("external_kv_transfer")),
+                                   window.increase(by_source))
+    fetch = vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE
+    deferred_wait = _deferred_wait(window, flow, times, window.present(fetch))
+    xfer = _histogram(window, vllm.NIXL_XFER_TIME_SECONDS)
+    xfer_bytes = _histogram(window, vllm.NIXL_BYTES_TRANSFERRED)
+    failures = _increase(window, vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL)
+    transfers = xfer.count if xfer is not None else None
+    load_bytes, load_seconds = (_increase(window, vllm.KV_OFFLOAD_LOAD_BYTES_TOTAL),
+                                _increase(window, vllm.KV_OFFLOAD_LOAD_TIME_TOTAL))
+    if load_bytes is None and window.present(vllm.KV_OFFLOAD_TOTAL_BYTES_TOTAL):  # before the flat names
+        load_bytes = window.increase(vllm.KV_OFFLOAD_TOTAL_BYTES_TOTAL, _transfer_type("CPU_to_GPU"))
+        if window.present(vllm.KV_OFFLOAD_TOTAL_TIME_TOTAL):
+            load_seconds = window.increase(vllm.KV_OFFLOAD_TOTAL_TIME_TOTAL, _transfer_type("CPU_to_GPU"))
+    errored = (window.increase(vllm.REQUEST_SUCCESS_TOTAL, lambda labels: label_value(labels, "finished_reason")
+                               == "error") if window.present(vllm.REQUEST_SUCCESS_TOTAL) else None)
+    return KvTransfer(
+        enabled=True,
+        consumer=window.present(fetch),
+        transferred_prompt_share=transferred_share,
+        external_queried_tokens=external_queries,
+        external_hit_ratio=_ratio(_increase(window, vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL), external_queries),
+        deferred_wait_mean=deferred_wait,
+        deferred_ttft_share=(min(1.0, deferred_wait / times.ttft_mean)
+                             if deferred_wait is not None and times.ttft_mean else None),
+        fetch_in_progress_mean=_mean(window.gauge_series(fetch, "sum", _stage("in_progress")))
+        if window.present(fetch) else None,
+        transfers=transfers,
+        transfer_time_mean=_hist_mean(xfer),
+        transfer_time_p95=xfer.quantile(0.95) if xfer is not None and xfer.count else None,
+        transfer_bytes_per_second=_ratio(xfer_bytes.sum, duration) if xfer_bytes is not None else None,
+        transfer_bytes_mean=_hist_mean(xfer_bytes),
+        failures=failures,
+        failure_share=_ratio(failures, (failures or 0) + (transfers or 0)) if failures is not None else None,
+        kv_expired=_increase(window, vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL),
+        errored_requests=errored,
+        offload_load_seconds=load_seconds,
+        offload_load_bytes=load_bytes,
+        offload_load_bytes_per_second=_ratio(load_bytes, load_seconds),
+        offload_cpu_usage=window.gauge(vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC, "max")
+        if window.present(vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC) else None,
+    )
+
+
 def per_token(itl: HistogramDelta | None, tokens_per_event: float | None) -> HistogramDelta | None:
     """The ITL histogram with each event gap divided by the tokens an event carried on average."""
     if itl is None or tokens_per_event is None:
@@ -818,6 +971,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         cpu=cpu_use,
         gpu=gpu(window, host),
         speculative=spec,
+        kv_transfer=kv_transfer(window, flow, times),
         cache=cache_facts(window.latest),
         missing=missing_inputs(window),
         notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),

@@ -72,6 +72,27 @@ REQUEST_PREFILL_KV_COMPUTED_TOKENS: Final = "vllm:request_prefill_kv_computed_to
 PROCESS_CPU_SECONDS_TOTAL: Final = "process_cpu_seconds_total"
 PROCESS_START_TIME_SECONDS: Final = "process_start_time_seconds"
 HTTP_REQUEST_DURATION_SECONDS: Final = "http_request_duration_seconds"
+# -- KV transfer and offload (disaggregated prefill/decode, KV connectors; issue 29) ------------------------------
+# Registered only with --kv-transfer-config (or --kv-offloading-size): the fetch-stage gauge on a consumer
+# (kv_role kv_consumer or kv_both, vllm/v1/metrics/loggers.py), the NIXL connector's transfer families
+# (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py), the offloading connector's
+# (.../v1/offloading/metrics.py, vllm/v1/kv_offload/cpu/common.py).
+NUM_REQUESTS_KV_FETCH_BY_STAGE: Final = "vllm:num_requests_kv_fetch_by_stage"
+NIXL_XFER_TIME_SECONDS: Final = "vllm:nixl_xfer_time_seconds"
+NIXL_BYTES_TRANSFERRED: Final = "vllm:nixl_bytes_transferred"
+NIXL_NUM_FAILED_TRANSFERS_TOTAL: Final = "vllm:nixl_num_failed_transfers_total"
+NIXL_NUM_KV_EXPIRED_REQS_TOTAL: Final = "vllm:nixl_num_kv_expired_reqs_total"
+KV_OFFLOAD_LOAD_BYTES_TOTAL: Final = "vllm:kv_offload_load_bytes_total"
+KV_OFFLOAD_LOAD_TIME_TOTAL: Final = "vllm:kv_offload_load_time_total"
+KV_OFFLOAD_TOTAL_BYTES_TOTAL: Final = "vllm:kv_offload_total_bytes_total"  # deprecated: transfer_type label
+KV_OFFLOAD_TOTAL_TIME_TOTAL: Final = "vllm:kv_offload_total_time_total"  # deprecated: transfer_type label
+KV_OFFLOAD_CPU_CACHE_USAGE_PERC: Final = "vllm:kv_offload_cpu_cache_usage_perc"
+# The same, not read: NIXL's post time and descriptors, the offload store direction.
+NIXL_POST_TIME_SECONDS: Final = "vllm:nixl_post_time_seconds"
+NIXL_NUM_DESCRIPTORS: Final = "vllm:nixl_num_descriptors"
+NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL: Final = "vllm:nixl_num_failed_notifications_total"
+KV_OFFLOAD_STORE_BYTES_TOTAL: Final = "vllm:kv_offload_store_bytes_total"
+KV_OFFLOAD_STORE_TIME_TOTAL: Final = "vllm:kv_offload_store_time_total"
 
 
 class Kind(StrEnum):
@@ -168,6 +189,25 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(PROCESS_CPU_SECONDS_TOTAL, _C, "API-server process CPU time"),
     MetricDef(PROCESS_START_TIME_SECONDS, _G, "API-server process start time"),
     MetricDef(HTTP_REQUEST_DURATION_SECONDS, _H, "HTTP request duration by handler"),
+    # -- KV transfer and offload (issue 29), only with a KV connector or native offload ----------------------
+    MetricDef(NUM_REQUESTS_KV_FETCH_BY_STAGE, _G,
+              "Waiting requests by async KV load stage (waiting_to_start, in_progress, completed_waiting); "
+              "registered on a KV consumer only", since="0.32"),
+    MetricDef(NIXL_XFER_TIME_SECONDS, _H, "NIXL KV transfer duration per transfer", since="0.11.1"),
+    MetricDef(NIXL_BYTES_TRANSFERRED, _H, "Bytes per NIXL KV transfer", since="0.11.1"),
+    MetricDef(NIXL_NUM_FAILED_TRANSFERS_TOTAL, _C,
+              "Failed NIXL KV transfers, handshake and notification failures included", since="0.11.1"),
+    MetricDef(NIXL_NUM_KV_EXPIRED_REQS_TOTAL, _C,
+              "Requests whose KV expired on the prefill instance before a decode instance read it"),
+    MetricDef(KV_OFFLOAD_LOAD_BYTES_TOTAL, _C, "Bytes loaded from the offload tier to the GPU", since="0.32"),
+    MetricDef(KV_OFFLOAD_LOAD_TIME_TOTAL, _C, "Seconds spent loading from the offload tier to the GPU",
+              since="0.32"),
+    MetricDef(KV_OFFLOAD_TOTAL_BYTES_TOTAL, _C,
+              "Bytes moved by the offloading connector by transfer_type (CPU_to_GPU, GPU_to_CPU); deprecated "
+              "beside the flat load/store names", since="0.16"),
+    MetricDef(KV_OFFLOAD_TOTAL_TIME_TOTAL, _C,
+              "Seconds of offloading transfers by transfer_type; deprecated beside the flat names", since="0.16"),
+    MetricDef(KV_OFFLOAD_CPU_CACHE_USAGE_PERC, _G, "Share of the CPU offload tier in use (0..1)", since="0.32"),
 )
 
 # What else a vLLM 0.32 API server exports (tests/fixtures/vllm-0.32-cpu): known, so that the simulator
@@ -183,7 +223,24 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_PARAMS_N, _H, "n request parameter"),
     MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)",
               since="0.13"),
+    # -- KV transfer and offload (issue 29): exported with the connector, not read -----------------------------
+    MetricDef(NIXL_POST_TIME_SECONDS, _H, "NIXL KV transfer post time", since="0.11.1"),
+    MetricDef(NIXL_NUM_DESCRIPTORS, _H, "Descriptors per NIXL KV transfer", since="0.11.1"),
+    MetricDef(NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL, _C, "Failed NIXL notifications (also in failed transfers)",
+              since="0.11.1"),
+    MetricDef(KV_OFFLOAD_STORE_BYTES_TOTAL, _C, "Bytes stored from the GPU to the offload tier", since="0.32"),
+    MetricDef(KV_OFFLOAD_STORE_TIME_TOTAL, _C, "Seconds spent storing from the GPU to the offload tier",
+              since="0.32"),
 )
+
+# Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload, so no real
+# capture holds them (tests/unit/test_metric_names.py; the fetch-stage gauge is in a real KV consumer's capture).
+FROM_SOURCE_ONLY: frozenset[str] = frozenset({
+    NIXL_XFER_TIME_SECONDS, NIXL_BYTES_TRANSFERRED, NIXL_NUM_FAILED_TRANSFERS_TOTAL,
+    NIXL_NUM_KV_EXPIRED_REQS_TOTAL, NIXL_POST_TIME_SECONDS, NIXL_NUM_DESCRIPTORS, NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL,
+    KV_OFFLOAD_LOAD_BYTES_TOTAL, KV_OFFLOAD_LOAD_TIME_TOTAL, KV_OFFLOAD_TOTAL_BYTES_TOTAL, KV_OFFLOAD_TOTAL_TIME_TOTAL,
+    KV_OFFLOAD_CPU_CACHE_USAGE_PERC, KV_OFFLOAD_STORE_BYTES_TOTAL, KV_OFFLOAD_STORE_TIME_TOTAL,
+})
 
 # Sample-name suffixes of a histogram family, mapped to the part they carry.
 HISTOGRAM_PARTS: tuple[tuple[str, str], ...] = (("_bucket", "bucket"), ("_sum", "sum"), ("_count", "count"))

@@ -164,6 +164,38 @@ CAUSES: tuple[Cause, ...] = (
           "Prefill dominates TTFT while prompts that span many blocks rarely hit the prefix cache; the root "
           "cause is usually upstream (see F).",
           (_NORMALISE,)),
+    # -- KV transfer: disaggregated prefill/decode, KV connectors and offload (issue 29) --
+    Cause("A7", "A", "distributed", "KV transfer slow: first tokens wait for KV from another instance",
+          "This instance loads prompt KV through a KV connector (--kv-transfer-config: a decode instance of a "
+          "disaggregated pair, or an offload tier) and the first-token objective is missed while requests spend "
+          "much of their first-token time waiting, deferred, for their KV to arrive: vLLM defers a request from "
+          "its admission until its load completes and schedules it only then, so the wait is neither a queue "
+          "for capacity nor prefill. The link between the instances (or to the tier) is slow or shared by too "
+          "many loads.",
+          (Action("check the transfer path: NIXL on RDMA (UCX_TLS with rc/cuda_ipc, GPUDirect), not a TCP "
+                  "fallback; prefill and decode instances in one rack or NVLink domain",
+                  "loads at the link's speed: a few ms per prompt", "placement constraints on the scheduler"),
+           Action("send fewer bytes per prompt: the same KV cache dtype on both sides, fp8 where the model "
+                  "allows (--kv-cache-dtype fp8), matching tensor-parallel sizes (fewer, larger descriptors)",
+                  "about half the bytes per prompt with fp8", "a small accuracy loss; both instances restart"),
+           Action("let the proxy prefill short prompts on the decode instance (no transfer below a prompt length)",
+                  "no load for prompts whose prefill costs less than their transfer",
+                  "prefill work on the decode instance disturbs its streams (ITL)"))),
+    Cause("A8", "A", "distributed", "KV transfer failing: loads from another instance fail",
+          f"A share of this instance's KV loads fail ({vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL} counts transfer, "
+          "handshake and notification failures). With vLLM's default kv_load_failure_policy (fail) each failed "
+          "load ends its request with an error; with recompute its prompt is prefilled here instead, at prefill "
+          "cost.",
+          (Action("read both instances' logs for the connector's errors: the side-channel port reachable, NIXL "
+                  "agent metadata exchanged, the UCX transport up; on the prefill instance, KV that expired "
+                  f"before this instance read it ({vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL}: raise "
+                  "VLLM_NIXL_ABORT_REQUEST_TIMEOUT if decode reads late)",
+                  "the failing link or peer named", "an operator's time"),
+           Action("set kv_load_failure_policy to recompute in this instance's --kv-transfer-config",
+                  "a failed load costs a local prefill, not a failed request",
+                  "prefill work on the decode instance while loads fail: higher TTFT, ITL disturbed"),
+           Action("take the failing prefill instance (or link) out of the proxy's pool",
+                  "loads go to healthy peers", "less prefill capacity until it is fixed"))),
     Cause("B0", "B", "unknown", "Inter-token latency misses its objective; no known cause explains it",
           "The inter-token objective is missed, yet no cause the diagnosis knows for a slow stream, a starved "
           "CPU, preemption or parallelism overhead (B1-B4, C, D, G) fires: each is clear or could not be "

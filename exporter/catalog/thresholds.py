@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields
 from types import MappingProxyType
 
-from exporter.catalog.metrics import ITERATION_TOKENS_TOTAL
+from exporter.catalog.metrics import ITERATION_TOKENS_TOTAL, NIXL_NUM_FAILED_TRANSFERS_TOTAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,6 +172,18 @@ class Thresholds:
     model_fits_share: float = threshold(0.8, "ratio",
         "Model weights over one GPU's memory below which the model fits on one GPU, so TP/PP was added for "
         "KV room or concurrency (G).", 0, 1)
+    # -- KV transfer: disaggregated prefill/decode, KV connectors (A7, A8) ---------------
+    kv_transfer_ttft_share: float = threshold(0.4, "ratio",
+        "Share of mean TTFT a KV consumer's requests spend waiting deferred for their KV (the mean deferred "
+        "count over the arrival rate) at or above which a missed first-token objective is put on the KV "
+        "transfer (A7). Below it the transfer is a minor part of the first token and the A causes judge it.", 0, 1)
+    kv_transfer_failure_share: float = threshold(0.02, "ratio",
+        f"Failed KV transfers over all transfers ({NIXL_NUM_FAILED_TRANSFERS_TOTAL} against the transfer "
+        "histogram's count) at or above which the transfer is failing (A8). Each failure fails its request "
+        "or recomputes its prompt on the decode instance (kv_load_failure_policy).", 0, 1)
+    kv_transfer_failures_min: float = threshold(5, "failures",
+        "Failed KV transfers the window must hold before A8 fires: a lone failed handshake after a restart "
+        "of the peer is no failing transfer.", 1)
     # -- verdict ------------------------------------------------------------------------
     verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",

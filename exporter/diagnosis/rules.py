@@ -250,6 +250,9 @@ def low_prefix_hit(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if s.cache.enable_prefix_caching is False:
         return clear("prefix caching is disabled on this engine")
+    if (s.kv_transfer.transferred_prompt_share or 0) >= 0.5 and not s.kv_transfer.offload:
+        return clear(f"{_pct(s.kv_transfer.transferred_prompt_share or 0)} of prompt tokens arrive by KV transfer: "
+                     "their prefill is another instance's (judge its prefix cache there)")
     if s.kv.prefix_hit_ratio is None:
         return abstain(vllm.PREFIX_CACHE_QUERIES_TOTAL)
     reusable, blocks_text = reusable_prompts(ctx)
@@ -259,9 +262,47 @@ def low_prefix_hit(ctx: Context) -> Finding:
         return clear(f"prompts too short to reuse ({blocks_text})")
     if s.kv.prefix_hit_ratio >= t.prefix_hit_ratio_low:
         return clear(f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)}")
+    tiered = offload_hit_ratio(s)
+    if tiered is not None and tiered >= t.prefix_hit_ratio_low:
+        return clear(f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)} on the GPU, {_pct(tiered)} with the KV offload "
+                     f"tier: what the GPU cache misses comes back by a copy, not a prefill ({offload_evidence(s)})")
     strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - s.kv.prefix_hit_ratio, 0, t.prefix_hit_ratio_low)
     return fired(strength, f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)} (low mark {_pct(t.prefix_hit_ratio_low)})",
                  blocks_text)
+
+
+def offload_hit_ratio(s: Signals) -> float | None:
+    """Prompt tokens served by the GPU prefix cache or the KV offload tier, over those looked up (None without
+    offload): the connector is offered what the GPU cache missed (vllm:external_prefix_cache_queries)."""
+    kt = s.kv_transfer
+    if not kt.offload or s.kv.prefix_queried_tokens is None or not s.kv.prefix_queried_tokens:
+        return None
+    local = (s.kv.prefix_hit_ratio or 0.0) * s.kv.prefix_queried_tokens
+    external = (kt.external_hit_ratio or 0.0) * (kt.external_queried_tokens or 0.0)
+    return min(1.0, (local + external) / s.kv.prefix_queried_tokens)
+
+
+def offload_evidence(s: Signals) -> str:
+    """What the offload tier did in the window: its hit ratio, the bytes it loaded and at what speed."""
+    kt = s.kv_transfer
+    parts = []
+    if kt.external_hit_ratio is not None:
+        parts.append(f"the tier served {_pct(kt.external_hit_ratio)} of the tokens offered to it")
+    if kt.offload_load_bytes:
+        speed = (f" at {kt.offload_load_bytes_per_second / 1e9:.1f} GB/s" if kt.offload_load_bytes_per_second
+                 else "")
+        parts.append(f"{kt.offload_load_bytes / 1e9:.1f} GB loaded back to the GPU{speed}")
+    if kt.offload_cpu_usage is not None:
+        parts.append(f"CPU tier usage {_pct(kt.offload_cpu_usage)}")
+    return ", ".join(parts) or "KV offload on"
+
+
+def offload_note(s: Signals) -> str | None:
+    """With KV offload a preempted or evicted block the tier still holds comes back by a copy, not a recompute."""
+    if not s.kv_transfer.offload:
+        return None
+    return (f"KV offload is on ({offload_evidence(s)}): a preempted or evicted block the tier still holds comes "
+            "back by a copy over PCIe, not a recompute, so each miss costs less; offloading is already done")
 
 
 # -- A: high TTFT ------------------------------------------------------------------------
@@ -409,6 +450,98 @@ def rule_a5(ctx: Context) -> Finding:
         return clear("TTFT is not prefill-bound")
     return fired(low.strength, breach.evidence, *low.evidence,
                  f"prefill is {_pct(s.latency.ttft_prefill_share)} of mean TTFT")
+
+
+# -- A7, A8: KV transfer (disaggregated prefill/decode, KV connectors) --------------------------
+def loads_kv(ctx: Context) -> str | None:
+    """How the diagnosis knows this instance loads prompt KV through a connector; None when it does not."""
+    kt, facts = ctx.signals.kv_transfer, ctx.facts
+    connector = f" ({facts.kv_connector})" if facts.kv_connector else ""
+    if facts.kv_role in ("kv_consumer", "kv_both"):
+        return f"kv_role {facts.kv_role}{connector}"
+    if kt.consumer:
+        return f"a KV consumer ({vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE} is registered){connector}"
+    if kt.transferred_prompt_share:
+        return f"{_pct(kt.transferred_prompt_share)} of prompt tokens arrive by KV transfer{connector}"
+    return None
+
+
+def transfer_evidence(s: Signals) -> list[str]:
+    """The connector's own numbers: load time, size and throughput, the share of prompts that arrived by transfer."""
+    kt = s.kv_transfer
+    out = []
+    if kt.transfers and kt.transfer_time_mean is not None:
+        p95 = f", p95 {_s(kt.transfer_time_p95)}" if kt.transfer_time_p95 is not None else ""
+        size = f" of {kt.transfer_bytes_mean / 1e6:.0f} MB" if kt.transfer_bytes_mean else ""
+        rate = (f", {kt.transfer_bytes_per_second / 1e9:.2f} GB/s moved" if kt.transfer_bytes_per_second
+                else "")
+        out.append(f"{kt.transfers:.0f} KV transfers{size}: mean {_s(kt.transfer_time_mean)}{p95}{rate} "
+                   f"({vllm.NIXL_XFER_TIME_SECONDS})")
+    if kt.fetch_in_progress_mean is not None:
+        out.append(f"{kt.fetch_in_progress_mean:.1f} loads in progress on average")
+    if kt.transferred_prompt_share is not None:
+        out.append(f"{_pct(kt.transferred_prompt_share)} of prompt tokens arrived by transfer")
+    if kt.offload:
+        out.append(offload_evidence(s))
+    return out
+
+
+def rule_a7(ctx: Context) -> Finding:
+    """KV transfer slow: the first-token objective is missed and the wait for KV explains it."""
+    s, t = ctx.signals, ctx.thresholds
+    kt = s.kv_transfer
+    role = loads_kv(ctx)
+    if role is None:
+        return clear("no KV connector loads prompt KV on this instance")
+    breach = ttft_breach(ctx)
+    if (early := gate(breach)) is not None:
+        return early
+    if kt.deferred_ttft_share is None or kt.deferred_wait_mean is None:
+        return abstain(vllm.NUM_REQUESTS_WAITING_BY_REASON, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    wait = (f"requests wait deferred for their KV {_s(kt.deferred_wait_mean)} on average = "
+            f"{_pct(kt.deferred_ttft_share)} of mean TTFT {_s(s.latency.ttft_mean or 0)}")
+    if kt.deferred_ttft_share < t.kv_transfer_ttft_share:
+        return clear(f"{wait}: the transfer does not explain the first tokens ({role})")
+    evidence = [breach.evidence, f"{wait} ({role}; the queue time, split by the scrapes' deferred and capacity "
+                                 "counts: vLLM schedules a request once its KV is in)",
+                *transfer_evidence(s)]
+    if s.scheduler.queued_fraction is not None:
+        evidence.append(f"requests wait for capacity in only {_pct(s.scheduler.queued_fraction)} of scrapes: "
+                        "the wait is for KV, not for the scheduler")
+    return fired(0.55 + 0.35 * _excess(kt.deferred_ttft_share, t.kv_transfer_ttft_share, 0.9), *evidence)
+
+
+def rule_a8(ctx: Context) -> Finding:
+    """KV transfer failing: a share of the connector's loads fail; their requests error or recompute."""
+    s, t = ctx.signals, ctx.thresholds
+    kt = s.kv_transfer
+    if kt.failures is None:
+        if loads_kv(ctx) is not None and kt.transfers is None:
+            return clear("the connector exports no failure counter (only NIXL's is read)")
+        return clear("no KV connector failure counter on /metrics")
+    total = kt.failures + (kt.transfers or 0)
+    loads = f"{kt.failures:.0f} of {total:.0f} KV loads failed in the window"
+    if kt.failures < t.kv_transfer_failures_min or (kt.failure_share or 0) < t.kv_transfer_failure_share:
+        return clear(loads)
+    policy = ctx.facts.kv_load_failure_policy
+    evidence = [f"{loads} ({_pct(kt.failure_share or 0)}, mark {_pct(t.kv_transfer_failure_share)}; "
+                f"{vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL})"]
+    if policy:
+        evidence.append(f"kv_load_failure_policy {policy}: "
+                        + ("each failure ends its request with an error" if policy == "fail"
+                           else "each failure prefills its prompt here"))
+    if kt.kv_expired:
+        evidence.append(f"{kt.kv_expired:.0f} requests' KV expired before a decode instance read it")
+    breach = ttft_breach(ctx)
+    effects = []
+    if kt.errored_requests:
+        effects.append(f"{kt.errored_requests:.0f} requests finished with an error in the window")
+    if breach.known and breach.breached:
+        effects.append(breach.evidence)
+    if not effects:
+        return info(ctx, *evidence, "no request errored and first tokens meet their objective")
+    return fired(0.6 + 0.3 * _excess(kt.failure_share or 0, t.kv_transfer_failure_share,
+                                     10 * t.kv_transfer_failure_share), *effects, *evidence)
 
 
 # -- B: poor ITL -------------------------------------------------------------------------
@@ -693,6 +826,9 @@ def rule_d(ctx: Context) -> Finding:
     if s.kv.preemptions_per_request < t.preemptions_per_request:
         tail = next(b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached)
         evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
+    if (note := offload_note(s)) is not None:
+        strength -= 0.15  # a cheaper miss: the recompute is partly a copy
+        evidence.append(note)
     finding = fired(strength, *evidence)
     if s.kv.preemptions_recent == 0:
         return recovering(finding, f"no preemption in {_recent(ctx)}: the storm has ended, its effect is still "
@@ -727,7 +863,11 @@ def rule_e(ctx: Context) -> Finding:
             evidence.append(tail.evidence)
         if s.cache.gpu_memory_utilization is not None:
             evidence.append(f"gpu_memory_utilization {s.cache.gpu_memory_utilization:g}")
-        return fired(0.6 + 0.2 * _excess(s.kv.full_fraction, t.kv_full_fraction, 1.0), *evidence)
+        strength = 0.6 + 0.2 * _excess(s.kv.full_fraction, t.kv_full_fraction, 1.0)
+        if (note := offload_note(s)) is not None:
+            strength -= 0.1  # the cap costs copies, not recomputes
+            evidence.append(note)
+        return fired(strength, *evidence)
     return info(ctx, usage, "saturated but within objectives and without preemption: efficient, with no spare "
                             "room for a burst")
 
@@ -874,6 +1014,7 @@ ExplainingRule = Callable[[Context, Mapping[str, Finding]], Finding]
 
 RULES: tuple[tuple[str, Rule], ...] = (
     ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5),
+    ("A7", rule_a7), ("A8", rule_a8),
     ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4), ("B5", rule_b5),
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
     ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),

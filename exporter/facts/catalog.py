@@ -42,6 +42,12 @@ FACTS: tuple[FactSpec, ...] = (
     # From --speculative-config (a JSON value, or the config file's mapping): exporter.facts.cmdline.
     FactSpec("speculative_method", str, (), "speculative decoding drafter (ngram, eagle, mtp, draft_model, ...)"),
     FactSpec("num_speculative_tokens", int, (), "draft tokens per speculative step"),
+    # From --kv-transfer-config (exporter.facts.cmdline): disaggregated prefill/decode and KV connectors.
+    FactSpec("kv_connector", str, (), "KV connector (NixlConnector, LMCacheConnectorV1, OffloadingConnector, ...)"),
+    FactSpec("kv_role", str, (), "KV transfer role: kv_producer (prefill), kv_consumer (decode) or kv_both"),
+    FactSpec("kv_load_failure_policy", str, (), "what a failed KV load does: fail the request, or recompute"),
+    FactSpec("kv_offloading_size", float, ("kv-offloading-size",), "native KV offload: CPU tier size in GiB"),
+    FactSpec("kv_offloading_backend", str, ("kv-offloading-backend",), "native KV offload backend (native, lmcache)"),
     FactSpec("vllm_version", str, (), "vLLM version (a release series when dated from the metrics)"),
     FactSpec("platform", str, (), "vLLM build: cpu, or a GPU build"),
     FactSpec("gpu", str, (), "GPU model (configure it)"),

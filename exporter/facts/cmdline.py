@@ -131,13 +131,20 @@ def _is_option(token: str) -> bool:
 
 
 SPECULATIVE_FLAG = "speculative-config"
-# What of --speculative-config is kept: its drafter and its draft tokens per step (a drafter's model path
-# or other keys are never stored).
-_SPECULATIVE_KEYS = {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens"}
+KV_TRANSFER_FLAG = "kv-transfer-config"
+# Flags whose value is a JSON object, and what of each is kept: the drafter and its draft tokens per step of
+# --speculative-config, the connector, role and load-failure policy of --kv-transfer-config. Nothing else of
+# them (a drafter's model path, a connector's addresses or extra config) is ever stored.
+JSON_FLAGS: Mapping[str, Mapping[str, str]] = {
+    SPECULATIVE_FLAG: {"method": "speculative_method", "num_speculative_tokens": "num_speculative_tokens"},
+    KV_TRANSFER_FLAG: {"kv_connector": "kv_connector", "kv_role": "kv_role",
+                       "kv_load_failure_policy": "kv_load_failure_policy"},
+}
 
 
-def speculative_facts(value: object) -> dict[str, FactValue]:
-    """The facts in a ``--speculative-config`` value: a JSON object (command line) or a mapping (config file)."""
+def json_flag_facts(flag: str, value: object) -> dict[str, FactValue]:
+    """The facts in the value of a JSON-valued flag (``JSON_FLAGS``): a JSON object (command line) or a
+    mapping (config file)."""
     if isinstance(value, str):
         try:
             value = json.loads(value)
@@ -146,7 +153,7 @@ def speculative_facts(value: object) -> dict[str, FactValue]:
     if not isinstance(value, dict):
         return {}
     out: dict[str, FactValue] = {}
-    for key, fact in _SPECULATIVE_KEYS.items():
+    for key, fact in JSON_FLAGS[flag].items():
         converted = convert(BY_NAME[fact], value.get(key))
         if converted is not None:
             out[fact] = converted
@@ -157,12 +164,12 @@ def _facts(pairs: list[tuple[str, str | None]]) -> dict[str, FactValue]:
     """The catalog facts among option pairs; the last occurrence wins, as with argparse."""
     out: dict[str, FactValue] = {}
     for name, raw in pairs:
-        if name == SPECULATIVE_FLAG:
-            out.update(speculative_facts(raw))
+        if name in JSON_FLAGS:
+            out.update(json_flag_facts(name, raw))
             continue
         head, _, key = name.partition(".")  # vLLM's dotted form: --speculative-config.method ngram
-        if head == SPECULATIVE_FLAG and key in _SPECULATIVE_KEYS:
-            out.update(speculative_facts({key: raw}))
+        if head in JSON_FLAGS and key in JSON_FLAGS[head]:
+            out.update(json_flag_facts(head, {key: raw}))
             continue
         negated = name.startswith("no-") and name[3:] in BY_FLAG
         spec = BY_FLAG.get(name[3:] if negated else name)
@@ -189,11 +196,11 @@ def config_file_facts(text: str) -> dict[str, FactValue]:
     if not isinstance(data, dict):
         return {}
     pairs: list[tuple[str, str | None]] = []
-    speculative: dict[str, FactValue] = {}
+    structured: dict[str, FactValue] = {}
     for key, value in data.items():
         name = str(key).replace("_", "-")
-        if name == SPECULATIVE_FLAG:
-            speculative = speculative_facts(value)
+        if name in JSON_FLAGS:
+            structured.update(json_flag_facts(name, value))
             continue
         spec = BY_FLAG.get(name)
         if spec is None or isinstance(value, (dict, list)):
@@ -203,7 +210,7 @@ def config_file_facts(text: str) -> dict[str, FactValue]:
                 pairs.append((name if value else f"no-{name}", None))
         else:
             pairs.append((name, None if isinstance(value, bool) else str(value)))
-    return {**_facts(pairs), **speculative}
+    return {**_facts(pairs), **structured}
 
 
 def parse(argv: Sequence[str], read_file: ReadFile | None = None) -> Invocation | None:

@@ -205,6 +205,22 @@ def _active_symptoms(state: TargetState) -> Iterator[Sample]:
         yield [*_tm(state), s.id], 1.0 if s.id in active else 0.0
 
 
+def _kv_role(state: TargetState) -> Iterator[Sample]:
+    """The configured kv_role, else the role the target's /metrics imply; nothing without a KV connector."""
+    if state.signals is None or state.status == "down":
+        return
+    fact = state.engine.get("kv_role")
+    role = str(fact.value) if fact is not None else None
+    kt = state.signals.kv_transfer
+    if role is None and kt.enabled:
+        if kt.consumer:
+            role = "kv_consumer" if kt.transfers is not None else "kv_both"
+        elif kt.transfers is not None or kt.kv_expired is not None:
+            role = "kv_producer"
+    if role is not None:
+        yield [*_tm(state), role], 1.0
+
+
 def _pending(state: TargetState) -> Iterator[Sample]:
     pending = state.diagnosis.verdict.pending
     if pending is not None:
@@ -330,6 +346,25 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
     _gauge("tokens_per_output_event", "tokens",
            "Speculative decoding: tokens one output event carried on average; ITL is judged per token by it.",
            lambda s: s.speculative.tokens_per_event),
+    # -- KV transfer and offload (issue 29): absent without a KV connector or offload --
+    ExportedMetric(PREFIX + "kv_transfer_role", "gauge", "",
+                   "The target's KV transfer role (always 1): kv_role from --kv-transfer-config, else what its "
+                   "/metrics say (kv_consumer: vLLM registered the KV fetch-stage gauge; kv_both: offload; "
+                   "kv_producer: NIXL families without it). Pairs prefill and decode instances of a model.",
+                   (*TM, "role"), each_state(_kv_role)),
+    _gauge("kv_deferred_ttft_share", "ratio",
+           "KV consumer: mean wait for KV (the deferred share of the queue time) as a share of mean TTFT (A7).",
+           lambda s: s.kv_transfer.deferred_ttft_share),
+    _gauge("kv_transfer_time_seconds", "seconds", "Mean time of one KV transfer (NIXL) over the window.",
+           lambda s: s.kv_transfer.transfer_time_mean),
+    _gauge("kv_transferred_prompt_share", "ratio",
+           "Prompt tokens that arrived by KV transfer or from an offload tier over all prompt tokens.",
+           lambda s: s.kv_transfer.transferred_prompt_share),
+    _gauge("kv_transfer_failure_ratio", "ratio", "Failed KV transfers over all transfers in the window (A8).",
+           lambda s: s.kv_transfer.failure_share),
+    _gauge("external_prefix_cache_hit_ratio", "ratio",
+           "Tokens the KV connector (offload tier, another instance) supplied over the tokens offered to it.",
+           lambda s: s.kv_transfer.external_hit_ratio),
     _gauge("prefill_token_share", "ratio",
            "Computed prompt tokens / (computed prompt + generated tokens) over the window.",
            lambda s: s.traffic.prefill_token_share),

@@ -68,7 +68,7 @@ RANGE = "$__range"
 
 # Values the variables take in all_queries(): match everything, a short rate window, a 1 h range.
 QUERY_DEFAULTS: Mapping[str, str] = {"$cluster": ".*", "$namespace": ".*", "$target": ".*", "$model": ".*",
-                                     "$spec_model": ".*",
+                                     "$spec_model": ".*", "$kv_model": ".*",
                                      "$__rate_interval": "1m", "$__range": "1h"}
 
 GREEN, RED, NEUTRAL = "green", "red", "blue"
@@ -331,6 +331,13 @@ def _templating(*, speculative: bool = False) -> g.Templating:
                       multi=True, allValue=".*", refresh=2, default="All", hide=2,
                       query=f'label_values({vllm.SPEC_DECODE_NUM_DRAFTS_TOTAL}{{{MODEL_SEL}}}, model_name)')]
           if speculative else []),
+        # Hidden: the models with a KV connector or offload on some target (the sidecar's role gauge); the KV
+        # transfer row repeats over it.
+        *([g.Template(name=KV_VAR, label="KV transfer", dataSource=DATASOURCE, includeAll=True,
+                      multi=True, allValue=".*", refresh=2, default="All", hide=2,
+                      query=f'label_values({exported("vllm_diag_kv_transfer_role").sample_name}'
+                            f'{{{PLACE_SEL}, model_name=~"$model"}}, model_name)')]
+          if speculative else []),
     ])
 
 
@@ -378,6 +385,70 @@ def speculative_panels() -> list[g.Panel]:
                     (per_event, "raw {{model_name}}")],
                    metrics=["vllm_diag_tokens_per_output_event", vllm.GENERATION_TOKENS_TOTAL, first_tokens,
                             itl_count], unit=TOKENS),
+    ]
+
+
+KV_VAR = "kv_model"
+KV = PromQL(f'{RAW_SEL}, model_name=~"${KV_VAR}"')
+
+
+def kv_transfer_panels() -> list[g.Panel]:
+    """Disaggregated prefill/decode and KV offload: the sidecar's window beside the connector's raw families."""
+    sel = f'model_name=~"${KV_VAR}"'
+    xfer = vllm.NIXL_XFER_TIME_SECONDS
+    fetch = vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE
+    by_source = vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL
+    transferred = KV.divide(KV.sum_rate(by_source, RATE, extra='source="external_kv_transfer"'),
+                            KV.sum_rate(by_source, RATE, drop=("source",)))
+    return [
+        timeseries("TTFT share waiting for KV", "Mean wait of a request for its KV (the deferred share of its queue "
+                   "time) over mean TTFT. Above the mark a missed first-token objective is put on the transfer (A7); "
+                   "the raw line is the requests whose KV load is in progress.",
+                   [(diag("vllm_diag_kv_deferred_ttft_share", sel), "{{target}} (sidecar window)"),
+                    (KV.agg("sum", fetch, 'stage="in_progress"', drop=("stage",)), "raw loading {{model_name}}")],
+                   metrics=["vllm_diag_kv_deferred_ttft_share", fetch], unit="percentunit",
+                   judgement=catalog("kv_transfer_ttft_share"), max_value=1),
+        timeseries("KV transfer time", "Mean time of one NIXL transfer (sidecar window) and the raw p95.",
+                   [(diag("vllm_diag_kv_transfer_time_seconds", sel), "{{target}} mean (sidecar window)"),
+                    (KV.quantile(0.95, xfer, RATE), "raw p95 {{model_name}}")],
+                   metrics=["vllm_diag_kv_transfer_time_seconds", xfer], unit="s"),
+        timeseries("Prompt tokens by transfer", "Share of prompt tokens whose KV came from another instance or an "
+                   "offload tier (prompt tokens by source external_kv_transfer): about 1 on a decode instance.",
+                   [(diag("vllm_diag_kv_transferred_prompt_share", sel), "{{target}} (sidecar window)"),
+                    (transferred, "raw {{model_name}}")],
+                   metrics=["vllm_diag_kv_transferred_prompt_share", by_source], unit="percentunit", max_value=1),
+        timeseries("KV transfer failures", "Failed NIXL transfers over all transfers (A8 at the mark), and the raw "
+                   "failure rate.",
+                   [(diag("vllm_diag_kv_transfer_failure_ratio", sel), "{{target}} (sidecar window)"),
+                    (KV.sum_rate(vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL, RATE), "raw failures/s {{model_name}}")],
+                   metrics=["vllm_diag_kv_transfer_failure_ratio", vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL],
+                   unit="percentunit", judgement=catalog("kv_transfer_failure_share")),
+        timeseries("Connector / offload hit ratio", "Tokens the connector supplied over those offered to it (what "
+                   "the GPU prefix cache missed): with offload, a miss served here costs a copy, not a prefill.",
+                   [(diag("vllm_diag_external_prefix_cache_hit_ratio", sel), "{{target}} (sidecar window)"),
+                    (KV.ratio(vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL, vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, RATE),
+                     "raw {{model_name}}")],
+                   metrics=["vllm_diag_external_prefix_cache_hit_ratio", vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL,
+                            vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL], unit="percentunit", max_value=1),
+    ]
+
+
+def disaggregation_panels() -> list[g.Panel]:
+    """The fleet's prefill and decode instances, paired by model (the sidecar's role gauge)."""
+    role = diag("vllm_diag_kv_transfer_role")
+    return [
+        table("Prefill and decode instances by model", "Every target with a KV connector, its model and role "
+              "(kv_producer: prefill, kv_consumer: decode, kv_both: either or offload), one row per target: "
+              "a model's prefill and decode instances side by side.",
+              (f"{role} == 1", ""), metrics=["vllm_diag_kv_transfer_role"], overrides=_table_links()),
+        timeseries("Instances per role by model", "How many prefill and decode instances each model has.",
+                   [(f"count by (model_name, role) ({role})", "{{model_name}} {{role}}")],
+                   metrics=["vllm_diag_kv_transfer_role"], unit="none"),
+        timeseries("Decode instances: TTFT share waiting for KV", "Per decode target; above the mark a missed "
+                   "first-token objective is the transfer's (A7).",
+                   [(diag("vllm_diag_kv_deferred_ttft_share"), "{{target}}")],
+                   metrics=["vllm_diag_kv_deferred_ttft_share"], unit="percentunit",
+                   judgement=catalog("kv_transfer_ttft_share"), max_value=1),
     ]
 
 
@@ -720,6 +791,7 @@ def overview() -> g.Dashboard:
     for layer, panels in rows.items():
         _layer_row(lay, layer, panels)
     lay.feature_row(f"Speculative decoding: ${SPEC_VAR}", SPEC_VAR, speculative_panels())
+    lay.feature_row(f"KV transfer: ${KV_VAR}", KV_VAR, kv_transfer_panels())
     return _dashboard("vLLM layered diagnosis", OVERVIEW_UID, lay,
                       "Whether the objectives hold, which layer holds vLLM back, the active symptoms, and each "
                       "layer's core signals.",
@@ -777,6 +849,8 @@ def fleet() -> g.Dashboard:
                    metrics=["vllm_diag_throughput_tokens_per_second", vllm.GENERATION_TOKENS_TOTAL],
                    unit=TOKENS_PER_S),
     ])
+    lay.row("Disaggregated prefill/decode")
+    lay.add_row(disaggregation_panels())
     return _dashboard("vLLM fleet diagnosis", FLEET_UID, lay,
                       "Objectives, verdicts, symptoms and core signals across every target and model.",
                       links=[g.DashboardLink(title="Layered diagnosis (overview)", type="link",

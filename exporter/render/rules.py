@@ -314,8 +314,14 @@ _ROUTE_PREFIX = Mitigation("route requests by prefix at the load balancer (sessi
 _ROUTE_OFF_SPECULATION = Mitigation("route the traffic the drafter does not fit (sampled at high temperature, "
                                     "new languages or tasks) to replicas without speculative decoding",
                                     "needs a second pool; the routed traffic loses whatever speed-up it had")
+_PREFILL_LOCALLY = Mitigation("have the P/D proxy send short prompts (or all, for now) to an instance that prefills "
+                              "them itself, without the KV transfer", "prefill work on decode instances: their "
+                              "streams slow down while it runs")
+_DRAIN_PEER = Mitigation("take the prefill instance whose transfers fail out of the P/D proxy's pool (or restart "
+                         "it)", "less prefill capacity until it is back")
 # Immediate mitigations per cause: what buys time before a knob change and a restart.
 IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
+    "A7": (_PREFILL_LOCALLY, _SCALE_OUT), "A8": (_DRAIN_PEER, _PREFILL_LOCALLY),
     "A0": (_ROLL_BACK, _SCALE_OUT), "B0": (_ROLL_BACK, _SCALE_OUT),
     "A1": (_ROUTE_LONG, _SCALE_OUT), "A2": (_SCALE_OUT, _SHED), "A3": (_FREE_CPU, _SCALE_OUT),
     "A4": (_ROUTE_LONG, _SCALE_OUT), "A5": (_NO_MITIGATION,),

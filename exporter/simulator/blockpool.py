@@ -14,7 +14,7 @@ free; the pool only keeps the books.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 BlockHash = tuple[int, int]  # (chain key of the content up to the block's end, block index in the request)
 
@@ -68,9 +68,10 @@ class BlockPool:
             ref[b] += 1
 
     def register(self, blocks: Sequence[int], n_hashed: int, seg_ends: Sequence[int], seg_keys: Sequence[int],
-                 computed_tokens: int) -> int:
+                 computed_tokens: int, stored: Callable[[BlockHash], None] | None = None) -> int:
         """Make every full, computed block findable by later requests; returns the new count of hashed
-        leading blocks (``n_hashed`` before)."""
+        leading blocks (``n_hashed`` before). ``stored`` is told each hash cached here for the first time
+        (a KV offload tier keeps a copy of it)."""
         bs = self.block_size
         full = min(computed_tokens // bs, len(blocks))
         if full <= n_hashed:
@@ -87,6 +88,8 @@ class BlockPool:
                 bid = blocks[i]
                 cached[h] = bid
                 bhash[bid] = h
+                if stored is not None:
+                    stored(h)
         return full
 
     def allocate(self, k: int) -> list[int]:

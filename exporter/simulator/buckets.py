@@ -28,6 +28,13 @@ HTTP_DURATION_HIGHR_BUCKETS: Final = (
     5.0, 7.5, 10.0, 30.0, 60.0,
 )
 HTTP_DURATION_BUCKETS: Final = (0.1, 0.5, 1.0)
+# NIXL connector (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py): transfer time drops the first
+# edge of the post-time list; bytes run 2^11 .. 2^33 in steps of 4x.
+NIXL_POST_TIME_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)
+NIXL_XFER_TIME_BUCKETS: Final = NIXL_POST_TIME_BUCKETS[1:]
+NIXL_BYTES_BUCKETS: Final = tuple(float(2 ** (10 + i)) for i in range(1, 25, 2))
+NIXL_DESCRIPTORS_BUCKETS: Final = (10.0, 20.0, 30.0, 50.0, 75.0, 100.0, 200.0, 400.0, 1000.0, 2000.0, 4000.0,
+                                   10000.0, 20000.0, 50000.0)
 
 
 def request_token_buckets(max_model_len: int) -> tuple[float, ...]:

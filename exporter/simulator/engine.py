@@ -38,6 +38,17 @@ of O(batch), which is what makes ten simulated minutes take a fraction of a seco
   latency, one observation per output event however many tokens it carries, follow vLLM's
   populations; per request, only the mean is right.
 
+* **KV transfer and offload** (vLLM's ``--kv-transfer-config``, ``--kv-offloading-size``): on the decode
+  instance of a disaggregated pair (``kv_role`` kv_consumer) every prompt's KV comes from a prefill
+  instance: at admission the request gets its blocks and waits, *deferred*, while the connector loads
+  them over one link (NIXL: ``kv_transfer_bandwidth`` shared in arrival order, plus a fixed latency per
+  load); when the load is done it is scheduled with the prompt computed but its last token (vLLM stamps it
+  SCHEDULED only then, so the wait is in its queue time). A load fails with ``kv_transfer_failure_rate``:
+  the request then errors (``kv_load_failure_policy`` fail, vLLM's default) or prefills locally
+  (recompute). With an offload tier (``kv_offload_blocks``) every computed block is also stored in a CPU
+  LRU of that many blocks; a lookup continues there after the GPU prefix cache, and the blocks it finds
+  are loaded over PCIe the same way (deferred), preempted requests included: a miss costs a copy.
+
 The model only has a simulated clock (``Engine.now``, seconds since start); it never sleeps
 and is deterministic for a given seed.
 
@@ -58,7 +69,7 @@ import heapq
 import math
 import random
 from bisect import bisect_left
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple, Protocol
@@ -69,6 +80,8 @@ from exporter.simulator.buckets import (
     HTTP_DURATION_HIGHR_BUCKETS,
     INTER_TOKEN_LATENCY_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
+    NIXL_BYTES_BUCKETS,
+    NIXL_XFER_TIME_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
     REQUEST_NUM_PREEMPTIONS_BUCKETS,
     REQUEST_PARAMS_N_BUCKETS,
@@ -197,6 +210,15 @@ class EngineConfig:
     # prompt, not just its first chunk (off in the scenarios, which were written before it; on in the advisor).
     reserve_full_isl: bool = False
     costs: CostModel = field(default_factory=CostModel)
+    # -- KV transfer and offload (issue 29) --
+    kv_role: str | None = None  # --kv-transfer-config kv_role: kv_consumer = a disaggregated decode instance
+    kv_connector: str = "NixlConnector"
+    kv_transfer_bandwidth: float = 25e9  # bytes/s of the prefill -> decode link, shared by concurrent loads
+    kv_transfer_latency_s: float = 0.004  # per load: post, remote read completion and notification
+    kv_transfer_failure_rate: float = 0.0
+    kv_load_failure_policy: str = "fail"  # vLLM's default; "recompute" prefills a failed load locally
+    kv_offload_blocks: int = 0  # CPU offload tier in blocks (0: off), --kv-offloading-size / block bytes
+    kv_offload_bandwidth: float = 20e9  # host <-> device bytes/s (PCIe)
 
     def __post_init__(self) -> None:
         if self.max_num_batched_tokens < self.max_num_seqs * (1 + self.num_speculative_tokens):
@@ -206,10 +228,18 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens must be >= 0 and spec_acceptance in [0, 1]")
         if not 0.0 < self.cpu_share <= 1.0:
             raise ValueError("cpu_share must be in (0, 1]")
+        if self.kv_role not in (None, "kv_consumer", "kv_producer", "kv_both") or self.kv_load_failure_policy not in (
+                "fail", "recompute") or not 0.0 <= self.kv_transfer_failure_rate <= 1.0:
+            raise ValueError("kv_role, kv_load_failure_policy or kv_transfer_failure_rate out of range")
         if self.num_gpu_blocks * self.block_size < self.max_model_len:
             raise ValueError(
                 f"KV cache ({self.num_gpu_blocks} blocks) cannot hold one max_model_len request"
             )
+
+    @property
+    def kv_consumer(self) -> bool:
+        """vLLM's ``is_kv_consumer``: the engine loads KV (a decode instance, or native offload's kv_both)."""
+        return self.kv_role in ("kv_consumer", "kv_both") or self.kv_offload_blocks > 0
 
     @property
     def model_name(self) -> str:
@@ -291,6 +321,17 @@ class EngineStats:
         self.spec_draft_tokens = 0
         self.spec_accepted_tokens = 0
         self.spec_accepted_per_pos = [0] * cfg.num_speculative_tokens
+        # KV connector: the external prefix cache (first admissions), prompt tokens loaded, NIXL and offload
+        self.external_prefix_queries = 0
+        self.external_prefix_hits = 0
+        self.prompt_tokens_external = 0
+        self.nixl_xfer_time = Histogram(NIXL_XFER_TIME_BUCKETS)
+        self.nixl_bytes = Histogram(NIXL_BYTES_BUCKETS)
+        self.nixl_failed = 0
+        self.offload_load_bytes = 0.0
+        self.offload_load_time = 0.0
+        self.offload_store_bytes = 0.0
+        self.offload_store_time = 0.0
         self.request_success: dict[str, int] = {r: 0 for r in FINISHED_REASONS}
         # request histograms (observed at finish) and per-output histograms
         self.request_prompt_tokens = Histogram(tok)
@@ -344,7 +385,7 @@ class Request:
         "t_engine", "t_queued", "t_sched", "t_first", "t_last_out",
         "num_tokens", "generated", "target", "computed", "blocks", "n_hashed",
         "hits_first", "admitted_once", "preemptions", "order", "epoch", "phase",
-        "c0", "t0", "g0",
+        "c0", "t0", "g0", "remote", "ext_first", "load", "load_fails",
     )
 
     def __init__(self, spec: RequestSpec, t_engine: float) -> None:
@@ -374,6 +415,10 @@ class Request:
         self.c0 = 0  # decode clock when the current decode run started
         self.t0 = 0  # num_tokens at c0
         self.g0 = 0  # generated at c0
+        self.remote = False  # its prompt's KV is to come from a prefill instance (a disaggregated decode)
+        self.ext_first = 0  # prompt tokens loaded by the connector at its first admission
+        self.load: tuple[str, float, float] | None = None  # the load under way: (kind, bytes, seconds)
+        self.load_fails = False
 
 
 # --------------------------------------------------------------------------------------------
@@ -549,6 +594,12 @@ class Engine:
         self._order = 0
         self._preempted_this_step = False
         self._pool = BlockPool(self.num_gpu_blocks, self._bs)  # KV cache: block 0 is the null block
+        # KV loads under way (done time, order, request), the links they share, requests whose load is done
+        self._loading: list[tuple[float, int, Request]] = []
+        self._link_free = {"nixl": 0.0, "offload": 0.0}
+        self._kv_rng = random.Random(f"kv-{seed}")
+        self._cpu_tier: OrderedDict[tuple[int, int], None] | None = (
+            OrderedDict() if config.kv_offload_blocks > 0 else None)
 
     # ----------------------------------------------------------------- public read-outs
 
@@ -563,15 +614,35 @@ class Engine:
 
     @property
     def num_waiting(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self._loading)
 
     @property
     def num_waiting_deferred(self) -> int:
-        """Waiting requests whose LoRA adapter has no slot while ``max_loras`` adapters run."""
+        """Waiting requests whose LoRA adapter has no slot while ``max_loras`` adapters run, and those whose KV
+        is loading or loaded but not yet scheduled (vLLM defers them from their admission until they run)."""
+        loaded = self.num_kv_loaded_waiting
         running = {r.spec.lora for r in self.running.values() if r.spec.lora}
         if len(running) < self.cfg.max_loras:
+            return len(self._loading) + loaded
+        return len(self._loading) + loaded + sum(1 for r in self.waiting if r.spec.lora and r.spec.lora not in running)
+
+    @property
+    def kv_offload_usage(self) -> float:
+        """Share of the CPU offload tier holding blocks (0 without one)."""
+        tier = self._cpu_tier
+        return len(tier) / self.cfg.kv_offload_blocks if tier is not None else 0.0
+
+    @property
+    def num_kv_loading(self) -> int:
+        """Requests whose KV load is under way (vLLM's fetch stage in_progress)."""
+        return len(self._loading)
+
+    @property
+    def num_kv_loaded_waiting(self) -> int:
+        """Requests whose KV load is done, not yet scheduled (fetch stage completed_waiting)."""
+        if not self.cfg.kv_consumer:
             return 0
-        return sum(1 for r in self.waiting if r.spec.lora and r.spec.lora not in running)
+        return sum(1 for r in self.waiting if r.blocks)  # only a loaded request waits holding blocks
 
     def gpu_window(self, seconds: int = 1) -> GpuBin:
         """GPU activity over the last ``seconds`` complete simulated seconds (DCGM sampling)."""
@@ -612,6 +683,7 @@ class Engine:
                 r.t_queued = self.now
                 self.waiting.append(r)
             self._drop_timed_out()
+            self._complete_loads()
             if self.running or self.waiting:
                 self._step()
                 continue
@@ -621,6 +693,8 @@ class Engine:
             else:
                 arrival = self.arrivals.next_arrival()
                 nxt = arrival if arrival is not None else math.inf
+            if self._loading:
+                nxt = min(nxt, self._loading[0][0])
             if nxt >= t:
                 self.now = t
                 break
@@ -636,7 +710,9 @@ class Engine:
             start = max(spec.arrival, self._frontend_free)
             self._frontend_free = start + work / cfg.cpu_share
             self.stats.frontend_cpu_s += work
-            self._pending.append(Request(spec, self._frontend_free))
+            req = Request(spec, self._frontend_free)
+            req.remote = cfg.kv_role == "kv_consumer"  # a decode instance: the proxy sent the prefill elsewhere
+            self._pending.append(req)
 
     def _frontend_outputs(self, n_outputs: int) -> float:
         """Process one step's outputs in the API server; returns when clients see them.
@@ -670,7 +746,8 @@ class Engine:
         """Make every full, computed block of ``r`` findable by later requests."""
         if not self.cfg.enable_prefix_caching:
             return
-        r.n_hashed = self._pool.register(r.blocks, r.n_hashed, r.seg_ends, r.seg_keys, computed_tokens)
+        r.n_hashed = self._pool.register(r.blocks, r.n_hashed, r.seg_ends, r.seg_keys, computed_tokens,
+                                         stored=self._offload_store if self._cpu_tier is not None else None)
 
     def _free_blocks(self, r: Request) -> None:
         self._pool.release(r.blocks)
@@ -719,7 +796,10 @@ class Engine:
 
     def _admit(self, r: Request, budget: int) -> int:
         """Schedule waiting ``r`` with up to ``budget`` tokens; 0 if KV has no room for it (for its first
-        chunk, or its whole prompt with ``reserve_full_isl``)."""
+        chunk, or its whole prompt with ``reserve_full_isl``), -1 if its KV is to be loaded first (it got its
+        blocks and waits, deferred, for the load: no budget used)."""
+        if r.blocks:
+            return self._admit_loaded(r, budget)
         pool = self._pool
         free = pool.free
         if not free:
@@ -731,15 +811,13 @@ class Engine:
         if self.cfg.reserve_full_isl and -(-r.num_tokens // self._bs) - len(hits) + evictable > len(free):
             return 0
         cached_tokens = len(hits) * self._bs
+        external, kind = self._external_tokens(r, hits)
+        if external:
+            return self._start_load(r, hits, external, kind)
         n = min(r.num_tokens - cached_tokens, budget)
-        need = -(-(cached_tokens + n) // self._bs) - len(hits)
-        if need + evictable > len(free):
+        if not self._take_blocks(r, hits, cached_tokens + n):
             return 0
-        pool.touch(hits)
-        r.blocks = hits + pool.allocate(need)
-        r.n_hashed = len(hits)
         r.computed = cached_tokens
-        r.target = r.num_tokens
         if not r.admitted_once:
             # Prefix-cache counters: tokens, first admission only (re-admissions excluded).
             r.admitted_once = True
@@ -749,12 +827,137 @@ class Engine:
             self.stats.prefix_cache_hits += cached_tokens
             if self.observer is not None:
                 self.observer.admitted(r, self.step_index)
+            if self.cfg.kv_consumer:  # the connector is asked for what the GPU cache missed, and found none
+                self.stats.external_prefix_queries += r.num_tokens - cached_tokens
+        self._run(r)
+        return n
+
+    def _run(self, r: Request) -> None:
+        """``r`` joins the running batch, prefilling, as the lowest-priority request."""
         self._order += 1
         r.order = self._order
         r.phase = _PREFILL
         self.running[r.rid] = r
         self._prefilling[r.rid] = r
+
+    def _take_blocks(self, r: Request, hits: list[int], tokens: int) -> bool:
+        """Give ``r`` the cached ``hits`` and new blocks up to ``tokens`` slots; False if KV has no room."""
+        pool = self._pool
+        need = -(-tokens // self._bs) - len(hits)
+        if need + pool.evictable(hits) > len(pool.free):
+            return False
+        pool.touch(hits)
+        r.blocks = hits + pool.allocate(need)
+        r.n_hashed = len(hits)
+        r.target = r.num_tokens
+        return True
+
+    def _external_tokens(self, r: Request, hits: list[int]) -> tuple[int, str]:
+        """Prompt tokens the KV connector would load after the ``hits`` of the GPU prefix cache, and from where:
+        a prefill instance (a remote prefill: all but the last prompt token), or the CPU offload tier (its
+        leading run of stored blocks, whole blocks, fewer than num_tokens)."""
+        cached = len(hits) * self._bs
+        if r.remote:
+            return max(0, r.num_tokens - 1 - cached), "nixl"
+        tier = self._cpu_tier
+        if tier is None or not self.cfg.enable_prefix_caching:
+            return 0, ""
+        limit = (r.num_tokens - 1) // self._bs
+        ends, keys, bs = r.seg_ends, r.seg_keys, self._bs
+        found, j = 0, 0
+        for i in range(len(hits), limit):
+            end = (i + 1) * bs
+            while ends[j] < end:
+                j += 1
+            h = (keys[j], i)
+            if h not in tier:
+                break
+            tier.move_to_end(h)
+            found += 1
+        return found * bs, "offload"
+
+    def _start_load(self, r: Request, hits: list[int], external: int, kind: str) -> int:
+        """Give ``r`` blocks for its cached and loaded tokens and start the load; 0 if KV has no room."""
+        cached_tokens = len(hits) * self._bs
+        if not self._take_blocks(r, hits, cached_tokens + external):
+            return 0
+        r.computed = cached_tokens + external
+        st = self.stats
+        if not r.admitted_once:
+            # vLLM records both prefix caches at this admission (a preempted request's lookups are not counted).
+            r.admitted_once = True
+            r.hits_first = cached_tokens
+            r.ext_first = external
+            st.prefix_cache_queries += r.num_tokens
+            st.prefix_cache_hits += cached_tokens
+            st.external_prefix_queries += r.num_tokens - cached_tokens
+            st.external_prefix_hits += external
+        size = external * self.cfg.model.kv_bytes_per_token
+        bandwidth = self.cfg.kv_transfer_bandwidth if kind == "nixl" else self.cfg.kv_offload_bandwidth
+        start = max(self.now, self._link_free[kind])  # loads share their link in the order they start
+        self._link_free[kind] = start + size / bandwidth
+        done = self._link_free[kind] + (self.cfg.kv_transfer_latency_s if kind == "nixl" else 0.0)
+        r.load = (kind, size, done - self.now)
+        r.load_fails = kind == "nixl" and self._kv_rng.random() < self.cfg.kv_transfer_failure_rate
+        r.remote = False
+        self._order += 1
+        heapq.heappush(self._loading, (done, self._order, r))
+        return -1
+
+    def _complete_loads(self) -> None:
+        """Loads done by now: the request waits for its turn again (vLLM's fetch stage completed_waiting), at the
+        head of the queue; a failed load errors the request or leaves its prompt to compute here."""
+        loading, st, done = self._loading, self.stats, []
+        while loading and loading[0][0] <= self.now:
+            _, _, r = heapq.heappop(loading)
+            assert r.load is not None
+            kind, size, seconds = r.load
+            r.load = None
+            if kind == "offload":
+                st.offload_load_bytes += size
+                st.offload_load_time += seconds
+            elif r.load_fails:
+                st.nixl_failed += 1
+                if self.cfg.kv_load_failure_policy == "fail":
+                    self._free_blocks(r)
+                    r.phase = _DONE
+                    st.request_success["error"] += 1
+                    continue
+                r.computed = r.hits_first  # recompute: the prompt is prefilled here, in the blocks it holds
+                r.ext_first = 0
+            else:
+                st.nixl_xfer_time.observe(seconds)
+                st.nixl_bytes.observe(size)
+            done.append(r)
+        if done:
+            self.waiting.extendleft(reversed(done))
+
+    def _admit_loaded(self, r: Request, budget: int) -> int:
+        """Schedule ``r``, whose blocks it holds since its KV load: the rest of its prompt (its last token)."""
+        n = min(r.num_tokens - r.computed, budget)
+        need = -(-(r.computed + n) // self._bs) - len(r.blocks)
+        if need > len(self._pool.free):
+            return 0
+        if need > 0:
+            r.blocks.extend(self._pool.allocate(need))
+        if r.t_sched < 0:
+            r.t_sched = self.now  # vLLM stamps SCHEDULED now: the load's wait is queue time
+        self._run(r)
         return n
+
+    def _offload_store(self, h: tuple[int, int]) -> None:
+        """A computed block's copy in the CPU tier (stored once, LRU when the tier is full)."""
+        tier = self._cpu_tier
+        assert tier is not None
+        if h in tier:
+            tier.move_to_end(h)
+            return
+        tier[h] = None
+        if len(tier) > self.cfg.kv_offload_blocks:
+            tier.popitem(last=False)
+        size = self._bs * self.cfg.model.kv_bytes_per_token
+        self.stats.offload_store_bytes += size
+        self.stats.offload_store_time += size / self.cfg.kv_offload_bandwidth
 
     def _enter_decode(self, r: Request) -> None:
         """``r`` emitted a token at the end of this step (the clock already advanced); it decodes next step."""
@@ -839,6 +1042,8 @@ class Engine:
                 if n == 0:
                     break
                 waiting.popleft()
+                if n < 0:
+                    continue  # its KV loads first: it waits deferred, holding its blocks
                 if lora and loras is not None:
                     loras.add(lora)
                 chunks.append((r, r.computed, n))
@@ -910,8 +1115,9 @@ class Engine:
                 st.time_to_first_token.observe(seen - r.spec.arrival)
                 st.prompt_tokens += r.prompt_len
                 st.prompt_tokens_local_cache_hit += r.hits_first
-                st.prompt_tokens_local_compute += r.prompt_len - r.hits_first
-                prompt_computed += r.prompt_len - r.hits_first
+                st.prompt_tokens_external += r.ext_first
+                st.prompt_tokens_local_compute += r.prompt_len - r.hits_first - r.ext_first
+                prompt_computed += r.prompt_len - r.hits_first - r.ext_first
             else:
                 # First output after a recompute: one long gap in the stream.
                 st.inter_token_latency.observe(t_end - r.t_last_out)

@@ -19,6 +19,7 @@ from typing import Final
 from prometheus_client.utils import floatToGoString
 
 from exporter.catalog import metrics as vllm
+from exporter.simulator.buckets import NIXL_DESCRIPTORS_BUCKETS, NIXL_POST_TIME_BUCKETS
 from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions
 from exporter.simulator.engine import FINISHED_REASONS, Engine, Histogram
 
@@ -27,6 +28,7 @@ SLEEP_STATES: Final = ("awake", "weights_offloaded", "discard_all")
 PROMPT_SOURCES: Final = ("local_compute", "local_cache_hit", "external_kv_transfer")
 CACHED_SOURCES: Final = ("device", "host", "p2p", "disk", "external_unspecified")
 ADMISSION_REASONS: Final = ("max_num_queued_reqs", "max_num_queued_tokens")
+KV_FETCH_STAGES: Final = ("waiting_to_start", "in_progress", "completed_waiting")
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
@@ -58,6 +60,36 @@ HELP: Final[dict[str, str]] = {
     vllm.SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL: "Number of draft tokens.",
     vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL: "Number of accepted tokens.",
     vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL: "Accepted tokens per draft position.",
+    # -- KV transfer and offload (issue 29): vLLM's source, the CPU build registers neither NIXL nor offload --
+    vllm.NIXL_XFER_TIME_SECONDS: "Histogram of transfer duration for NIXL KV Cache transfers.",
+    vllm.NIXL_POST_TIME_SECONDS: "Histogram of transfer post time for NIXL KV Cache transfers.",
+    vllm.NIXL_BYTES_TRANSFERRED: "Histogram of bytes transferred per NIXL KV Cache transfers.",
+    vllm.NIXL_NUM_DESCRIPTORS: "Histogram of number of descriptors per NIXL  KV Cache transfers.",
+    vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL: (
+        "Number of failed NIXL KV Cache transfers, including handshake and notification failures. NOTE: KV "
+        f"expiry is tracked separately in {_family(vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL)}."
+    ),
+    vllm.NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL: (
+        "Number of failed NIXL KV Cache notifications. Retained for compatibility; these failures are also "
+        f"included in {_family(vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL)}."
+    ),
+    vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL: (
+        "Number of requests that had their KV expire. NOTE: This metric is tracked on the P instance."
+    ),
+    vllm.KV_OFFLOAD_LOAD_BYTES_TOTAL: "Total bytes loaded from offload storage to GPU.",
+    vllm.KV_OFFLOAD_LOAD_TIME_TOTAL: "Total load time from offload storage to GPU, in seconds.",
+    vllm.KV_OFFLOAD_STORE_BYTES_TOTAL: "Total bytes stored from GPU to offload storage.",
+    vllm.KV_OFFLOAD_STORE_TIME_TOTAL: "Total store time from GPU to offload storage, in seconds.",
+    vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC: (
+        "Fraction of CPU KV-cache space currently pinned by active transfers (0.0 = idle, 1.0 = saturated). "
+        "Sustained high values indicate transfers (stores or promotions) may be dropped due to insufficient "
+        "capacity."
+    ),
+    vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE: (
+        "Number of waiting requests by async KV load stage. Stage labels: 'waiting_to_start' = needs an async "
+        "KV load that has not started; 'in_progress' = load started and not yet reported finished; "
+        "'completed_waiting' = load finished, request not running yet."
+    ),
     vllm.NUM_REQUESTS_RUNNING: "Number of requests in model execution batches.",
     vllm.NUM_REQUESTS_WAITING: "Number of requests waiting to be processed.",
     vllm.NUM_REQUESTS_WAITING_BY_REASON: (
@@ -326,6 +358,27 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
         out.counter(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, [(base, st.spec_accepted_tokens)])
         out.counter(vllm.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL,
                     [({**base, "position": str(pos)}, n) for pos, n in enumerate(st.spec_accepted_per_pos)])
+    cfg = engine.cfg
+    if cfg.kv_role is not None and cfg.kv_connector == "NixlConnector":
+        # The connector's families come next (KVConnectorProm), one child per engine from the start. The model
+        # makes one transfer per request load; post time, descriptors and notifications are not modelled.
+        out.histogram(vllm.NIXL_XFER_TIME_SECONDS, HELP[vllm.NIXL_XFER_TIME_SECONDS], base, st.nixl_xfer_time)
+        out.histogram(vllm.NIXL_POST_TIME_SECONDS, HELP[vllm.NIXL_POST_TIME_SECONDS], base,
+                      Histogram(NIXL_POST_TIME_BUCKETS))
+        out.histogram(vllm.NIXL_BYTES_TRANSFERRED, HELP[vllm.NIXL_BYTES_TRANSFERRED], base, st.nixl_bytes)
+        out.histogram(vllm.NIXL_NUM_DESCRIPTORS, HELP[vllm.NIXL_NUM_DESCRIPTORS], base,
+                      Histogram(NIXL_DESCRIPTORS_BUCKETS))
+        out.counter(vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL, [(base, st.nixl_failed)])
+        out.counter(vllm.NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL, [(base, 0)])
+        out.counter(vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL, [(base, 0)])
+    if cfg.kv_offload_blocks:
+        # The offloading connector's flat families (the model keeps no size histograms or lookup delays).
+        out.counter(vllm.KV_OFFLOAD_LOAD_BYTES_TOTAL, [(base, st.offload_load_bytes)])
+        out.counter(vllm.KV_OFFLOAD_LOAD_TIME_TOTAL, [(base, st.offload_load_time)])
+        out.counter(vllm.KV_OFFLOAD_STORE_BYTES_TOTAL, [(base, st.offload_store_bytes)])
+        out.counter(vllm.KV_OFFLOAD_STORE_TIME_TOTAL, [(base, st.offload_store_time)])
+        out.header(vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC, HELP[vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC], "gauge")
+        out.sample(vllm.KV_OFFLOAD_CPU_CACHE_USAGE_PERC, base, engine.kv_offload_usage)
     mfu = engine.cfg.enable_mfu_metrics  # registered always, incremented only with the flag
     out.counter(vllm.ESTIMATED_FLOPS_PER_GPU_TOTAL, [(base, round(st.estimated_flops) if mfu else 0)])
     out.counter(vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL, [(base, round(st.estimated_read_bytes) if mfu else 0)])
@@ -335,11 +388,17 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     out.header(vllm.NUM_REQUESTS_WAITING, HELP[vllm.NUM_REQUESTS_WAITING], "gauge")
     out.sample(vllm.NUM_REQUESTS_WAITING, base, engine.num_waiting)
     out.header(vllm.NUM_REQUESTS_WAITING_BY_REASON, HELP[vllm.NUM_REQUESTS_WAITING_BY_REASON], "gauge")
-    # Deferred: requests whose LoRA adapter has no slot (the model has no KV transfer or blocked states).
+    # Deferred: requests whose LoRA adapter has no slot, and those loading KV (the model has no blocked states).
     deferred = engine.num_waiting_deferred
     for reason in WAITING_REASONS:
         waiting = engine.num_waiting - deferred if reason == "capacity" else deferred
         out.sample(vllm.NUM_REQUESTS_WAITING_BY_REASON, {**base, "reason": reason}, waiting)
+    if cfg.kv_consumer:  # registered only where kv_transfer_config.is_kv_consumer
+        out.header(vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE, HELP[vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE], "gauge")
+        stages = {"waiting_to_start": 0, "in_progress": engine.num_kv_loading,
+                  "completed_waiting": engine.num_kv_loaded_waiting}
+        for stage in KV_FETCH_STAGES:
+            out.sample(vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE, {**base, "stage": stage}, stages[stage])
     out.header(vllm.ENGINE_SLEEP_STATE, HELP[vllm.ENGINE_SLEEP_STATE], "gauge")
     for state in SLEEP_STATES:
         out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if state == "awake" else 0)
@@ -347,8 +406,8 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     out.sample(vllm.KV_CACHE_USAGE_PERC, base, engine.kv_cache_usage)
     out.counter(vllm.PREFIX_CACHE_QUERIES_TOTAL, [(base, st.prefix_cache_queries)])
     out.counter(vllm.PREFIX_CACHE_HITS_TOTAL, [(base, st.prefix_cache_hits)])
-    out.counter(vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, [(base, 0)])
-    out.counter(vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL, [(base, 0)])
+    out.counter(vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, [(base, st.external_prefix_queries)])
+    out.counter(vllm.EXTERNAL_PREFIX_CACHE_HITS_TOTAL, [(base, st.external_prefix_hits)])
     out.counter(vllm.MM_CACHE_QUERIES_TOTAL, [(base, 0)])
     out.counter(vllm.MM_CACHE_HITS_TOTAL, [(base, 0)])
     out.counter(vllm.NUM_PREEMPTIONS_TOTAL, [(base, st.num_preemptions)])
@@ -356,13 +415,17 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     by_source = {
         "local_compute": st.prompt_tokens_local_compute,
         "local_cache_hit": st.prompt_tokens_local_cache_hit,
-        "external_kv_transfer": 0,
+        "external_kv_transfer": st.prompt_tokens_external,
     }
     out.counter(vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL, [({**base, "source": s}, by_source[s]) for s in PROMPT_SOURCES])
-    out.counter(vllm.PROMPT_TOKENS_CACHED_TOTAL, [(base, st.prompt_tokens_local_cache_hit)])
+    out.counter(vllm.PROMPT_TOKENS_CACHED_TOTAL,
+                [(base, st.prompt_tokens_local_cache_hit + st.prompt_tokens_external)])
+    # The connector's hits by tier: the offload tier's are host memory, a prefill instance's p2p.
+    tier = "host" if cfg.kv_offload_blocks else "p2p"
+    cached = {"device": st.prefix_cache_hits, tier: st.external_prefix_hits}
     out.counter(
         vllm.PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL,
-        [({**base, "source": s}, st.prefix_cache_hits if s == "device" else 0) for s in CACHED_SOURCES],
+        [({**base, "source": s}, cached.get(s, 0)) for s in CACHED_SOURCES],
     )
     out.counter(vllm.GENERATION_TOKENS_TOTAL, [(base, st.generation_tokens)])
     out.counter(

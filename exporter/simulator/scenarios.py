@@ -93,6 +93,8 @@ class Scenario:
             **({"data_parallel_size": self.data_parallel_size} if self.data_parallel_size > 1 else {}),
             **({"speculative_method": e.spec_method, "num_speculative_tokens": e.num_speculative_tokens}
                if e.num_speculative_tokens else {}),
+            **({"kv_connector": e.kv_connector, "kv_role": e.kv_role,
+                "kv_load_failure_policy": e.kv_load_failure_policy} if e.kv_role else {}),
         }
 
     def build(self, seed: int | None = None) -> Engine | DataParallelEngine:
@@ -717,6 +719,86 @@ _SPEC_COLLAPSE = Scenario(
     slo=_SPEC_SLO,
 )
 
+# -- Disaggregated prefill/decode and KV offload (issue 29) ---------------------------------------------------
+# A decode instance of a P/D pair (NIXL, kv_role kv_consumer): every request arrives with its prompt prefilled on
+# a prefill instance, and waits, deferred, while its KV crosses the link (~1,500-token RAG prompts: 200 MB each
+# for Llama-3.1-8B). Its first token is judged against the decode side's own objective: 95 % within 250 ms.
+_PD_SLO: Final = {"ttft": {"threshold_seconds": 0.25, "target": 0.95}}
+_PD_KNOBS: Final = "--kv-transfer-config kv_connector NixlConnector, kv_role kv_consumer; RAG chat 5 req/s, ~1500 " \
+    "prompt, ~250 output; TTFT objective 95 % within 250 ms"
+
+
+def _pd_decode(**kv: Any) -> EngineConfig:
+    return EngineConfig(kv_role="kv_consumer", **kv)
+
+
+def _pd_workload() -> Workload:
+    return _one(_chat(5.0, prompt=_lognormal(1500, 0.4, 200, 6000), prefix=PrefixSpec()))
+
+
+_PD_HEALTHY = Scenario(
+    name="pd-decode-healthy",
+    description=(
+        "The decode instance of a disaggregated pair on RDMA (25 GB/s): a prompt's KV arrives in about 10 ms, "
+        "requests wait deferred for it (not for capacity), nearly every prompt token arrives by transfer. "
+        "Healthy: the deferred queue is no scheduler queue."
+    ),
+    knobs=_PD_KNOBS + "; link 25 GB/s",
+    engine=_pd_decode(),
+    workload=_pd_workload(),
+    expected=Expected(verdict="none"),
+    case="healthy (P/D decode)",
+    slo=_PD_SLO,
+)
+
+_PD_SLOW = Scenario(
+    name="pd-decode-slow-transfer",
+    description=(
+        "The same decode instance after NIXL fell back to TCP (1.5 GB/s): a prompt's KV takes ~130 ms alone, "
+        "~290 ms on average on a link 65 % busy where loads queue behind each other, and requests spend most "
+        "of their first-token time waiting deferred for KV: KV transfer slow (A7, distributed)."
+    ),
+    knobs=_PD_KNOBS + "; link 1.5 GB/s",
+    engine=_pd_decode(kv_transfer_bandwidth=1.5e9),
+    workload=_pd_workload(),
+    expected=Expected(verdict="distributed", symptoms=("A",), causes=("A7",)),
+    case="A7 (distributed)",
+    slo=_PD_SLO,
+)
+
+_PD_FAILING = Scenario(
+    name="pd-decode-failing-transfer",
+    description=(
+        "The decode instance while 5 % of its KV loads fail (a peer's NIXL agent restarting, a flaky NIC): "
+        "with vLLM's default kv_load_failure_policy (fail) each failed load errors its request. "
+        "KV transfer failing (A8, distributed)."
+    ),
+    knobs=_PD_KNOBS + "; link 25 GB/s, 5 % of loads fail",
+    engine=_pd_decode(kv_transfer_failure_rate=0.05),
+    workload=_pd_workload(),
+    expected=Expected(verdict="distributed", symptoms=("A",), causes=("A8",)),
+    case="A8 (distributed)",
+    slo=_PD_SLO,
+)
+
+# The cache-eviction deployment with a CPU offload tier of 100,000 blocks (200 GB, --kv-offloading-size 200):
+# the prefixes the GPU cache evicts come back from host memory by a copy, not a prefill.
+_OFFLOAD = Scenario(
+    name="kv-offload-eviction",
+    description=(
+        "Hundreds of distinct 3000-token prefixes against a small GPU KV cache, as in cache-eviction, but with "
+        "a CPU offload tier that holds them all: the GPU prefix cache still misses, the offload tier serves "
+        "the misses by a copy over PCIe, and first tokens stay within their objective. A cheaper miss: no "
+        "finding beyond information."
+    ),
+    knobs="gpu_memory_utilization 0.5; --kv-offloading-size 200 (100,000 blocks); 200 prefix groups x 3000 "
+    "tokens; 2.6 req/s, ~600 output",
+    engine=EngineConfig(gpu_memory_utilization=0.5, kv_offload_blocks=100_000),
+    workload=_EVICTION.workload,
+    expected=Expected(verdict="none", also_possible=("C2", "E", "F", "F6")),
+    case="healthy (KV offload)",
+)
+
 SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
     {
         s.name: s
@@ -726,6 +808,7 @@ SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
             _CASE1, _CASE2, _CASE3, _CASE4, _CASE5,
             _LOW_TRAFFIC, _RAG, _SATURATED, _DP_RESTART, _PREEMPTION_STORM, _COMPUTE_BOUND, _LORA_SLOTS,
             _SPEC_HEALTHY, _SPEC_COLLAPSE,
+            _PD_HEALTHY, _PD_SLOW, _PD_FAILING, _OFFLOAD,
         )
     }
 )

@@ -32,7 +32,8 @@ from exporter.state import TargetState
 GOLDEN = Path(__file__).resolve().parent
 # One scenario per verdict family: healthy, a KV-cache storm, CPU starvation, a scheduler stutter; and a
 # healthy speculative-decoding run (its ITL objective judged per token).
-SCENARIOS_UNDER_TEST = ("healthy", "preemption-storm", "cpu-starved", "itl-stutter", "speculative-healthy")
+SCENARIOS_UNDER_TEST = ("healthy", "preemption-storm", "cpu-starved", "itl-stutter", "speculative-healthy",
+                        "pd-decode-slow-transfer")
 DURATION, INTERVAL, SEED = 300.0, 15.0, 0
 MEASURED = "<measured>"
 # Families whose value is a wall-clock measurement of this run.

@@ -9,7 +9,14 @@ import pytest
 
 from exporter.simulator import SCENARIOS
 from exporter.simulator.buckets import request_token_buckets
-from tests.simulator.test_format import REQUEST_TOKEN_FAMILIES, Exposition, parse, scenario_text
+from tests.simulator.test_format import (
+    CONNECTOR_PREFIXES,
+    REQUEST_TOKEN_FAMILIES,
+    Exposition,
+    parse,
+    scenario_text,
+    without_prefixes,
+)
 
 from .harness import RealVLLM, run_phase
 
@@ -27,12 +34,10 @@ SPECULATIVE_PREFIX = "vllm:spec_decode_"
 
 
 def _without_speculation(sim: Exposition) -> Exposition:
-    """The harness's engine runs without --speculative-config: compare the rest. The spec-decode families
-    are compared with a real speculative capture in tests/simulator/test_format.py."""
-    keep = [(n, k) for n, k in sim.types if not n.startswith(SPECULATIVE_PREFIX)]
-    return Exposition(types=keep, helps=sim.helps,
-                      label_names={n: v for n, v in sim.label_names.items() if not n.startswith(SPECULATIVE_PREFIX)},
-                      les=sim.les, values=sim.values)
+    """The harness's engine runs without --speculative-config or a KV connector: compare the rest. The
+    spec-decode families are compared with a real speculative capture in tests/simulator/test_format.py; the
+    connector families come from vLLM's source (the CPU build registers none of them)."""
+    return without_prefixes(sim, (SPECULATIVE_PREFIX, *CONNECTOR_PREFIXES))
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))

@@ -347,7 +347,11 @@ def test_every_vllm_name_used_is_in_a_real_capture(fixtures_dir: Path) -> None:
     on_wire = _capture_names(fixtures_dir / "snapshot-pressure-during.txt")
     # Speculative decoding's families exist only on an engine started with --speculative-config.
     on_wire |= _capture_names(fixtures_dir / "snapshot-speculative-end.txt")
-    from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS
+    # The KV fetch-stage gauge only on a KV consumer; NIXL's and the offload families never on the CPU build.
+    on_wire |= _capture_names(fixtures_dir / "snapshot-kv-consumer.txt")
+    from exporter.catalog.metrics import FROM_SOURCE_ONLY, HISTOGRAM_PARTS, METRICS
+
+    on_wire |= {n + suffix for n in FROM_SOURCE_ONLY for suffix in ("", *(p for p, _ in HISTOGRAM_PARTS))}
 
     # Older names appear only as fallbacks (tests/render/promtool/fallbacks_test.yml covers them).
     aliases = {a + suffix for m in METRICS for a in m.aliases for suffix in ("", *(p for p, _ in HISTOGRAM_PARTS))}
@@ -414,7 +418,7 @@ def test_overview_rows_follow_the_layer_order() -> None:
     data = _dashboards()["vllm-diag-overview.json"]
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
     assert rows == ["Objectives (SLO)", "Diagnosis", *(f"Layer: {layer}" for layer in LAYERS),
-                    "Speculative decoding: $spec_model"]
+                    "Speculative decoding: $spec_model", "KV transfer: $kv_model"]
     feature = next(p for p in data["panels"] if p["title"] == "Speculative decoding: $spec_model")
     assert feature["collapsed"] and feature["repeat"] == "spec_model" and len(feature["panels"]) == 4
     types = {p["type"] for p in data["panels"]}
@@ -469,7 +473,7 @@ def test_panels_read_recording_rules_where_one_exists() -> None:
         assert record in rules.recording_names() and record in raw, record
     for recomputed in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
                        "prefix_cache_hits_total", "kv_cache_usage_perc", "request_inference_time_seconds"):
-        assert recomputed not in raw, f"a panel recomputes {recomputed}"
+        assert f"vllm:{recomputed}" not in raw, f"a panel recomputes {recomputed}"
 
 
 def test_alertmanagerconfig_mirrors_the_plain_example() -> None:

@@ -101,12 +101,25 @@ def speculative(fixtures_dir: Path) -> Exposition:
     return parse((fixtures_dir / "snapshot-speculative-end.txt").read_text())
 
 
+# KV connector families (NIXL, native offload, the consumer's fetch-stage gauge): from vLLM's source; the CPU
+# build registers none of them, so they are left out where a scenario is compared with a capture.
+CONNECTOR_PREFIXES = ("vllm:nixl_", "vllm:kv_offload_", "vllm:num_requests_kv_fetch_by_stage")
+
+
+def without_prefixes(sim: Exposition, prefixes: tuple[str, ...]) -> Exposition:
+    """The exposition without the families whose names start with ``prefixes``."""
+    return Exposition(types=[(n, k) for n, k in sim.types if not n.startswith(prefixes)],
+                      helps={n: h for n, h in sim.helps.items() if not n.startswith(prefixes)},
+                      label_names={n: v for n, v in sim.label_names.items() if not n.startswith(prefixes)},
+                      les={n: v for n, v in sim.les.items() if not n.startswith(prefixes)}, values=sim.values)
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition,
                                                       speculative: Exposition) -> None:
     if SCENARIOS[name].engine.num_speculative_tokens:
         steady = speculative  # the spec-decode families come first, then the same as any engine
-    sim = parse(scenario_text(name))
+    sim = without_prefixes(parse(scenario_text(name)), CONNECTOR_PREFIXES)
     assert sim.types == steady.types  # names, types and order
     assert sim.helps == steady.helps  # HELP lines verbatim (trailing spaces included)
     assert sim.label_names == steady.label_names
@@ -146,15 +159,17 @@ def test_exposition_is_consistent(name: str) -> None:
     assert one("vllm:prompt_tokens_total") == (
         one("vllm:prompt_tokens_by_source_total", ("source", "local_compute"))
         + one("vllm:prompt_tokens_by_source_total", ("source", "local_cache_hit"))
+        + one("vllm:prompt_tokens_by_source_total", ("source", "external_kv_transfer"))
     )
     assert one("vllm:prefix_cache_hits_total") == one(
         "vllm:prompt_tokens_cached_by_source_total", ("source", "device")
     )
+    assert one("vllm:external_prefix_cache_hits_total") <= one("vllm:external_prefix_cache_queries_total")
     assert one("vllm:prefix_cache_hits_total") <= one("vllm:prefix_cache_queries_total")
     # Every waiting request waits for one reason: capacity, or deferred (a LoRA adapter without a slot).
     assert one("vllm:num_requests_waiting") == sum(
         one("vllm:num_requests_waiting_by_reason", ("reason", r)) for r in ("capacity", "deferred"))
-    if not any(c.lora for c in SCENARIOS[name].workload.classes):
+    if not any(c.lora for c in SCENARIOS[name].workload.classes) and not SCENARIOS[name].engine.kv_consumer:
         assert one("vllm:num_requests_waiting_by_reason", ("reason", "deferred")) == 0
     assert 0.0 <= one("vllm:kv_cache_usage_perc") <= 1.0
     finished = sum(
@@ -255,3 +270,26 @@ def test_docs_table_matches_the_registry() -> None:
         assert (case, verdict, symptoms, causes, also) == (
             sc.case, f"`{e.verdict}`", ids(e.symptoms), ids(e.causes), ids(e.also_possible)
         ), name
+
+
+def test_a_decode_instance_exports_the_connector_families_vllm_registers(fixtures_dir: Path) -> None:
+    """A NIXL kv_consumer: NIXL's families after the spec-decode position, the fetch-stage gauge after the
+    waiting-by-reason gauge (as in a real kv_consumer's capture, HELP and labels included), with vLLM's
+    bucket edges (nixl/stats.py); a plain engine exports none of them."""
+    sim = parse(scenario_text("pd-decode-slow-transfer"))
+    real = parse((fixtures_dir / "snapshot-kv-consumer.txt").read_text())
+    fetch = "vllm:num_requests_kv_fetch_by_stage"
+    assert sim.helps[fetch] == real.helps[fetch] and sim.label_names[fetch] == real.label_names[fetch]
+    real_names = [n for n, _ in real.types]
+    assert real_names.index(fetch) == real_names.index("vllm:num_requests_waiting_by_reason") + 1
+    names = [n for n, _ in sim.types if not n.endswith("_created")]
+    nixl = [n for n in names if n.startswith("vllm:nixl_")]
+    assert nixl == ["vllm:nixl_xfer_time_seconds", "vllm:nixl_post_time_seconds", "vllm:nixl_bytes_transferred",
+                    "vllm:nixl_num_descriptors", "vllm:nixl_num_failed_transfers_total",
+                    "vllm:nixl_num_failed_notifications_total", "vllm:nixl_num_kv_expired_reqs_total"]
+    assert names.index("vllm:num_requests_kv_fetch_by_stage") == names.index("vllm:num_requests_waiting_by_reason") + 1
+    assert sim.les["vllm:nixl_xfer_time_seconds"][0] == "0.005" and sim.les["vllm:nixl_xfer_time_seconds"][-2] == "5.0"
+    assert sim.les["vllm:nixl_bytes_transferred"][0] == "2048.0"
+    assert sim.les["vllm:nixl_bytes_transferred"][-2] == "8.589934592e+09"
+    plain = parse(scenario_text("healthy"))
+    assert not [n for n, _ in plain.types if n.startswith(CONNECTOR_PREFIXES)]

@@ -280,3 +280,20 @@ def test_speculative_config_gives_its_drafter_and_draft_tokens_only() -> None:
     broken = cmdline.parse(["vllm", "serve", "m", "--speculative-config", "{not json"])
     assert broken is not None and "speculative_method" not in broken.flags
     assert EngineFacts(**{k: v for k, v in inv.flags.items() if k != "model"}).num_speculative_tokens == 3
+
+
+def test_kv_transfer_config_gives_connector_role_and_failure_policy_only():
+    config = json.dumps({"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
+                         "kv_load_failure_policy": "recompute",
+                         "kv_connector_extra_config": {"backends": ["UCX"], "secret": "x"}, "kv_ip": "10.0.0.1"})
+    inv = cmdline.parse(["vllm", "serve", "m", "--kv-transfer-config", config, "--kv-offloading-size", "80"])
+    assert inv is not None and inv.flags == {"kv_connector": "NixlConnector", "kv_role": "kv_consumer",
+                                             "kv_load_failure_policy": "recompute", "kv_offloading_size": 80.0,
+                                             "model": "m"}
+    dotted = cmdline.parse(["vllm", "serve", "m", "--kv-transfer-config.kv_role", "kv_producer"])
+    assert dotted is not None and dotted.flags["kv_role"] == "kv_producer"
+    from_file = cmdline.config_file_facts("kv_transfer_config:\n  kv_connector: LMCacheConnectorV1\n"
+                                          "  kv_role: kv_both\n")
+    assert from_file == {"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both"}
+    facts = EngineFacts(**{k: v for k, v in inv.flags.items() if k != "model"})
+    assert facts.kv_role == "kv_consumer" and facts.kv_offloading_size == 80.0

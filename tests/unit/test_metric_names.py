@@ -168,4 +168,6 @@ def test_the_catalog_knows_exactly_the_vllm_families_of_a_real_capture() -> None
     typed = {line.split()[2] for path in FIXTURES.glob("snapshot-*.txt")
              for line in path.read_text().splitlines() if line.startswith("# TYPE vllm:")}
     families = {name for name in typed if not name.endswith("_created")}
-    assert families == {name for name in vllm.KNOWN if name.startswith(vllm.NAMESPACE)}
+    # The KV connector families come from vLLM's source: the CPU build cannot register them.
+    assert families == {name for name in vllm.KNOWN if name.startswith(vllm.NAMESPACE)} - vllm.FROM_SOURCE_ONLY
+    assert not families & vllm.FROM_SOURCE_ONLY

@@ -70,6 +70,19 @@ H100 = {"gpu": "H100", "model_weight_bytes": 16e9}
 # Speculative decoding on: 1000 drafts of 3 tokens in the window (acceptance set per case).
 SPEC = dict(spec_decode_enabled=True, spec_decode_drafts=1000, spec_decode_draft_tokens=3000,
             spec_decode_accepted_tokens=150, spec_decode_mean_accepted_length=1.15, tokens_per_output_event=1.15)
+# A decode instance of a disaggregated pair: a KV consumer whose prompts arrive by NIXL transfer.
+PD_DECODE = dict(kv_transfer_enabled=True, kv_consumer=True, kv_transferred_prompt_share=0.98, kv_transfers=600,
+                 kv_transfer_time_mean_seconds=0.4, kv_transfer_time_p95_seconds=0.9, kv_transfer_bytes_mean=2e8,
+                 kv_transfer_failures=0, kv_transfer_failure_share=0.0, kv_deferred_wait_mean_seconds=1.6,
+                 kv_deferred_ttft_share=0.64, waiting_deferred=16, deferred_fraction=1.0, queue_mean=1.7,
+                 ttft_queue_share=0.68, ttft_prefill_share=0.1, prefix_cache_hit_ratio=0.0,
+                 external_prefix_cache_hit_ratio=0.98, external_prefix_cache_queried_tokens=900000)
+PD_FAILING = dict(PD_DECODE, kv_deferred_wait_mean_seconds=0.01, kv_deferred_ttft_share=0.05, kv_transfer_failures=30,
+                  kv_transfer_failure_share=30 / 630, requests_errored=30)
+# KV offload on: the CPU tier served most of what the GPU prefix cache missed.
+OFFLOAD = dict(kv_transfer_enabled=True, kv_consumer=True, external_prefix_cache_queried_tokens=250000,
+               external_prefix_cache_hit_ratio=0.9, kv_offload_load_bytes=9e10, kv_offload_load_seconds=4.5,
+               kv_offload_load_bytes_per_second=2e10, kv_transferred_prompt_share=0.75)
 # Decode on a slow kernel path: busy engine, small batch, ~6 % of the H100's HBM bandwidth used.
 SLOW_KERNELS = dict(UNIFORM_SLOW_ITL, running_mean=5, engine_busy_fraction=0.97, read_bytes_per_gpu_per_second=2e11)
 
@@ -96,6 +109,10 @@ CASES: dict[str, tuple[tuple[dict, dict], tuple[dict, dict]]] = {
            ({**SLOW_KERNELS, "read_bytes_per_gpu_per_second": 2.5e12}, H100)),
     "B5": (({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05}, {}),
            ({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.35}, {})),
+    "A7": (({**SLOW_TTFT, **PD_DECODE}, {"kv_role": "kv_consumer", "kv_connector": "NixlConnector"}),
+           ({**SLOW_TTFT, **PD_DECODE, "kv_deferred_ttft_share": 0.2}, {"kv_role": "kv_consumer"})),
+    "A8": (({**PD_FAILING}, {"kv_role": "kv_consumer", "kv_load_failure_policy": "fail"}),
+           ({**PD_FAILING, "kv_transfer_failures": 3, "kv_transfer_failure_share": 3 / 603}, {})),
     "C1": (({**SLOW_TTFT, "cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {}),
            ({"cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {})),
     "C2": (({"running_mean": 0.8, "running_max": 2}, {}),
@@ -481,3 +498,45 @@ def test_rejected_drafts_explain_a_missed_itl_objective_and_name_the_drafter():
     assert RULE_BY_ID["B5"](_ctx({}, {})).status == "clear"  # speculation off
     few = RULE_BY_ID["B5"](_ctx({**SPEC, "spec_decode_draft_tokens": 50, "spec_decode_acceptance_rate": 0.05}, {}))
     assert few.status == "abstain"
+
+
+def test_a_decode_instances_wait_for_kv_is_a7_not_a_scheduler_queue():
+    ctx = _ctx({**SLOW_TTFT, **PD_DECODE}, {})  # no kv_role configured: the fetch-stage gauge says consumer
+    findings = _findings({**SLOW_TTFT, **PD_DECODE})
+    assert findings["A7"].status == "fired" and findings["A2"].status == "clear"
+    assert findings["A0"].status == "clear"  # explained
+    evidence = " ".join(findings["A7"].evidence)
+    assert "64% of mean TTFT" in evidence and "600 KV transfers of 200 MB" in evidence
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "distributed"
+    # healthy decode instance: the deferred queue within objectives is no finding at all
+    healthy = _findings({**PD_DECODE})
+    assert healthy["A7"].status == "clear" and healthy["A2"].status == "clear"
+    assert diagnose(_ctx({**PD_DECODE}, {}), VerdictTracker(), 0.0).verdict.layer == "none"
+    # prompts that arrive by transfer are no prefix-cache miss of this instance
+    assert healthy["F"].status == "clear" and "another instance" in healthy["F"].evidence[0]
+
+
+def test_failing_kv_transfers_need_an_effect_to_count():
+    fired = RULE_BY_ID["A8"](_ctx({**PD_FAILING}, {"kv_load_failure_policy": "fail"}))
+    assert fired.status == "fired" and not fired.informational
+    assert any("30 of 630 KV loads failed" in e for e in fired.evidence)
+    assert any("ends its request with an error" in e for e in fired.evidence)
+    quiet = RULE_BY_ID["A8"](_ctx({**PD_FAILING, "requests_errored": 0}, {}))
+    assert quiet.status == "fired" and quiet.informational
+    assert RULE_BY_ID["A8"](_ctx({}, {})).status == "clear"  # no connector
+
+
+def test_with_offload_a_miss_is_a_copy_d_weakens_and_says_so_f_counts_the_tier():
+    storm = RULE_BY_ID["D"](_ctx({**STORM}, {}))
+    offloaded = RULE_BY_ID["D"](_ctx({**STORM, **OFFLOAD}, {}))
+    assert offloaded.status == "fired" and offloaded.strength < storm.strength
+    assert any("by a copy over PCIe, not a recompute" in e for e in offloaded.evidence)
+    assert any("90.0 GB loaded back to the GPU at 20.0 GB/s" in e for e in offloaded.evidence)
+    # a NIXL decode instance's connector hits are transfers, not a tier: a preemption there recomputes
+    decode = RULE_BY_ID["D"](_ctx({**STORM, **PD_DECODE}, {}))
+    assert decode.strength == storm.strength and not any("offload" in e for e in decode.evidence)
+    # the GPU prefix cache hits 10 %, the tier serves 90 % of the rest: reuse is fine, F6 clears
+    evicted = {**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, **KV_FULL}
+    assert RULE_BY_ID["F6"](_ctx(evicted, {})).status == "fired"
+    tiered = RULE_BY_ID["F6"](_ctx({**evicted, **OFFLOAD}, {}))
+    assert tiered.status == "clear" and "with the KV offload tier" in tiered.evidence[0]

@@ -248,3 +248,51 @@ def test_without_speculative_decoding_the_itl_stays_per_event(fixtures_dir):
 def vllm_names_absent(missing: tuple[str, ...]) -> bool:
     """Spec-decode families are optional: never listed as missing inputs."""
     return not any("spec_decode" in name for name in missing)
+
+
+def test_kv_transfer_signals_of_a_simulated_decode_instance():
+    """A disaggregated decode instance (NIXL, kv_consumer) rendered twice by the simulator: the signals follow
+    vLLM's definitions from the exposition's own numbers."""
+    from exporter.simulator import SCENARIOS
+    from exporter.simulator.exposition import render_vllm
+
+    engine = SCENARIOS["pd-decode-slow-transfer"].build()
+    texts, times = [], [120.0, 240.0]
+    for t in times:
+        engine.advance_to(t)
+        texts.append(render_vllm(engine, start_unix=0.0))
+    s = _signals(texts, times)
+    kt = s.kv_transfer
+    first = re.escape('{engine="0",model_name="meta-llama/Llama-3.1-8B-Instruct"')
+
+    def delta(name: str, labels: str = "") -> float:
+        pattern = rf'^{re.escape(name)}{first}{re.escape(labels)}}} (\S+)$'
+        a, b = (re.search(pattern, text, re.M) for text in texts)
+        assert a is not None and b is not None, name
+        return float(b.group(1)) - float(a.group(1))
+
+    assert kt.enabled and kt.consumer  # vllm:num_requests_kv_fetch_by_stage is registered
+    assert kt.transfers == delta("vllm:nixl_xfer_time_seconds_count")
+    assert math.isclose(kt.transfer_time_mean or 0, delta("vllm:nixl_xfer_time_seconds_sum") / (kt.transfers or 1))
+    by_source = "vllm:prompt_tokens_by_source_total"
+    transferred = delta(by_source, ',source="external_kv_transfer"')
+    total = transferred + delta(by_source, ',source="local_compute"') + delta(by_source, ',source="local_cache_hit"')
+    assert math.isclose(kt.transferred_prompt_share or 0, transferred / total) and transferred / total > 0.9
+    # vLLM schedules a request once its KV is in: with no capacity wait, the queue time is all wait for KV.
+    assert kt.deferred_wait_mean is not None and kt.deferred_ttft_share is not None
+    assert s.scheduler.queued_fraction == 0.0 and kt.deferred_wait_mean == s.latency.queue_mean
+    assert kt.deferred_ttft_share > 0.5
+    assert kt.failures == 0 and kt.failure_share == 0.0
+    assert "nixl" not in " ".join(s.missing)  # connector families are optional, never missing inputs
+
+
+def test_a_real_kv_consumer_is_recognised_from_its_metrics(fixtures_dir):
+    """vLLM 0.32 with ExampleConnector as kv_consumer (docs/disaggregation.md): it registers the fetch-stage
+    gauge; with the producer's KV in the shared folder, most prompt tokens arrived by transfer."""
+    text = read_capture(fixtures_dir, "kv-consumer")
+    s = _signals([text], [0.0])
+    assert s.kv_transfer.enabled and s.kv_transfer.consumer
+    plain = _signals([read_capture(fixtures_dir, "steady")], [0.0])
+    assert plain.kv_transfer.enabled is None and plain.kv_transfer.consumer is None
+    assert _sample(text, "vllm:prompt_tokens_by_source_total", ',source="external_kv_transfer"') == 5376
+    assert _sample(text, "vllm:external_prefix_cache_hits_total") == 5376
