@@ -198,16 +198,16 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(NIXL_NUM_FAILED_TRANSFERS_TOTAL, _C,
               "Failed NIXL KV transfers, handshake and notification failures included", since="0.11.1"),
     MetricDef(NIXL_NUM_KV_EXPIRED_REQS_TOTAL, _C,
-              "Requests whose KV expired on the prefill instance before a decode instance read it"),
-    MetricDef(KV_OFFLOAD_LOAD_BYTES_TOTAL, _C, "Bytes loaded from the offload tier to the GPU", since="0.32"),
+              "Requests whose KV expired on the prefill instance before a decode instance read it", since="0.15.0"),
+    MetricDef(KV_OFFLOAD_LOAD_BYTES_TOTAL, _C, "Bytes loaded from the offload tier to the GPU", since="0.24"),
     MetricDef(KV_OFFLOAD_LOAD_TIME_TOTAL, _C, "Seconds spent loading from the offload tier to the GPU",
-              since="0.32"),
+              since="0.24"),
     MetricDef(KV_OFFLOAD_TOTAL_BYTES_TOTAL, _C,
               "Bytes moved by the offloading connector by transfer_type (CPU_to_GPU, GPU_to_CPU); deprecated "
               "beside the flat load/store names", since="0.16"),
     MetricDef(KV_OFFLOAD_TOTAL_TIME_TOTAL, _C,
               "Seconds of offloading transfers by transfer_type; deprecated beside the flat names", since="0.16"),
-    MetricDef(KV_OFFLOAD_CPU_CACHE_USAGE_PERC, _G, "Share of the CPU offload tier in use (0..1)", since="0.32"),
+    MetricDef(KV_OFFLOAD_CPU_CACHE_USAGE_PERC, _G, "Share of the CPU offload tier in use (0..1)", since="0.24"),
 )
 
 # What else a vLLM 0.32 API server exports (tests/fixtures/vllm-0.32-cpu): known, so that the simulator
@@ -228,9 +228,9 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
     MetricDef(NIXL_NUM_DESCRIPTORS, _H, "Descriptors per NIXL KV transfer", since="0.11.1"),
     MetricDef(NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL, _C, "Failed NIXL notifications (also in failed transfers)",
               since="0.11.1"),
-    MetricDef(KV_OFFLOAD_STORE_BYTES_TOTAL, _C, "Bytes stored from the GPU to the offload tier", since="0.32"),
+    MetricDef(KV_OFFLOAD_STORE_BYTES_TOTAL, _C, "Bytes stored from the GPU to the offload tier", since="0.24"),
     MetricDef(KV_OFFLOAD_STORE_TIME_TOTAL, _C, "Seconds spent storing from the GPU to the offload tier",
-              since="0.32"),
+              since="0.24"),
 )
 
 # Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload, so no real
