@@ -485,9 +485,10 @@ class RequestResult:
 
 
 async def one_request(session: aiohttp.ClientSession, base_url: str, prompt: str, max_tokens: int,
-                      temperature: float = 0.0) -> RequestResult:
+                      temperature: float = 0.0, model: str = MODEL_NAME) -> RequestResult:
+    """One streamed completion; ``model`` may name a LoRA adapter served with --lora-modules."""
     payload = {
-        "model": MODEL_NAME,
+        "model": model,
         "prompt": prompt,
         "max_tokens": max_tokens,
         "stream": True,

@@ -61,6 +61,12 @@ class EngineFacts(_Strict):
     # counters on /metrics tell whether speculation is on)
     speculative_method: str | None = None
     num_speculative_tokens: int | None = Field(default=None, gt=0)
+    # LoRA (--enable-lora, --max-loras, --max-lora-rank) and sleep mode (--enable-sleep-mode); vLLM's
+    # lora_requests_info gauge carries max_lora too.
+    enable_lora: bool | None = None
+    max_loras: int | None = Field(default=None, gt=0)
+    max_lora_rank: int | None = Field(default=None, gt=0)
+    enable_sleep_mode: bool | None = None
     vllm_version: str | None = None
     platform: str | None = None
 

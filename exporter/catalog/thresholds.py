@@ -172,6 +172,13 @@ class Thresholds:
     model_fits_share: float = threshold(0.8, "ratio",
         "Model weights over one GPU's memory below which the model fits on one GPU, so TP/PP was added for "
         "KV room or concurrency (G).", 0, 1)
+    dp_imbalance_ratio: float = threshold(2.0, "ratio",
+        "Data parallel: an engine's mean load (running + waiting) or mean TTFT/ITL over the median of its "
+        "siblings' at which it stands out (G2). Raise it where the load balancer is known to be uneven.", 1)
+    # -- LoRA adapter slots (A6) -------------------------------------------------------------
+    lora_deferred_fraction: float = threshold(0.2, "ratio",
+        "LoRA: share of scrapes with requests waiting deferred (num_requests_waiting_by_reason) at which "
+        "the wait for an adapter slot counts (A6), with more adapters in demand than --max-loras slots.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
     verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",

@@ -42,6 +42,11 @@ FACTS: tuple[FactSpec, ...] = (
     # From --speculative-config (a JSON value, or the config file's mapping): exporter.facts.cmdline.
     FactSpec("speculative_method", str, (), "speculative decoding drafter (ngram, eagle, mtp, draft_model, ...)"),
     FactSpec("num_speculative_tokens", int, (), "draft tokens per speculative step"),
+    # LoRA and sleep mode (issue 29): whether the engine serves adapters, how many fit one batch, their rank.
+    FactSpec("enable_lora", bool, ("enable-lora",), "LoRA adapters served"),
+    FactSpec("max_loras", int, ("max-loras",), "LoRA adapters in one batch (adapter slots)"),
+    FactSpec("max_lora_rank", int, ("max-lora-rank",), "largest LoRA rank a slot reserves memory for"),
+    FactSpec("enable_sleep_mode", bool, ("enable-sleep-mode",), "sleep mode (/sleep, /wake_up) allowed"),
     FactSpec("vllm_version", str, (), "vLLM version (a release series when dated from the metrics)"),
     FactSpec("platform", str, (), "vLLM build: cpu, or a GPU build"),
     FactSpec("gpu", str, (), "GPU model (configure it)"),

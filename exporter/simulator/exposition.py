@@ -70,6 +70,7 @@ HELP: Final[dict[str, str]] = {
         "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
     ),
     vllm.KV_CACHE_USAGE_PERC: "KV-cache usage. 1 means 100 percent usage.",
+    vllm.LORA_REQUESTS_INFO: "Running stats on lora requests.",
     vllm.PREFIX_CACHE_QUERIES_TOTAL: "Prefix cache queries, in terms of number of queried tokens.",
     vllm.PREFIX_CACHE_HITS_TOTAL: "Prefix cache hits, in terms of number of cached tokens.",
     vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL: (
@@ -342,9 +343,18 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
         out.sample(vllm.NUM_REQUESTS_WAITING_BY_REASON, {**base, "reason": reason}, waiting)
     out.header(vllm.ENGINE_SLEEP_STATE, HELP[vllm.ENGINE_SLEEP_STATE], "gauge")
     for state in SLEEP_STATES:
-        out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if state == "awake" else 0)
+        level = engine.sleep_level  # one-hot: awake, or the level it sleeps at (record_sleep_state)
+        on = state == "awake" if not level else state == SLEEP_STATES[level]
+        out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if on else 0)
     out.header(vllm.KV_CACHE_USAGE_PERC, HELP[vllm.KV_CACHE_USAGE_PERC], "gauge")
     out.sample(vllm.KV_CACHE_USAGE_PERC, base, engine.kv_cache_usage)
+    if engine.cfg.enable_lora and st.lora_updates:
+        # Registered only with --enable-lora; no model_name or engine label; the value is the unix time of the
+        # set's last update (set_to_current_time), on the wall clock of simulated second 0 at start_unix.
+        out.header(vllm.LORA_REQUESTS_INFO, HELP[vllm.LORA_REQUESTS_INFO], "gauge")
+        for names, at in st.lora_updates.items():
+            out.sample(vllm.LORA_REQUESTS_INFO, {"max_lora": str(engine.cfg.max_loras), "running_lora_adapters": names,
+                                                 "waiting_lora_adapters": names}, round(start_unix + at / speed, 3))
     out.counter(vllm.PREFIX_CACHE_QUERIES_TOTAL, [(base, st.prefix_cache_queries)])
     out.counter(vllm.PREFIX_CACHE_HITS_TOTAL, [(base, st.prefix_cache_hits)])
     out.counter(vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, [(base, 0)])
