@@ -43,17 +43,15 @@ import aiohttp
 from benchmarks.realvllm import (
     MODEL_NAME,
     RealVLLM,
-    fetch_metrics_async,
+    capture_every,
+    judge_captures,
     make_text,
     model_dir,
     one_request,
     tokens_per_word,
 )
 from exporter.catalog import metrics as vllm
-from exporter.config import load_settings
 from exporter.parse import parse
-from exporter.pipeline import TargetPipeline, replay
-from exporter.record import CAPTURE_HEADER
 from exporter.state import TargetState
 
 ADAPTERS = ("tenant-a", "tenant-b")
@@ -122,21 +120,6 @@ def engine_args(run: str, workdir: Path) -> list[str]:
 
 
 # -- load and captures ----------------------------------------------------------------------------
-async def _scrape(url: str, out: Path, stop: asyncio.Event) -> int:
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        while True:
-            started = time.time()
-            text = await fetch_metrics_async(url, session)
-            (out / f"feature-{count:05d}.txt").write_text(
-                f"{CAPTURE_HEADER} target=feature scraped_at={started!r}\n" + text)
-            count += 1
-            if stop.is_set():
-                return count
-            await asyncio.sleep(max(0.0, INTERVAL_S - (time.time() - started)))
-
-
 async def _load(base_url: str, seconds: float, concurrency: int, models: tuple[str, ...]) -> dict[str, Any]:
     """``concurrency`` streams for ``seconds``; stream i names ``models[i % len(models)]``."""
     deadline = time.monotonic() + seconds
@@ -163,7 +146,7 @@ async def _load(base_url: str, seconds: float, concurrency: int, models: tuple[s
 
 async def _drive(vllm: RealVLLM, run: str, seconds: float, out: Path) -> dict[str, Any]:
     stop = asyncio.Event()
-    scraper = asyncio.create_task(_scrape(vllm.metrics_url, out, stop))
+    scraper = asyncio.create_task(capture_every(vllm.metrics_url, out, stop, "feature", INTERVAL_S))
     models = ADAPTERS if "lora" in RUNS[run] else (MODEL_NAME,)
     load = await _load(vllm.base_url, seconds, RUNS[run]["concurrency"], models)
     stop.set()
@@ -182,19 +165,10 @@ def capture(run: str, out: Path, seconds: float) -> dict[str, Any]:
 
 
 # -- diagnosis ------------------------------------------------------------------------------------
-def _scraped_at(path: Path) -> float:
-    return float(path.read_text().split("scraped_at=", 1)[1].split()[0])
-
-
 def diagnose(directory: Path, ttft_threshold: float) -> TargetState:
     """The captures judged as one window at the shipped defaults, the TTFT objective at ``ttft_threshold``."""
-    files = sorted(directory.glob("feature-*.txt"))
-    settings = load_settings(overrides={
-        "listen": "127.0.0.1:1", "window_seconds": int(_scraped_at(files[-1]) - _scraped_at(files[0])) + 10,
-        "slo": {"ttft": {"threshold_seconds": ttft_threshold, "target": 0.95}},
-        "targets": [{"name": "feature", "url": "http://127.0.0.1:1/metrics"}],
-    })
-    return replay(files, TargetPipeline(settings.targets[0], settings), INTERVAL_S)
+    return judge_captures(directory, "feature", INTERVAL_S,
+                          {"ttft": {"threshold_seconds": ttft_threshold, "target": 0.95}})
 
 
 def report(run: str, state: TargetState) -> dict[str, Any]:
@@ -241,7 +215,9 @@ def check(out: Path) -> int:
 
     with RealVLLM(extra_args=engine_args("lora", out), startup_timeout_s=STARTUP_TIMEOUT_S) as server:
         answers = asyncio.run(requests(server.base_url))
-        snapshot = parse(server.fetch_metrics(), time.time())
+        text = server.fetch_metrics()
+        (out / "snapshot-lora.txt").write_text(text)  # kept: a real exposition with the LoRA family
+        snapshot = parse(text, time.time())
     series = snapshot.scalars.get(vllm.LORA_REQUESTS_INFO, {})
     names = sorted({dict(labels).get("running_lora_adapters", "") for labels in series})
     print(f"startup {server.startup_s:.0f} s; requests per adapter: {answers}; "

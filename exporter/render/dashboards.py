@@ -388,8 +388,9 @@ def speculative_panels() -> list[g.Panel]:
 
 # LoRA and data-parallel engines (issue 29): rows repeated only where the feature is on.
 LORA_VAR = "lora_target"
+ADAPTERS, REQUESTS = "suffix:adapters", "suffix:req"
 DP_VAR = "dp_model"
-LORA = PromQL(f'{PLACE_SEL}, pod=~"${LORA_VAR}"')  # lora_requests_info has no model_name
+LORA = PromQL(f'{RAW_SEL}, pod=~"${LORA_VAR}"')  # the row's target among the selected ones
 DP = PromQL(f'{RAW_SEL}, model_name=~"${DP_VAR}"', without=("instance",))  # keeps pod and engine
 
 
@@ -400,12 +401,12 @@ def lora_panels() -> list[g.Panel]:
                    "(seen) against the slots one batch holds (max, --max-loras). Seen above max with deferred "
                    "waits: requests wait for a slot (cause A6).",
                    [(diag("vllm_diag_lora_adapters"), "{{target}} {{kind}}")],
-                   metrics=["vllm_diag_lora_adapters"], unit="short"),
+                   metrics=["vllm_diag_lora_adapters"], unit=ADAPTERS),
         timeseries("Requests waiting deferred", "Waiting requests the scheduler skipped (a LoRA slot, a KV transfer), "
                    "beside those waiting for capacity.",
                    [(f'sum by (pod, reason) ({LORA.sel(vllm.NUM_REQUESTS_WAITING_BY_REASON)})',
                      "{{pod}} {{reason}}")],
-                   metrics=[vllm.NUM_REQUESTS_WAITING_BY_REASON], unit="short"),
+                   metrics=[vllm.NUM_REQUESTS_WAITING_BY_REASON], unit=REQUESTS),
         timeseries("Queue time (mean)", "Mean time requests waited in the engine queue: a slot wait is queue time.",
                    [(f"sum by (pod) (rate({LORA.sel(vllm.REQUEST_QUEUE_TIME_SECONDS + '_sum')}[{RATE}]))\n/\n"
                      f"(sum by (pod) (rate({LORA.sel(vllm.REQUEST_QUEUE_TIME_SECONDS + '_count')}[{RATE}])) > 0)",
@@ -426,7 +427,7 @@ def data_parallel_panels() -> list[g.Panel]:
     return [
         timeseries("Load per engine", "Running + waiting requests per data-parallel engine: siblings should match.",
                    [(load, "{{pod}} engine {{engine}}")],
-                   metrics=[vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING], unit="short"),
+                   metrics=[vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING], unit=REQUESTS),
         timeseries("Mean TTFT per engine", "One engine far above its siblings is slow or overloaded (cause G2).",
                    [(mean(vllm.TIME_TO_FIRST_TOKEN_SECONDS), "{{pod}} engine {{engine}}")],
                    metrics=[vllm.TIME_TO_FIRST_TOKEN_SECONDS], unit="s"),

@@ -348,13 +348,6 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
         out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if on else 0)
     out.header(vllm.KV_CACHE_USAGE_PERC, HELP[vllm.KV_CACHE_USAGE_PERC], "gauge")
     out.sample(vllm.KV_CACHE_USAGE_PERC, base, engine.kv_cache_usage)
-    if engine.cfg.enable_lora and st.lora_updates:
-        # Registered only with --enable-lora; no model_name or engine label; the value is the unix time of the
-        # set's last update (set_to_current_time), on the wall clock of simulated second 0 at start_unix.
-        out.header(vllm.LORA_REQUESTS_INFO, HELP[vllm.LORA_REQUESTS_INFO], "gauge")
-        for names, at in st.lora_updates.items():
-            out.sample(vllm.LORA_REQUESTS_INFO, {"max_lora": str(engine.cfg.max_loras), "running_lora_adapters": names,
-                                                 "waiting_lora_adapters": names}, round(start_unix + at / speed, 3))
     out.counter(vllm.PREFIX_CACHE_QUERIES_TOTAL, [(base, st.prefix_cache_queries)])
     out.counter(vllm.PREFIX_CACHE_HITS_TOTAL, [(base, st.prefix_cache_hits)])
     out.counter(vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL, [(base, 0)])
@@ -386,6 +379,14 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     )
     for family, attr in _VLLM_HISTOGRAMS:
         out.histogram(family, HELP[family], base, getattr(st, attr))
+    if engine.cfg.enable_lora:
+        # Registered only with --enable-lora, last before cache_config_info (a real 0.32 capture); no model_name
+        # or engine label; one series per adapter set, valued at the unix time of its last update
+        # (set_to_current_time), on the wall clock of simulated second 0 at start_unix.
+        out.header(vllm.LORA_REQUESTS_INFO, HELP[vllm.LORA_REQUESTS_INFO], "gauge")
+        for names, at in st.lora_updates.items():
+            out.sample(vllm.LORA_REQUESTS_INFO, {"max_lora": str(engine.cfg.max_loras), "running_lora_adapters": names,
+                                                 "waiting_lora_adapters": names}, round(start_unix + at / speed, 3))
     out.header(vllm.CACHE_CONFIG_INFO, HELP[vllm.CACHE_CONFIG_INFO], "gauge")
     out.sample(vllm.CACHE_CONFIG_INFO, cache_config_labels(engine), 1.0)
 

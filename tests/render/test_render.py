@@ -347,6 +347,8 @@ def test_every_vllm_name_used_is_in_a_real_capture(fixtures_dir: Path) -> None:
     on_wire = _capture_names(fixtures_dir / "snapshot-pressure-during.txt")
     # Speculative decoding's families exist only on an engine started with --speculative-config.
     on_wire |= _capture_names(fixtures_dir / "snapshot-speculative-end.txt")
+    # LoRA's only with --enable-lora.
+    on_wire |= _capture_names(fixtures_dir / "snapshot-lora.txt")
     from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS
 
     # Older names appear only as fallbacks (tests/render/promtool/fallbacks_test.yml covers them).
@@ -414,9 +416,14 @@ def test_overview_rows_follow_the_layer_order() -> None:
     data = _dashboards()["vllm-diag-overview.json"]
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
     assert rows == ["Objectives (SLO)", "Diagnosis", *(f"Layer: {layer}" for layer in LAYERS),
-                    "Speculative decoding: $spec_model"]
+                    "Speculative decoding: $spec_model", "LoRA adapters: $lora_target",
+                    "Data-parallel engines: $dp_model"]
     feature = next(p for p in data["panels"] if p["title"] == "Speculative decoding: $spec_model")
     assert feature["collapsed"] and feature["repeat"] == "spec_model" and len(feature["panels"]) == 4
+    for title, variable in (("LoRA adapters: $lora_target", "lora_target"), ("Data-parallel engines: $dp_model",
+                                                                              "dp_model")):
+        row = next(p for p in data["panels"] if p["title"] == title)
+        assert row["collapsed"] and row["repeat"] == variable and row["panels"], title
     types = {p["type"] for p in data["panels"]}
     assert {"stat", "timeseries", "state-timeline", "table"} <= types
     verdict = next(p for p in data["panels"] if p["title"] == "Bottleneck layer")
