@@ -12,8 +12,9 @@ first-token objective set with ``--ttft-threshold``, a bucket edge of vLLM's his
   must not fire on two alike engines).
 
 ``--check`` only starts a LoRA engine, sends one request per adapter, and checks that
-``vllm:lora_requests_info`` names them (about a minute). Sleep mode is refused by the CPU build
-(``--enable-sleep-mode`` needs a CUDA-like platform), so it is judged only in the simulator.
+``vllm:lora_requests_info`` names them (the engine start: minutes on a busy machine). Sleep mode is
+refused by the CPU build (``is_sleep_mode_available``: CUDA, ROCm and XPU only), so it is judged only in
+the simulator.
 
     .venv/bin/python -m benchmarks.features --live lora          # ~3 minutes: engine start + load
     .venv/bin/python -m benchmarks.features --live lora-fit
