@@ -126,13 +126,14 @@ def run_scenario(name: str, duration_s: float, warmup_s: float, seed: int | None
             host_now[column.name] = host
             state = pipeline.ingest(ScrapeResult(started_at=START_UNIX + t, duration=0.0, body=body))
             window = pipeline.settings.window_seconds
-            if t < warmup_s + max(window, base.window_seconds) or state.status != "ok":
+            if t < warmup_s + max(window, base.window_seconds) or state.status in ("insufficient_evidence", "down"):
                 continue
             cell = cells[column.name]
             cell.evaluations += 1
             verdict = state.diagnosis.verdict.layer
             cell.verdicts[verdict] = cell.verdicts.get(verdict, 0) + 1
-            if verdict == expected.verdict:
+            # Right only in the expected state too: a sleeping engine reads `sleeping`, judged by no rule.
+            if verdict == expected.verdict and state.status == scenario.expected_state:
                 cell.expected_verdict += 1
             active = {s.id for s in state.diagnosis.symptoms if not getattr(s, "informational", False)}
             false = active - allowed

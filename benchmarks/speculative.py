@@ -28,11 +28,9 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.realvllm import RealVLLM, fetch_metrics_async, make_text, one_request, tokens_per_word
+from benchmarks.realvllm import RealVLLM, capture_every, judge_captures, make_text, one_request, tokens_per_word
 from exporter import objectives
-from exporter.config import Objective, load_settings
-from exporter.pipeline import TargetPipeline, replay
-from exporter.record import CAPTURE_HEADER
+from exporter.config import Objective
 from exporter.signals import per_token
 from exporter.state import TargetState
 
@@ -45,22 +43,6 @@ PROMPT_TOKENS = 64
 MAX_TOKENS = 96
 INTERVAL_S = 1.0
 ITL_THRESHOLD_S = 0.2
-
-
-async def _scrape(url: str, out: Path, stop: asyncio.Event) -> int:
-    """Capture /metrics every INTERVAL_S seconds into ``out`` until ``stop``; returns the count."""
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        while True:
-            started = time.time()
-            text = await fetch_metrics_async(url, session)
-            header = f"{CAPTURE_HEADER} target=spec scraped_at={started!r}\n"
-            (out / f"spec-{count:05d}.txt").write_text(header + text)
-            count += 1
-            if stop.is_set():
-                return count
-            await asyncio.sleep(max(0.0, INTERVAL_S - (time.time() - started)))
 
 
 async def _load(base_url: str, seconds: float, temperature: float, seed: int) -> dict[str, Any]:
@@ -86,7 +68,7 @@ async def _load(base_url: str, seconds: float, temperature: float, seed: int) ->
 
 async def _phase(vllm: RealVLLM, name: str, temperature: float, seconds: float, out: Path) -> dict[str, Any]:
     stop = asyncio.Event()
-    scraper = asyncio.create_task(_scrape(vllm.metrics_url, out / name, stop))
+    scraper = asyncio.create_task(capture_every(vllm.metrics_url, out / name, stop, "spec", INTERVAL_S))
     load = await _load(vllm.base_url, seconds, temperature, seed=len(name))
     stop.set()
     load["captures"] = await scraper
@@ -105,19 +87,9 @@ def capture(out: Path, seconds: float) -> dict[str, Any]:
     return loads
 
 
-def _scraped_at(path: Path) -> float:
-    return float(path.read_text().split("scraped_at=", 1)[1].split()[0])
-
-
 def diagnose(directory: Path, itl_threshold: float) -> TargetState:
     """The phase's captures judged as one window at the shipped defaults (ITL objective: ``itl_threshold``)."""
-    files = sorted(directory.glob("spec-*.txt"))
-    settings = load_settings(overrides={
-        "listen": "127.0.0.1:1", "window_seconds": int(_scraped_at(files[-1]) - _scraped_at(files[0])) + 10,
-        "slo": {"itl": {"threshold_seconds": itl_threshold, "target": 0.99}},
-        "targets": [{"name": "spec", "url": "http://127.0.0.1:1/metrics"}],
-    })
-    return replay(files, TargetPipeline(settings.targets[0], settings), INTERVAL_S)
+    return judge_captures(directory, "spec", INTERVAL_S, {"itl": {"threshold_seconds": itl_threshold, "target": 0.99}})
 
 
 def report(name: str, state: TargetState) -> dict[str, Any]:

@@ -68,6 +68,12 @@ class EngineFacts(_Strict):
     kv_load_failure_policy: str | None = None
     kv_offloading_size: float | None = Field(default=None, gt=0)
     kv_offloading_backend: str | None = None
+    # LoRA (--enable-lora, --max-loras, --max-lora-rank) and sleep mode (--enable-sleep-mode); vLLM's
+    # lora_requests_info gauge carries max_lora too.
+    enable_lora: bool | None = None
+    max_loras: int | None = Field(default=None, gt=0)
+    max_lora_rank: int | None = Field(default=None, gt=0)
+    enable_sleep_mode: bool | None = None
     vllm_version: str | None = None
     platform: str | None = None
 

@@ -34,6 +34,7 @@ from exporter.state import (
     ScrapeHealth,
     TargetState,
     TargetStatus,
+    Verdict,
     unknown_diagnosis,
 )
 from exporter.timebuffer import TimeBuffer
@@ -189,13 +190,20 @@ class TargetPipeline:
         if latest is not None:
             observed[METRICS_SOURCE] = cache_info.facts(latest.info.get(vllm.CACHE_CONFIG_INFO, ()))
         facts = resolve(self.target.engine, observed)
-        if ready:
+        if ready and signals.engines.asleep:
+            # vLLM's engine_sleep_state says every engine sleeps (/sleep): no latency rule judges an engine
+            # that serves nothing on purpose, and nothing it left in the window pages anyone. The verdict
+            # starts afresh when it wakes.
+            self.tracker.reset(now)
+            diagnosis = replace(unknown_diagnosis(now), verdict=Verdict("none", 0.0, now))
+            status: TargetStatus = "sleeping"
+        elif ready:
             ctx = Context(signals, engine_facts(facts), self.thresholds, slo)
             diagnosis = diagnose(ctx, self.tracker, now)
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
             self._track_failures("rule", dict(diagnosis.rule_errors))
-            status: TargetStatus = "ok"
+            status = "ok"
         else:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"

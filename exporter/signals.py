@@ -308,11 +308,74 @@ class KvTransfer:
         return (self.offload_load_bytes or 0) > 0 or ((self.external_hit_ratio or 0) > 0 and self.transfers is None)
 
 
-Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer
+# -- LoRA, sleep and data-parallel engines (issue 29) ------------------------------------------
+@dataclass(frozen=True, slots=True)
+class Lora:
+    """LoRA adapter slots, from ``vllm:lora_requests_info`` (registered only with ``--enable-lora``).
+
+    vLLM keeps the state in the labels of one gauge whose value is the unix time of its last update
+    (``set_to_current_time``), and a new series appears for every distinct label combination while old
+    ones stay: the series with the newest value is the state now, and the series updated while the window
+    covers name every adapter that had requests in flight in it. The adapter labels are comma-joined names.
+    vLLM's frontend learns that a request waits only with its first output (the QUEUED event rides on it),
+    so a request held back for a slot is not named until it runs; 0.32 also fills both labels with every
+    adapter that has a request in flight. ``waiting_adapters`` counts adapters named waiting and not
+    running (older releases); ``adapters_seen`` against ``max_adapters`` is what every release tells.
+    """
+
+    enabled: bool | None = None
+    max_adapters: float | None = None  # the max_lora label (--max-loras): adapters one batch can hold
+    running_adapters: float | None = None  # adapters with requests in flight at the latest update
+    waiting_adapters: float | None = None  # adapters named waiting and not running at the latest update
+    adapters_seen: float | None = None  # distinct adapters named by the updates the window holds
+    slots_full_fraction: float | None = None  # share of scrapes whose latest update fills every slot
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "enabled": "lora_enabled", "max_adapters": "lora_max_adapters",
+        "running_adapters": "lora_running_adapters", "waiting_adapters": "lora_waiting_adapters",
+        "adapters_seen": "lora_adapters_seen", "slots_full_fraction": "lora_slots_full_fraction",
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Engines:
+    """The engines behind one /metrics: their sleep state, and per data-parallel engine its load and latency.
+
+    vLLM labels every per-engine series with ``engine`` (the data-parallel rank); the other groups merge the
+    engines. ``per_engine`` keeps each engine's own numbers (engine -> name -> value), so an engine that is
+    slower or more loaded than its siblings does not hide in the merged ones: ``outlier`` is the engine
+    whose ``load_ratio`` or ``latency_ratio`` (its value over the median of its siblings') is the largest.
+    ``sleep_state`` is vLLM's one-hot ``engine_sleep_state`` at the latest scrape: ``awake``,
+    ``weights_offloaded`` (level 1), ``discard_all`` (level 2) or ``asleep`` (awake 0 and no level: the KV
+    cache released); ``sleeping`` counts the engines not awake.
+    """
+
+    count: float | None = None
+    sleep_state: str | None = None
+    sleeping: float | None = None
+    per_engine: Mapping[str, Mapping[str, float | None]] = field(default_factory=dict)
+    outlier: str | None = None
+    load_ratio: float | None = None
+    latency_ratio: float | None = None
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "count": "engines", "sleep_state": "engine_sleep_state", "sleeping": "engines_sleeping",
+        "per_engine": "engine_signals", "outlier": "engine_outlier", "load_ratio": "engine_load_ratio",
+        "latency_ratio": "engine_latency_ratio",
+    }
+
+    @property
+    def asleep(self) -> bool:
+        """Every engine sleeps (vLLM puts all of one server's engines to sleep together)."""
+        return bool(self.count and self.sleeping is not None and self.sleeping >= self.count)
+
+
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines
 GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
     ("speculative", Speculative),
     ("kv_transfer", KvTransfer),
+    ("lora", Lora), ("engines", Engines),
 )
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
@@ -358,6 +421,8 @@ class Signals:
     gpu: Gpu = Gpu()
     speculative: Speculative = Speculative()
     kv_transfer: KvTransfer = KvTransfer()
+    lora: Lora = Lora()
+    engines: Engines = Engines()
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -945,6 +1010,140 @@ def per_token(itl: HistogramDelta | None, tokens_per_event: float | None) -> His
                           itl.sum / tokens_per_event, itl.count)
 
 
+# -- LoRA, sleep and data-parallel engines ---------------------------------------------------------
+def _adapters(labels: LabelSet, name: str) -> frozenset[str]:
+    value = label_value(labels, name) or ""
+    return frozenset(part for part in value.split(",") if part)
+
+
+def _lora_current(snapshot: Snapshot) -> tuple[LabelSet, float] | None:
+    """The newest ``lora_requests_info`` series of a scrape (its value is the time of its update)."""
+    series = snapshot.scalars.get(vllm.LORA_REQUESTS_INFO)
+    if not series:
+        return None
+    return max(series.items(), key=lambda item: item[1])
+
+
+def lora(window: Window) -> Lora:
+    """Adapter slots; ``Lora()`` when the engine serves no LoRA (the family is registered only then)."""
+    latest = window.latest
+    current = _lora_current(latest) if latest is not None else None
+    if latest is None or current is None:
+        return Lora()
+    labels, _ = current
+    try:
+        slots: float | None = float(label_value(labels, "max_lora") or "")
+    except ValueError:
+        slots = None
+    running = _adapters(labels, "running_lora_adapters")
+    waiting = _adapters(labels, "waiting_lora_adapters") - running
+    # Updated while the window covers: the series' value (an update's unix time) is not older than its
+    # oldest scrape. The scrape's own time stands in for vLLM's clock (the same host, or NTP).
+    start = latest.timestamp - window.duration
+    seen: set[str] = set()
+    for series_labels, updated in latest.scalars.get(vllm.LORA_REQUESTS_INFO, {}).items():
+        if updated >= start:
+            seen |= _adapters(series_labels, "running_lora_adapters")
+            seen |= _adapters(series_labels, "waiting_lora_adapters")
+    full: list[float] = []
+    if slots:
+        for snapshot in window.snapshots:
+            now = _lora_current(snapshot)
+            if now is not None:
+                full.append(1.0 if len(_adapters(now[0], "running_lora_adapters")) >= slots else 0.0)
+    return Lora(enabled=True, max_adapters=slots, running_adapters=float(len(running)),
+                waiting_adapters=float(len(waiting)), adapters_seen=float(len(seen | running)),
+                slots_full_fraction=_mean(full))
+
+
+def _engine(value: str) -> Callable[[LabelSet], bool]:
+    return lambda labels: label_value(labels, "engine") == value
+
+
+SLEEP_LEVELS: tuple[str, ...] = ("weights_offloaded", "discard_all")
+
+
+def _sleep(snapshot: Snapshot) -> tuple[str | None, float | None]:
+    """The sleep state at one scrape (the deepest any engine is in) and how many engines are not awake."""
+    series = snapshot.scalars.get(vllm.ENGINE_SLEEP_STATE)
+    if not series:
+        return None, None
+    state: dict[str, dict[str, float]] = {}
+    for labels, value in series.items():
+        state.setdefault(label_value(labels, "engine") or "", {})[label_value(labels, "sleep_state") or ""] = value
+    asleep = [e for e, one_hot in state.items() if one_hot.get("awake", 1.0) == 0.0]
+    if not asleep:
+        return "awake", 0.0
+    deepest = "asleep"  # awake 0 and no level set: vLLM's release_kv_cache_memory
+    for level in SLEEP_LEVELS:
+        if any(state[e].get(level, 0.0) > 0 for e in asleep):
+            deepest = level
+    return deepest, float(len(asleep))
+
+
+def _engine_numbers(window: Window, engine: str) -> dict[str, float | None]:
+    match = _engine(engine)
+    ttft = window.histogram(vllm.TIME_TO_FIRST_TOKEN_SECONDS, match) if window.present(
+        vllm.TIME_TO_FIRST_TOKEN_SECONDS) else None
+    itl = window.histogram(vllm.INTER_TOKEN_LATENCY_SECONDS, match) if window.present(
+        vllm.INTER_TOKEN_LATENCY_SECONDS) else None
+    running = window.gauge_series(vllm.NUM_REQUESTS_RUNNING, "sum", match)
+    waiting = window.gauge_series(vllm.NUM_REQUESTS_WAITING, "sum", match)
+    load = [r + w for r, w in zip(running, waiting)] if len(running) == len(waiting) else running
+    return {
+        "requests_finished": window.increase(vllm.REQUEST_SUCCESS_TOTAL, match)
+        if window.present(vllm.REQUEST_SUCCESS_TOTAL) else None,
+        "first_tokens": ttft.count if ttft is not None else None,
+        "load_mean": _mean(load),  # running + waiting, mean over the window's scrapes
+        "ttft_mean": _hist_mean(ttft),
+        "itl_mean": _hist_mean(itl),
+        "kv_cache_usage_mean": _mean(window.gauge_series(vllm.KV_CACHE_USAGE_PERC, "max", match)),
+    }
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _over_siblings(numbers: Mapping[str, Mapping[str, float | None]], engine: str, key: str,
+                   floor: float) -> float | None:
+    """An engine's value over the median of its siblings' (each at least ``floor``, so idle ones do not divide)."""
+    own = numbers[engine].get(key)
+    others = [v for e, row in numbers.items() if e != engine and (v := row.get(key)) is not None]
+    if own is None or not others:
+        return None
+    return max(own, floor) / max(_median(others), floor)
+
+
+def engines(window: Window, thresholds: Thresholds) -> Engines:
+    """Sleep state and per-engine signals; per-engine numbers only with two or more engines."""
+    latest = window.latest
+    if latest is None:
+        return Engines()
+    ranks = sorted({e for name in (vllm.NUM_REQUESTS_RUNNING, vllm.ENGINE_SLEEP_STATE)
+                    for labels in latest.scalars.get(name, {}) if (e := label_value(labels, "engine")) is not None},
+                   key=lambda e: (len(e), e))
+    state, sleeping = _sleep(latest)
+    if len(ranks) < 2:
+        return Engines(count=float(len(ranks)) if ranks else None, sleep_state=state, sleeping=sleeping)
+    numbers = {e: _engine_numbers(window, e) for e in ranks}
+    # An engine is compared only while it and its siblings served enough first tokens to judge latency.
+    judged = {e: row for e, row in numbers.items() if (row["first_tokens"] or 0) >= thresholds.evidence_min_requests}
+    outlier, load_ratio, latency_ratio, worst = None, None, None, 0.0
+    for e in judged if len(judged) >= 2 else ():
+        load = _over_siblings(judged, e, "load_mean", 1.0)  # at least one request: an idle sibling is no ratio
+        slow = [r for key, floor in (("ttft_mean", 0.001), ("itl_mean", 0.001))
+                if (r := _over_siblings(judged, e, key, floor)) is not None]
+        latency_ratio_e = max(slow) if slow else None
+        score = max(load or 0.0, latency_ratio_e or 0.0)
+        if score > worst:
+            outlier, load_ratio, latency_ratio, worst = e, load, latency_ratio_e, score
+    return Engines(count=float(len(ranks)), sleep_state=state, sleeping=sleeping, per_engine=numbers,
+                   outlier=outlier, load_ratio=load_ratio, latency_ratio=latency_ratio)
+
+
 def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None) -> Signals:
     """Derive every signal from the window (and optional host readings).
 
@@ -972,6 +1171,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         gpu=gpu(window, host),
         speculative=spec,
         kv_transfer=kv_transfer(window, flow, times),
+        lora=lora(window),
+        engines=engines(window, thresholds),
         cache=cache_facts(window.latest),
         missing=missing_inputs(window),
         notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),

@@ -16,7 +16,8 @@ from exporter.objectives import ObjectiveStatus
 from exporter.record import RecordStatus
 from exporter.signals import Signals
 
-TargetStatus = Literal["ok", "insufficient_evidence", "down"]
+# sleeping: vLLM's engine_sleep_state says every engine behind the target sleeps (/sleep); no rule judges it.
+TargetStatus = Literal["ok", "insufficient_evidence", "down", "sleeping"]
 SCRAPE_ERROR_REASONS: tuple[str, ...] = ("timeout", "http", "parse", "too_large", "connect")
 
 

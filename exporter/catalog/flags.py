@@ -54,6 +54,10 @@ FLAGS: Mapping[str, Flag] = {
     "--speculative-config": Flag("0.8.2"),
     "--enable-lora": Flag("0.3.0"),
     "--max-loras": Flag("0.3.0"),
+    # LoRA slot memory and adapter placement, and data parallelism (issue 29: LoRA, data parallel, sleep).
+    "--max-lora-rank": Flag("0.3.0"),
+    "--max-cpu-loras": Flag("0.3.0"),
+    "--enable-sleep-mode": Flag("0.7.0"),
 }
 
 

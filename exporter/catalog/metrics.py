@@ -59,6 +59,8 @@ SPEC_DECODE_NUM_DRAFTS_TOTAL: Final = "vllm:spec_decode_num_drafts_total"
 SPEC_DECODE_NUM_DRAFT_TOKENS_TOTAL: Final = "vllm:spec_decode_num_draft_tokens_total"
 SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL: Final = "vllm:spec_decode_num_accepted_tokens_total"
 SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL: Final = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+# LoRA (vllm/v1/metrics/loggers.py): registered only with --enable-lora. No model_name, no engine label.
+LORA_REQUESTS_INFO: Final = "vllm:lora_requests_info"
 # vLLM 0.32 families the sidecar does not read.
 ESTIMATED_WRITE_BYTES_PER_GPU_TOTAL: Final = "vllm:estimated_write_bytes_per_gpu_total"
 MM_CACHE_QUERIES_TOTAL: Final = "vllm:mm_cache_queries_total"
@@ -185,6 +187,11 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(SPEC_DECODE_NUM_ACCEPTED_TOKENS_TOTAL, _C, "Draft tokens accepted"),
     MetricDef(SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS_TOTAL, _C,
               "Draft tokens accepted per draft position (label position)", since="0.8.5"),
+    # LoRA, only with --enable-lora: a gauge whose labels carry the state (max_lora, and the adapter names
+    # running and waiting, comma-joined) and whose value is the unix time of its last update. A new series
+    # appears for every distinct label combination and old ones stay: the newest value is the current state.
+    MetricDef(LORA_REQUESTS_INFO, _G, "LoRA adapters running and waiting against max_lora (value: update time)",
+              since="0.8.0"),
     # API-server process (absent with --api-server-count > 1)
     MetricDef(PROCESS_CPU_SECONDS_TOTAL, _C, "API-server process CPU time"),
     MetricDef(PROCESS_START_TIME_SECONDS, _G, "API-server process start time"),

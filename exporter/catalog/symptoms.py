@@ -25,7 +25,7 @@ UNKNOWN_NOT_JUDGED = "no diagnosis yet"
 # the effect without a cause (EFFECT_WITHOUT_CAUSE) when none of their causes fires. C explains ITL too:
 # the B rules leave a slow stream on a starved CPU to C1, as they leave one under preemption to D.
 EXPLAINED_BY: Mapping[str, tuple[str, ...]] = MappingProxyType(
-    {"ttft": ("A", "C", "D"), "itl": ("B", "C", "D", "G"), "availability": ("D",)})
+    {"ttft": ("A", "C", "D", "G"), "itl": ("B", "C", "D", "G"), "availability": ("D",)})
 # Per judged objective, the cause that names its miss while no explaining cause fires: layer `unknown`.
 EFFECT_WITHOUT_CAUSE: Mapping[str, str] = MappingProxyType({"ttft": "A0", "itl": "B0"})
 
@@ -120,8 +120,10 @@ _CLIENT_VIEW = Action("compare with the objective measured at the client or the 
 CAUSES: tuple[Cause, ...] = (
     Cause("A0", "A", "unknown", "First tokens miss their objective; no known cause explains it",
           "The first-token objective is missed, yet no cause the diagnosis knows for a slow first token, an "
-          "idle engine or preemption (A1-A5, C, D) fires: each is clear or could not be judged. What vLLM's "
-          "metrics do not attribute: requests waiting for a LoRA adapter slot (--max-loras) or for KV blocks "
+          "idle engine, preemption or a slow data-parallel engine (A1-A6, C, D, G) fires: each is clear or could "
+          "not be judged. What vLLM's "
+          "metrics do not attribute: requests waiting for a LoRA adapter slot (--max-loras) without the "
+          "lora_requests_info gauge A6 reads, or for KV blocks "
           "from a prefill instance (disaggregated serving), which vLLM counts as waiting by reason `deferred` "
           "(not capacity); a proxy, gateway or the network in front of vLLM; a client that measures the first "
           "token differently (its own clock, non-streamed responses).",
@@ -164,6 +166,23 @@ CAUSES: tuple[Cause, ...] = (
           "Prefill dominates TTFT while prompts that span many blocks rarely hit the prefix cache; the root "
           "cause is usually upstream (see F).",
           (_NORMALISE,)),
+    # -- LoRA adapter slots (issue 29) --
+    Cause("A6", "A", "scheduler", "Requests wait for a LoRA adapter slot",
+          "More LoRA adapters have requests in flight than one batch may hold (--max-loras): vLLM's scheduler "
+          "skips a waiting request whose adapter has no free slot and keeps it waiting, counted by reason "
+          "`deferred` (not capacity), until every running request of some other adapter has finished. KV has "
+          "room; the first tokens wait for the slot.",
+          (Action("raise max_loras", "more adapters share one batch: no request waits for another adapter's "
+                  "requests to finish",
+                  "each slot reserves GPU memory for one adapter's weights at --max-lora-rank in every layer's "
+                  "target modules (fewer KV blocks), and a batch mixing more adapters runs the LoRA kernels "
+                  "slower", "max_loras", "raise"),
+           Action("merge the hottest adapter into the base weights and serve it from its own replicas, or route "
+                  "each adapter to replicas that serve it (adapter-affinity routing)",
+                  "the busiest adapter never waits for a slot", "more replicas or a gateway that routes by "
+                  "adapter; a merged model is one more checkpoint to roll out"),
+           Action("lower --max-lora-rank to the largest rank the adapters use, then raise max_loras in the memory "
+                  "that frees", "more slots in the same memory", "adapters of a higher rank are refused"))),
     # -- KV transfer: disaggregated prefill/decode, KV connectors and offload (issue 29) --
     Cause("A7", "A", "distributed", "KV transfer slow: first tokens wait for KV from another instance",
           "This instance loads prompt KV through a KV connector (--kv-transfer-config: a decode instance of a "
@@ -307,6 +326,21 @@ CAUSES: tuple[Cause, ...] = (
                   "tensor_parallel_size", "lower"),
            Action("keep TP inside one node (NVLink), avoid PP across nodes", "cheaper communication",
                   "placement constraints"))),
+    # -- Data-parallel engines (issue 29) --
+    Cause("G2", "G", "distributed", "One data-parallel engine is slower or more loaded than its siblings",
+          "Data-parallel engines behind one server (the `engine` label) should see alike load and latency. One "
+          "engine's mean load (running + waiting) or mean TTFT/ITL stands far above its siblings': its requests "
+          "miss the objective while the merged numbers hide which engine it is. A slow engine points at its "
+          "GPU (clocks, thermal or power capping, Xid/ECC errors), its host side (CPU/NUMA binding, a noisy "
+          "neighbour) or its share of long requests; a loaded one at the load balancer.",
+          (Action("check the outlier engine's GPU and host (nvidia-smi clocks and throttle reasons, Xid errors, "
+                  "CPU/NUMA binding) and restart or cordon its rank if it is faulty",
+                  "the engine serves at its siblings' pace again",
+                  "the engine's in-flight requests are lost on a restart; less capacity while it is out"),
+           Action("balance by load: keep vLLM's internal DP load balancer (it routes by waiting and running "
+                  "counts), or make the external one route by queue length, not round-robin",
+                  "an engine that falls behind gets fewer new requests",
+                  "an external balancer needs the per-engine load exported to it"))),
 )
 
 SYMPTOM_BY_ID: Mapping[str, Symptom] = MappingProxyType({s.id: s for s in SYMPTOMS})

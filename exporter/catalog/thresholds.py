@@ -184,6 +184,13 @@ class Thresholds:
     kv_transfer_failures_min: float = threshold(5, "failures",
         "Failed KV transfers the window must hold before A8 fires: a lone failed handshake after a restart "
         "of the peer is no failing transfer.", 1)
+    dp_imbalance_ratio: float = threshold(2.0, "ratio",
+        "Data parallel: an engine's mean load (running + waiting) or mean TTFT/ITL over the median of its "
+        "siblings' at which it stands out (G2). Raise it where the load balancer is known to be uneven.", 1)
+    # -- LoRA adapter slots (A6) -------------------------------------------------------------
+    lora_deferred_fraction: float = threshold(0.2, "ratio",
+        "LoRA: share of scrapes with requests waiting deferred (num_requests_waiting_by_reason) at which "
+        "the wait for an adapter slot counts (A6), with more adapters in demand than --max-loras slots.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
     verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",

@@ -88,6 +88,8 @@ def knob_value(knob: str, ctx: Context) -> float | None:
         "tensor_parallel_size": facts.tensor_parallel_size,
         "pipeline_parallel_size": facts.pipeline_parallel_size,
         "gpu_memory_utilization": facts.gpu_memory_utilization or cache.gpu_memory_utilization,
+        # --max-loras: configured or discovered, else the max_lora label of vLLM's lora_requests_info
+        "max_loras": facts.max_loras or ctx.signals.lora.max_adapters,
     }
     return values.get(knob)
 
@@ -107,6 +109,10 @@ def proposed_value(knob: str, direction: str, current: float, ctx: Context) -> f
         else:
             value = current * 2 if direction == "raise" else max(1.0, current // 2)
         return value if value != current else None
+    if knob == "max_loras" and direction == "raise":
+        # Enough slots for every adapter the window saw in flight, at least one more than now.
+        seen = ctx.signals.lora.adapters_seen or 0.0
+        return max(current + 1, seen)
     if knob in ("tensor_parallel_size", "pipeline_parallel_size"):
         value = current * 2 if direction == "raise" else max(1.0, current // 2)
         return value if value != current else None

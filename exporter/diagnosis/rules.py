@@ -231,6 +231,13 @@ def stutter_explained(ctx: Context) -> str | None:
         return (f"the slow stream came while the CPU was starved (highest score in the window "
                 f"{starved_score(s) or 0:.2f}, now "
                 f"{s.cpu.starvation_score or 0:.2f}): see C1/A3")
+    eng = s.engines
+    slow = eng.latency_ratio is not None and eng.latency_ratio >= ctx.thresholds.dp_imbalance_ratio
+    if eng.outlier is not None and slow:
+        # The merged ITL mixes a slow data-parallel engine's gaps with its siblings' fast ones: its shape
+        # (a tail far above the median) is the mixture's, not one engine's stutter.
+        return (f"data-parallel engine {eng.outlier} is {eng.latency_ratio:.1f}x slower than its siblings: the "
+                "merged gaps mix a slow engine with fast ones, see G2")
     return None
 
 
@@ -962,6 +969,84 @@ def rule_g(ctx: Context) -> Finding:
     )
 
 
+# -- LoRA adapter slots and data-parallel engines (issue 29) ---------------------------------------
+def rule_a6(ctx: Context) -> Finding:
+    """Requests wait for a LoRA adapter slot: more adapters in demand than --max-loras while KV has room.
+
+    vLLM's V1 scheduler skips a waiting request whose adapter would make the batch hold more than
+    max_loras adapters (it stays waiting, counted by reason ``deferred``) and schedules the requests behind
+    it: the wait is queue time, not a capacity wait, so A2 does not count it.
+    """
+    s, t = ctx.signals, ctx.thresholds
+    lora = s.lora
+    if not lora.enabled:
+        return clear(f"LoRA is off (no {vllm.LORA_REQUESTS_INFO} on /metrics)")
+    breach = ttft_breach(ctx)
+    if (early := gate(breach)) is not None:
+        return early
+    if lora.max_adapters is None or lora.adapters_seen is None:
+        return abstain(f"{vllm.LORA_REQUESTS_INFO} (its max_lora label)")
+    if s.scheduler.deferred_fraction is None or s.latency.ttft_queue_share is None:
+        return abstain(vllm.NUM_REQUESTS_WAITING_BY_REASON, vllm.REQUEST_QUEUE_TIME_SECONDS)
+    slots = (f"{lora.adapters_seen:.0f} adapters had requests in flight in the window for "
+             f"{lora.max_adapters:.0f} adapter slot(s) (max_lora, --max-loras)")
+    if lora.adapters_seen <= lora.max_adapters and not lora.waiting_adapters:
+        return clear(slots + ": every adapter fits")
+    deferred = s.scheduler.deferred_fraction
+    if deferred < t.lora_deferred_fraction:
+        return clear(f"{slots}, but requests wait deferred in only {_pct(deferred)} of scrapes")
+    if kv_full(ctx):
+        return clear(f"the wait is KV's ({kv_evidence(s)}): see C3/D")
+    if s.latency.ttft_queue_share < t.ttft_queue_share:
+        return clear(f"{slots}, but the queue is only {_pct(s.latency.ttft_queue_share)} of mean TTFT")
+    evidence = [
+        breach.evidence,
+        slots,
+        f"requests wait deferred (not for capacity) in {_pct(deferred)} of scrapes "
+        f"({vllm.NUM_REQUESTS_WAITING_BY_REASON}, reason deferred) while {kv_evidence(s)}",
+        f"queue is {_pct(s.latency.ttft_queue_share)} of mean TTFT "
+        f"({_s(s.latency.queue_mean or 0)} of {_s(s.latency.ttft_mean or 0)})",
+    ]
+    if lora.slots_full_fraction is not None:
+        evidence.append(f"every adapter slot in use in {_pct(lora.slots_full_fraction)} of scrapes")
+    if ctx.facts.max_lora_rank:
+        evidence.append(f"max_lora_rank {ctx.facts.max_lora_rank}: the memory each slot reserves")
+    return fired(0.55 + 0.35 * _excess(deferred, t.lora_deferred_fraction, 1.0), *evidence)
+
+
+def rule_g2(ctx: Context) -> Finding:
+    """One data-parallel engine slower or more loaded than its siblings: it hides in the merged numbers."""
+    s, t = ctx.signals, ctx.thresholds
+    eng = s.engines
+    if not eng.count or eng.count < 2:
+        return clear("one engine behind this /metrics (no data parallelism)")
+    if eng.outlier is None:
+        return abstain("per-engine traffic: too few first tokens per engine in the window")
+    ratios = [r for r in (eng.load_ratio, eng.latency_ratio) if r is not None]
+    worst = max(ratios) if ratios else 0.0
+    row = eng.per_engine.get(eng.outlier, {})
+
+    def text(key: str, fmt: Callable[[float], str]) -> str:
+        value = row.get(key)
+        return fmt(value) if value is not None else "?"
+
+    numbers = (f"engine {eng.outlier}: load {text('load_mean', lambda v: f'{v:.1f}')} requests, mean TTFT "
+               f"{text('ttft_mean', _s)}, mean ITL {text('itl_mean', _s)}")
+    ratio_text = (f"{(eng.load_ratio or 0):.1f}x its siblings' median load, {(eng.latency_ratio or 0):.1f}x "
+                  f"their latency (mark {t.dp_imbalance_ratio:g}x)")
+    if worst < t.dp_imbalance_ratio:
+        return clear(f"{eng.count:.0f} engines in step: the furthest, {numbers}, at {ratio_text}")
+    evidence = [f"{numbers}: {ratio_text}",
+                "siblings: " + "; ".join(
+                    f"engine {e} load {(r.get('load_mean') or 0):.1f}, TTFT {_s(r.get('ttft_mean') or 0)}, "
+                    f"ITL {_s(r.get('itl_mean') or 0)}" for e, r in eng.per_engine.items() if e != eng.outlier)]
+    breaches = [b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached]
+    if not breaches:
+        return info(ctx, *evidence, "every objective is met over the merged engines")
+    return fired(0.55 + 0.35 * _excess(worst, t.dp_imbalance_ratio, 2 * t.dp_imbalance_ratio),
+                 *(b.evidence for b in breaches), *evidence)
+
+
 # -- effects without a known cause (second pass, over the first pass's findings) ---------------
 def _unexplained(ctx: Context, findings: Mapping[str, Finding], objective: str, breach: Breach) -> Finding:
     """Fires while ``objective`` is missed and no counting cause of a class that explains it fired."""
@@ -1018,6 +1103,7 @@ RULES: tuple[tuple[str, Rule], ...] = (
     ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4), ("B5", rule_b5),
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
     ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),
+    ("A6", rule_a6), ("G2", rule_g2),  # LoRA adapter slots, data-parallel engines (issue 29)
 )
 # Evaluated after RULES, with their findings.
 EXPLAINING_RULES: tuple[tuple[str, ExplainingRule], ...] = (("A0", rule_a0), ("B0", rule_b0))

@@ -48,6 +48,11 @@ FACTS: tuple[FactSpec, ...] = (
     FactSpec("kv_load_failure_policy", str, (), "what a failed KV load does: fail the request, or recompute"),
     FactSpec("kv_offloading_size", float, ("kv-offloading-size",), "native KV offload: CPU tier size in GiB"),
     FactSpec("kv_offloading_backend", str, ("kv-offloading-backend",), "native KV offload backend (native, lmcache)"),
+    # LoRA and sleep mode (issue 29): whether the engine serves adapters, how many fit one batch, their rank.
+    FactSpec("enable_lora", bool, ("enable-lora",), "LoRA adapters served"),
+    FactSpec("max_loras", int, ("max-loras",), "LoRA adapters in one batch (adapter slots)"),
+    FactSpec("max_lora_rank", int, ("max-lora-rank",), "largest LoRA rank a slot reserves memory for"),
+    FactSpec("enable_sleep_mode", bool, ("enable-sleep-mode",), "sleep mode (/sleep, /wake_up) allowed"),
     FactSpec("vllm_version", str, (), "vLLM version (a release series when dated from the metrics)"),
     FactSpec("platform", str, (), "vLLM build: cpu, or a GPU build"),
     FactSpec("gpu", str, (), "GPU model (configure it)"),

@@ -41,6 +41,9 @@ def build(states: Iterable[TargetState], now: float | None = None) -> dict[str, 
 
 # Worst first: a critical symptom, then a target we cannot read, then warning-level work, then
 # a target still gathering evidence, then informational findings, then healthy targets.
+# What the state `sleeping` means, in the words the text and the page use.
+SLEEPING = ("vLLM's engines are asleep (engine_sleep_state, after /sleep): no latency rule judges it, "
+            "nothing pages; the diagnosis starts afresh when it wakes")
 SEVERITY_RANK: dict[str, int] = {"critical": 0, "down": 1, "warning": 2, "unknown": 3, "info": 4, "ok": 5}
 
 

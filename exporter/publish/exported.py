@@ -18,12 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Generic, Literal, Protocol, TypeVar
+from typing import Generic, Literal, Protocol, TypeVar, get_args
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.symptoms import CAUSES, LAYERS, SYMPTOMS, VERDICTS
 from exporter.config import Settings
 from exporter.signals import QUANTILES, Signals
-from exporter.state import SCRAPE_ERROR_REASONS, TargetState
+from exporter.state import SCRAPE_ERROR_REASONS, TargetState, TargetStatus
 
 PREFIX = "vllm_diag_"
 
@@ -296,6 +297,11 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
     # evaluation
     ExportedMetric(PREFIX + "evidence_ready", "gauge", "", "1 when the window holds enough data to diagnose.",
                    TM, each_state(lambda s: [(_tm(s), 1.0 if s.status == "ok" else 0.0)])),
+    ExportedMetric(PREFIX + "target_state", "gauge", "",
+                   "One-hot state of the target: ok (diagnosed), insufficient_evidence, down, or sleeping (vLLM's "
+                   "engine_sleep_state: every engine asleep; no rule judges it, nothing pages).", (*TM, "state"),
+                   each_state(lambda s: [([*_tm(s), state], 1.0 if s.status == state else 0.0)
+                                         for state in get_args(TargetStatus)])),
     ExportedMetric(PREFIX + "last_evaluation_timestamp_seconds", "gauge", "seconds",
                    "Unix time of the last diagnosis.", TM, each_state(lambda s: [(_tm(s), s.evaluated_at)])),
     # signals over the window
@@ -343,6 +349,18 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
     _gauge("spec_decode_mean_accepted_tokens", "tokens",
            "Speculative decoding: 1 + accepted / drafts, tokens a verify step emits per request (bonus included).",
            lambda s: s.speculative.mean_accepted_length),
+    ExportedMetric(PREFIX + "lora_adapters", "gauge", "adapters",
+                   f"LoRA ({vllm.LORA_REQUESTS_INFO}, absent without --enable-lora): adapter slots (max), adapters "
+                   "with requests in flight now (running), named waiting and not running (waiting), and seen in "
+                   "flight over the window (seen).", (*TM, "kind"),
+                   each_signals(lambda s: [(["max"], s.lora.max_adapters), (["running"], s.lora.running_adapters),
+                                           (["waiting"], s.lora.waiting_adapters), (["seen"], s.lora.adapters_seen)])),
+    ExportedMetric(PREFIX + "engine_imbalance_ratio", "gauge", "ratio",
+                   "Data parallel: the most outlying engine's mean load (running + waiting) and mean latency over "
+                   "the median of its siblings' (label engine; absent with one engine).", (*TM, "engine", "kind"),
+                   each_signals(lambda s: [([s.engines.outlier, "load"], s.engines.load_ratio),
+                                           ([s.engines.outlier, "latency"], s.engines.latency_ratio)]
+                                if s.engines.outlier is not None else [])),
     _gauge("tokens_per_output_event", "tokens",
            "Speculative decoding: tokens one output event carried on average; ITL is judged per token by it.",
            lambda s: s.speculative.tokens_per_event),

@@ -25,6 +25,7 @@ from exporter.catalog.symptoms import (
 from exporter.catalog.symptoms import runbook_url as alert_runbook_url
 from exporter.publish import timeline
 from exporter.publish.document import (
+    SLEEPING,
     informational,
     pending,
     severity,
@@ -103,5 +104,5 @@ def render(document: dict[str, Any], refresh_seconds: int = 5, runbook_base_url:
         doc=document, targets=targets, counts=counts, refresh=refresh_seconds, key_signals=KEY_SIGNALS,
         runbook=lambda symptom_id: runbook_url(symptom_id, runbook_base_url),
         layers=LAYERS, layer_help=LAYER_HELP, verdict_help=VERDICT_HELP, severity_help=SEVERITY_HELP,
-        symptoms=SYMPTOMS, timelines=dict(timelines or {}), timeline_colours=timeline.COLOURS,
+        symptoms=SYMPTOMS, timelines=dict(timelines or {}), timeline_colours=timeline.COLOURS, sleeping=SLEEPING,
     )

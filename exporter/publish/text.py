@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from exporter import numbers
-from exporter.publish.document import pending, verdict_meaning, worst_first
+from exporter.publish.document import SLEEPING, pending, verdict_meaning, worst_first
 
 # (signal key, label, unit for exporter.numbers.by_unit)
 KEY_SIGNALS: tuple[tuple[str, str, str], ...] = (
@@ -89,7 +89,8 @@ def render(document: dict[str, Any]) -> str:
         lines.append(head)
         lines.append("=" * len(head))
         if target["state"] != "ok":
-            reason = target["scrape"]["last_error"] if target["state"] == "down" else "window too short to diagnose"
+            reason = (target["scrape"]["last_error"] if target["state"] == "down" else SLEEPING
+                      if target["state"] == "sleeping" else "window too short to diagnose")
             lines.append(f"state: {target['state']} ({reason})")
         meaning = verdict_meaning(target)
         lines.append(f"verdict: {verdict['layer']} ({meaning})" if meaning is not None else

@@ -68,7 +68,7 @@ RANGE = "$__range"
 
 # Values the variables take in all_queries(): match everything, a short rate window, a 1 h range.
 QUERY_DEFAULTS: Mapping[str, str] = {"$cluster": ".*", "$namespace": ".*", "$target": ".*", "$model": ".*",
-                                     "$spec_model": ".*", "$kv_model": ".*",
+                                     "$spec_model": ".*", "$kv_model": ".*", "$lora_target": ".*", "$dp_model": ".*",
                                      "$__rate_interval": "1m", "$__range": "1h"}
 
 GREEN, RED, NEUTRAL = "green", "red", "blue"
@@ -311,7 +311,7 @@ class Layout:
 # ---------------------------------------------------------------------------------------------
 
 
-def _templating(*, speculative: bool = False) -> g.Templating:
+def _templating(*, speculative: bool = False, operations: bool = False) -> g.Templating:
     # "All" is `.*`, which matches series without the label too: a single cluster (no `cluster`
     # label) or a setup outside Kubernetes (no `namespace`) sees everything under "All".
     query_var: Callable[..., g.Template] = lambda name, label, query: g.Template(  # noqa: E731
@@ -338,6 +338,15 @@ def _templating(*, speculative: bool = False) -> g.Templating:
                       query=f'label_values({exported("vllm_diag_kv_transfer_role").sample_name}'
                             f'{{{PLACE_SEL}, model_name=~"$model"}}, model_name)')]
           if speculative else []),
+        # Hidden: the targets serving LoRA adapters (vllm:lora_requests_info exists only with --enable-lora and
+        # carries no model_name), and the models with data-parallel engines (a series with engine="1").
+        *([g.Template(name=LORA_VAR, label="LoRA", dataSource=DATASOURCE, includeAll=True, multi=True,
+                      allValue=".*", refresh=2, default="All", hide=2,
+                      query=f'label_values({vllm.LORA_REQUESTS_INFO}{{{PLACE_SEL}, pod=~"$target"}}, pod)'),
+           g.Template(name=DP_VAR, label="Data parallel", dataSource=DATASOURCE, includeAll=True, multi=True,
+                      allValue=".*", refresh=2, default="All", hide=2,
+                      query=f'label_values({vllm.NUM_REQUESTS_RUNNING}{{{MODEL_SEL}, engine="1"}}, model_name)')]
+          if operations else []),
     ])
 
 
@@ -449,6 +458,65 @@ def disaggregation_panels() -> list[g.Panel]:
                    [(diag("vllm_diag_kv_deferred_ttft_share"), "{{target}}")],
                    metrics=["vllm_diag_kv_deferred_ttft_share"], unit="percentunit",
                    judgement=catalog("kv_transfer_ttft_share"), max_value=1),
+    ]
+
+
+# LoRA and data-parallel engines (issue 29): rows repeated only where the feature is on.
+LORA_VAR = "lora_target"
+ADAPTERS, REQUESTS = "suffix:adapters", "suffix:req"
+DP_VAR = "dp_model"
+LORA = PromQL(f'{RAW_SEL}, pod=~"${LORA_VAR}"')  # the row's target among the selected ones
+DP = PromQL(f'{RAW_SEL}, model_name=~"${DP_VAR}"', without=("instance",))  # keeps pod and engine
+
+
+def lora_panels() -> list[g.Panel]:
+    """LoRA adapter slots: the sidecar's reading of lora_requests_info, and vLLM's deferred waits."""
+    return [
+        timeseries("Adapter slots", "Adapters with requests in flight now (running) and over the sidecar's window "
+                   "(seen) against the slots one batch holds (max, --max-loras). Seen above max with deferred "
+                   "waits: requests wait for a slot (cause A6).",
+                   [(diag("vllm_diag_lora_adapters"), "{{target}} {{kind}}")],
+                   metrics=["vllm_diag_lora_adapters"], unit=ADAPTERS),
+        timeseries("Requests waiting deferred", "Waiting requests the scheduler skipped (a LoRA slot, a KV transfer), "
+                   "beside those waiting for capacity.",
+                   [(f'sum by (pod, reason) ({LORA.sel(vllm.NUM_REQUESTS_WAITING_BY_REASON)})',
+                     "{{pod}} {{reason}}")],
+                   metrics=[vllm.NUM_REQUESTS_WAITING_BY_REASON], unit=REQUESTS),
+        timeseries("Queue time (mean)", "Mean time requests waited in the engine queue: a slot wait is queue time.",
+                   [(f"sum by (pod) (rate({LORA.sel(vllm.REQUEST_QUEUE_TIME_SECONDS + '_sum')}[{RATE}]))\n/\n"
+                     f"(sum by (pod) (rate({LORA.sel(vllm.REQUEST_QUEUE_TIME_SECONDS + '_count')}[{RATE}])) > 0)",
+                     "{{pod}}")],
+                   metrics=[vllm.REQUEST_QUEUE_TIME_SECONDS], unit="s"),
+    ]
+
+
+def data_parallel_panels() -> list[g.Panel]:
+    """Per data-parallel engine (the engine label): load and latency side by side, and the sidecar's outlier."""
+    load = (f"sum by (pod, engine) ({DP.sel(vllm.NUM_REQUESTS_RUNNING)})\n+\n"
+            f"sum by (pod, engine) ({DP.sel(vllm.NUM_REQUESTS_WAITING)})")
+
+    def mean(histogram: str) -> str:
+        # Under every name vLLM gave the histogram, the current one first (`or` keeps it where both exist).
+        return "\nor\n".join(
+            f"(\nsum by (pod, engine) (rate({DP.sel(name + '_sum')}[{RATE}]))\n/\n"
+            f"(sum by (pod, engine) (rate({DP.sel(name + '_count')}[{RATE}])) > 0)\n)"
+            for name in slo_rules.wire_names(histogram))
+
+    return [
+        timeseries("Load per engine", "Running + waiting requests per data-parallel engine: siblings should match.",
+                   [(load, "{{pod}} engine {{engine}}")],
+                   metrics=[vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS_WAITING], unit=REQUESTS),
+        timeseries("Mean TTFT per engine", "One engine far above its siblings is slow or overloaded (cause G2).",
+                   [(mean(vllm.TIME_TO_FIRST_TOKEN_SECONDS), "{{pod}} engine {{engine}}")],
+                   metrics=[vllm.TIME_TO_FIRST_TOKEN_SECONDS], unit="s"),
+        timeseries("Mean ITL per engine", "Per output event, per engine.",
+                   [(mean(vllm.INTER_TOKEN_LATENCY_SECONDS), "{{pod}} engine {{engine}}")],
+                   metrics=[vllm.INTER_TOKEN_LATENCY_SECONDS], unit="s"),
+        timeseries("Outlier engine / siblings", "The sidecar's most outlying engine: its load and latency over the "
+                   "median of its siblings'. Above the mark it stands out (G2).",
+                   [(diag("vllm_diag_engine_imbalance_ratio", f'model_name=~"${DP_VAR}"'),
+                     "{{target}} engine {{engine}} {{kind}}")],
+                   metrics=["vllm_diag_engine_imbalance_ratio"], unit=TIMES, judgement=catalog("dp_imbalance_ratio")),
     ]
 
 
@@ -792,13 +860,15 @@ def overview() -> g.Dashboard:
         _layer_row(lay, layer, panels)
     lay.feature_row(f"Speculative decoding: ${SPEC_VAR}", SPEC_VAR, speculative_panels())
     lay.feature_row(f"KV transfer: ${KV_VAR}", KV_VAR, kv_transfer_panels())
+    lay.feature_row(f"LoRA adapters: ${LORA_VAR}", LORA_VAR, lora_panels())
+    lay.feature_row(f"Data-parallel engines: ${DP_VAR}", DP_VAR, data_parallel_panels())
     return _dashboard("vLLM layered diagnosis", OVERVIEW_UID, lay,
                       "Whether the objectives hold, which layer holds vLLM back, the active symptoms, and each "
                       "layer's core signals.",
                       links=[g.DashboardLink(title="Fleet", type="link", uri=f"/d/{FLEET_UID}/{FLEET_UID}",
                                              keepTime=True, includeVars=True, icon="dashboard",
                                              tooltip="Every target and model")],
-                      speculative=True)
+                      speculative=True, operations=True)
 
 
 def fleet() -> g.Dashboard:
@@ -871,10 +941,12 @@ def _alert_annotation() -> dict[str, Any]:
 
 
 def _dashboard(title: str, uid: str, layout: Layout, description: str, *,
-               links: Sequence[g.DashboardLink], speculative: bool = False) -> g.Dashboard:
+               links: Sequence[g.DashboardLink], speculative: bool = False,
+               operations: bool = False) -> g.Dashboard:
     return g.Dashboard(
         title=title, uid=uid, description=description + " Generated by `vllm-diag render dashboards`.",
-        tags=["vllm", "vllm-diag"], panels=layout.panels, templating=_templating(speculative=speculative),
+        tags=["vllm", "vllm-diag"], panels=layout.panels,
+        templating=_templating(speculative=speculative, operations=operations),
         annotations=g.Annotations(list=[_alert_annotation()]), links=list(links),
         time=g.Time("now-1h", "now"), refresh="30s", timezone="browser",
     ).auto_panel_ids()

@@ -319,6 +319,12 @@ _PREFILL_LOCALLY = Mitigation("have the P/D proxy send short prompts (or all, fo
                               "streams slow down while it runs")
 _DRAIN_PEER = Mitigation("take the prefill instance whose transfers fail out of the P/D proxy's pool (or restart "
                          "it)", "less prefill capacity until it is back")
+_ROUTE_ADAPTER = Mitigation("route the hottest adapter's requests to a replica that keeps it loaded (a second "
+                            "pool, or the gateway's adapter-affinity routing)", "needs a second pool or a router "
+                            "that reads the adapter name")
+_DRAIN_ENGINE = Mitigation("restart the replica whose engine is the outlier (or take it out of the load balancer) "
+                           "while its GPU is checked", "less capacity meanwhile; in-flight requests on it are lost")
+AWAKE = 'sleep_state="awake"'  # vllm:engine_sleep_state's awake bit: 0 while the engine sleeps
 # Immediate mitigations per cause: what buys time before a knob change and a restart.
 IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
     "A7": (_PREFILL_LOCALLY, _SCALE_OUT), "A8": (_DRAIN_PEER, _PREFILL_LOCALLY),
@@ -330,6 +336,8 @@ IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
     "C1": (_FREE_CPU, _SCALE_OUT), "C2": (_NO_MITIGATION,), "C3": (_CAP_TOKENS, _SHED, _SCALE_OUT),
     "D": (_CAP_TOKENS, _SHED, _SCALE_OUT, _ROUTE_LONG), "E": (_CAP_TOKENS, _SCALE_OUT),
     "F": (_NO_MITIGATION,), "F6": (_ROUTE_PREFIX, _SCALE_OUT), "G": (_SCALE_OUT,),
+    # issue 29: LoRA adapter slots, data-parallel engines
+    "A6": (_ROUTE_ADAPTER, _SCALE_OUT), "G2": (_DRAIN_ENGINE, _SCALE_OUT),
 }
 
 
@@ -659,8 +667,10 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         Alert(
             name="VLLMEngineStalled", scope="replica", severity="critical", symptom="", layer="unknown",
             for_=FOR_STALLED,
+            # A sleeping engine (/sleep with mode keep holds its requests) generates nothing on purpose.
             expr=(f"{RAW.agg('sum', vllm.NUM_REQUESTS_RUNNING)} > 0\n"
-                  f"and\n{RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, STALL_WINDOW)} == 0"),
+                  f"and\n{RAW.sum_rate(vllm.GENERATION_TOKENS_TOTAL, STALL_WINDOW)} == 0\n"
+                  f"unless\n{RAW.agg('sum', vllm.ENGINE_SLEEP_STATE, AWAKE, drop=('sleep_state',))} == 0"),
             summary="A vLLM engine holds running requests but generates no token: it is hung.",
             description=("Replica {{ $labels.pod }}{{ if $labels.instance }} ({{ $labels.instance }}){{ end }} of "
                          "model {{ $labels.model_name }} has {{ $value }} running requests and generated no token "

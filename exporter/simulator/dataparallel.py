@@ -20,11 +20,14 @@ class DataParallelEngine:
     """``size`` engines, each with its own copy of the workload (the load balancer's share)."""
 
     def __init__(self, config: EngineConfig, workload: Workload, seed: int, size: int,
-                 restarts: dict[int, float] | None = None) -> None:
+                 restarts: dict[int, float] | None = None, overrides: dict[int, EngineConfig] | None = None) -> None:
         if size < 2:
             raise ValueError("a data-parallel group has at least two engines")
         self._config, self._workload, self._seed = config, workload, seed
-        self.engines: list[Engine] = [Engine(config, workload, seed + rank) for rank in range(size)]
+        # A rank may run its own configuration (a slower GPU path): ``overrides`` by rank.
+        self._overrides = dict(overrides or {})
+        self.engines: list[Engine] = [Engine(self._overrides.get(rank, config), workload, seed + rank)
+                                      for rank in range(size)]
         self.offsets: list[float] = [0.0] * size  # simulated time each engine (re)started at
         self._restarts = dict(restarts or {})
         self.now = 0.0
@@ -47,7 +50,8 @@ class DataParallelEngine:
             if restart_at is not None and t >= restart_at:
                 engine.advance_to(restart_at - self.offsets[rank])
                 # The engine core process is replaced: a fresh engine with empty counters.
-                self.engines[rank] = engine = Engine(self._config, self._workload, self._seed + 100 + rank)
+                self.engines[rank] = engine = Engine(self._overrides.get(rank, self._config), self._workload,
+                                                     self._seed + 100 + rank)
                 self.offsets[rank] = restart_at
                 del self._restarts[rank]
             engine.advance_to(t - self.offsets[rank])

@@ -201,6 +201,11 @@ class EngineConfig:
     frontend_cost_scale: float = 1.0
     enable_mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the estimated_* counters move
     max_loras: int = 1  # vLLM's --max-loras: adapters in one batch (requests of the base model need none)
+    enable_lora: bool = False  # vLLM's --enable-lora: registers vllm:lora_requests_info
+    # Sleep mode (--enable-sleep-mode, then POST /sleep?level=N): the simulated second the engine is put to
+    # sleep at (None: never) and the level (1: weights offloaded to CPU, 2: discarded). Asleep, it steps no more.
+    sleep_at: float | None = None
+    sleep_level: int = 1
     # vLLM's --speculative-config: draft tokens per step (0: off), and the chance that a draft token is
     # accepted given that the ones before it were (the drafter's fit to the traffic).
     num_speculative_tokens: int = 0
@@ -316,6 +321,9 @@ class EngineStats:
         self.prefix_cache_queries = 0
         self.prefix_cache_hits = 0
         self.num_preemptions = 0
+        # LoRA (vllm:lora_requests_info): the simulated time each adapter set was last reported, by its
+        # comma-joined names; vLLM keeps one series per distinct set, valued at its last update
+        self.lora_updates: dict[str, float] = {}
         # speculative decoding (vllm/v1/spec_decode/metrics.py), counted only when it is on
         self.spec_drafts = 0
         self.spec_draft_tokens = 0
@@ -617,6 +625,12 @@ class Engine:
         return len(self.waiting) + len(self._loading)
 
     @property
+    def sleep_level(self) -> int:
+        """0 while awake, else the level the engine sleeps at (vLLM's engine_sleep_state one-hot)."""
+        asleep = self.cfg.sleep_at is not None and self.now >= self.cfg.sleep_at
+        return self.cfg.sleep_level if asleep else 0
+
+    @property
     def num_waiting_deferred(self) -> int:
         """Waiting requests whose LoRA adapter has no slot while ``max_loras`` adapters run, and those whose KV
         is loading or loaded but not yet scheduled (vLLM defers them from their admission until they run)."""
@@ -674,6 +688,9 @@ class Engine:
         """Run the deployment until the simulated clock reaches ``t`` (a step that is under
         way at ``t`` completes, so the clock may end slightly past it)."""
         while self.now < t:
+            if self.cfg.sleep_at is not None and self.now >= self.cfg.sleep_at:
+                self.now = t  # asleep: vLLM's engine core steps no more until /wake_up
+                break
             self._pull_arrivals(self.now)
             pending = self._pending
             while pending and pending[0].t_engine <= self.now:
@@ -695,6 +712,8 @@ class Engine:
                 nxt = arrival if arrival is not None else math.inf
             if self._loading:
                 nxt = min(nxt, self._loading[0][0])
+            if self.cfg.sleep_at is not None:
+                nxt = min(nxt, max(self.cfg.sleep_at, self.now))
             if nxt >= t:
                 self.now = t
                 break
@@ -1075,6 +1094,12 @@ class Engine:
         b.tensor_s += tensor_s
         b.dram_s += dram_s
         b.comm_bytes += comm_bytes
+        if self.cfg.enable_lora:
+            # vLLM's frontend reports, after every step, the adapters of the requests it has seen run (a
+            # request held back for a slot is not known as waiting until its first output brings its QUEUED
+            # event), in 0.32 under both labels: one series per set of names, valued at its last update.
+            names = sorted({r.spec.lora for r in self.running.values() if r.spec.lora})
+            st.lora_updates[",".join(f"adapter-{n}" for n in names)] = t_end
 
         # 5. Outputs at the end of the step. The API server ran concurrently with the step:
         # requests that arrived meanwhile were tokenised as they came, before it sees this

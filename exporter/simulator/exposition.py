@@ -102,6 +102,7 @@ HELP: Final[dict[str, str]] = {
         "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2."
     ),
     vllm.KV_CACHE_USAGE_PERC: "KV-cache usage. 1 means 100 percent usage.",
+    vllm.LORA_REQUESTS_INFO: "Running stats on lora requests.",
     vllm.PREFIX_CACHE_QUERIES_TOTAL: "Prefix cache queries, in terms of number of queried tokens.",
     vllm.PREFIX_CACHE_HITS_TOTAL: "Prefix cache hits, in terms of number of cached tokens.",
     vllm.EXTERNAL_PREFIX_CACHE_QUERIES_TOTAL: (
@@ -401,7 +402,9 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
             out.sample(vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE, {**base, "stage": stage}, stages[stage])
     out.header(vllm.ENGINE_SLEEP_STATE, HELP[vllm.ENGINE_SLEEP_STATE], "gauge")
     for state in SLEEP_STATES:
-        out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if state == "awake" else 0)
+        level = engine.sleep_level  # one-hot: awake, or the level it sleeps at (record_sleep_state)
+        on = state == "awake" if not level else state == SLEEP_STATES[level]
+        out.sample(vllm.ENGINE_SLEEP_STATE, {**base, "sleep_state": state}, 1 if on else 0)
     out.header(vllm.KV_CACHE_USAGE_PERC, HELP[vllm.KV_CACHE_USAGE_PERC], "gauge")
     out.sample(vllm.KV_CACHE_USAGE_PERC, base, engine.kv_cache_usage)
     out.counter(vllm.PREFIX_CACHE_QUERIES_TOTAL, [(base, st.prefix_cache_queries)])
@@ -439,6 +442,14 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
     )
     for family, attr in _VLLM_HISTOGRAMS:
         out.histogram(family, HELP[family], base, getattr(st, attr))
+    if engine.cfg.enable_lora:
+        # Registered only with --enable-lora, last before cache_config_info (a real 0.32 capture); no model_name
+        # or engine label; one series per adapter set, valued at the unix time of its last update
+        # (set_to_current_time), on the wall clock of simulated second 0 at start_unix.
+        out.header(vllm.LORA_REQUESTS_INFO, HELP[vllm.LORA_REQUESTS_INFO], "gauge")
+        for names, at in st.lora_updates.items():
+            out.sample(vllm.LORA_REQUESTS_INFO, {"max_lora": str(engine.cfg.max_loras), "running_lora_adapters": names,
+                                                 "waiting_lora_adapters": names}, round(start_unix + at / speed, 3))
     out.header(vllm.CACHE_CONFIG_INFO, HELP[vllm.CACHE_CONFIG_INFO], "gauge")
     out.sample(vllm.CACHE_CONFIG_INFO, cache_config_labels(engine), 1.0)
 

@@ -69,6 +69,10 @@ class Scenario:
     slo: dict[str, dict[str, float]] | None = None
     data_parallel_size: int = 1  # engines behind one API server (each gets the workload)
     restart_engine_at: tuple[tuple[int, float], ...] = ()  # (rank, simulated second) engine restarts
+    # (rank, its own configuration) for a data-parallel engine that differs from its siblings (a slow GPU)
+    engine_overrides: tuple[tuple[int, EngineConfig], ...] = ()
+    # The target state a correct sidecar reports (ok; sleeping for an engine put to sleep).
+    expected_state: str = "ok"
 
     @property
     def cpu_share(self) -> float:
@@ -95,6 +99,7 @@ class Scenario:
                if e.num_speculative_tokens else {}),
             **({"kv_connector": e.kv_connector, "kv_role": e.kv_role,
                 "kv_load_failure_policy": e.kv_load_failure_policy} if e.kv_role else {}),
+            **({"enable_lora": True, "max_loras": e.max_loras} if e.enable_lora else {}),
         }
 
     def build(self, seed: int | None = None) -> Engine | DataParallelEngine:
@@ -102,7 +107,7 @@ class Scenario:
         seed = self.seed if seed is None else seed
         if self.data_parallel_size > 1:
             return DataParallelEngine(self.engine, self.workload, seed, self.data_parallel_size,
-                                      dict(self.restart_engine_at))
+                                      dict(self.restart_engine_at), dict(self.engine_overrides))
         return Engine(self.engine, self.workload, seed)
 
 
@@ -670,16 +675,16 @@ _COMPUTE_BOUND = Scenario(
 _LORA_SLOTS = Scenario(
     name="lora-slots",
     description=(
-        "Two LoRA adapters (two tenants' fine-tunes) on one engine started with --max-loras 1, under "
-        "light load: while one adapter's requests run, the other's wait for the slot. vLLM counts them "
-        "as waiting `deferred`, not for capacity, and no cause in the catalog models adapter slots: the "
-        "first tokens miss their objective with no known cause (A0)."
+        "Two LoRA adapters (two tenants' fine-tunes) on one engine started with --enable-lora --max-loras 1, "
+        "under light load: while one adapter's requests run, the other's wait for the slot. vLLM counts them "
+        "as waiting `deferred`, not for capacity, and its lora_requests_info names two adapters in flight "
+        "over the window for one slot: requests wait for an adapter slot (A6), KV has room."
     ),
-    knobs="max_loras 1; two adapters at 0.5 req/s each, chat (~300-token prompts, ~250 output)",
-    engine=EngineConfig(max_loras=1),
+    knobs="--enable-lora, max_loras 1; two adapters at 0.5 req/s each, chat (~300-token prompts, ~250 output)",
+    engine=EngineConfig(max_loras=1, enable_lora=True),
     workload=_one(replace(_chat(0.5, name="tenant-a"), lora=1), replace(_chat(0.5, name="tenant-b"), lora=2)),
-    expected=Expected(verdict="unknown", symptoms=("A",), causes=("A0",), also_possible=("C2", "F")),
-    case="A0 (unknown)",
+    expected=Expected(verdict="scheduler", symptoms=("A",), causes=("A6",), also_possible=("C2", "F")),
+    case="A6 (scheduler)",
 )
 
 # Speculative decoding: one output event carries 1 + the accepted draft tokens, and vLLM observes one
@@ -799,6 +804,68 @@ _OFFLOAD = Scenario(
     case="healthy (KV offload)",
 )
 
+# LoRA, data parallel and sleep (issue 29): healthy variants and the faults each feature adds.
+
+_LORA_HEALTHY = Scenario(
+    name="lora-healthy",
+    description=(
+        "The same two tenants' adapters on an engine started with --max-loras 2: both fit one batch, no "
+        "request waits for a slot, every objective is met."
+    ),
+    knobs="--enable-lora, max_loras 2; two adapters at 0.5 req/s each, chat",
+    engine=EngineConfig(max_loras=2, enable_lora=True),
+    workload=_one(replace(_chat(0.5, name="tenant-a"), lora=1), replace(_chat(0.5, name="tenant-b"), lora=2)),
+    expected=Expected(verdict="none", also_possible=("C2", "F")),
+    case="healthy (LoRA)",
+)
+
+_DP_HEALTHY = Scenario(
+    name="dp-healthy",
+    description=(
+        "Two data-parallel engines behind one API server, each with its share of steady chat traffic: "
+        "their load and latency match, every objective is met."
+    ),
+    knobs="data_parallel_size 2; 3 req/s chat per engine",
+    engine=EngineConfig(),
+    workload=_one(_chat(3.0)),
+    expected=Expected(verdict="none"),
+    case="healthy (data parallel)",
+    data_parallel_size=2,
+)
+
+_DP_SLOW_ENGINE = Scenario(
+    name="dp-slow-engine",
+    description=(
+        "Two data-parallel engines behind a round-robin balancer; engine 1's GPU is stuck at low memory "
+        "clocks (under a tenth of its bandwidth): its streams crawl and its batch grows while engine 0 serves "
+        "at full pace. Merged, the token gaps look like a stutter (a tail far above the median): one slow "
+        "engine among fast ones (G2), not a scheduling cause."
+    ),
+    knobs="data_parallel_size 2; engine 1 at bandwidth efficiency 0.06 (engine 0: 0.8); 3 req/s chat per engine",
+    engine=EngineConfig(),
+    workload=_one(_chat(3.0)),
+    expected=Expected(verdict="distributed", symptoms=("G",), causes=("G2",),
+                      also_possible=("A", "A0", "A2", "B", "B0", "F")),
+    case="G2 (distributed)",
+    data_parallel_size=2,
+    engine_overrides=((1, EngineConfig(costs=CostModel(bandwidth_efficiency=0.06))),),
+)
+
+_SLEEPING = Scenario(
+    name="sleeping",
+    description=(
+        "An engine started with --enable-sleep-mode served chat, then its traffic moved elsewhere and the "
+        "operator put it to sleep (POST /sleep?level=1: weights offloaded to CPU). vLLM's engine_sleep_state "
+        "says weights_offloaded: the state is sleeping, judged by no latency rule, paging no one."
+    ),
+    knobs="--enable-sleep-mode; 2 req/s chat until 90 s, asleep (level 1) from 100 s",
+    engine=EngineConfig(sleep_at=100.0, sleep_level=1),
+    workload=_one(_chat(2.0, arrivals=Arrivals("steady", rate=2.0, stop_s=90.0))),
+    expected=Expected(verdict="none"),
+    case="sleeping (state)",
+    expected_state="sleeping",
+)
+
 SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
     {
         s.name: s
@@ -809,6 +876,8 @@ SCENARIOS: Final[MappingProxyType[str, Scenario]] = MappingProxyType(
             _LOW_TRAFFIC, _RAG, _SATURATED, _DP_RESTART, _PREEMPTION_STORM, _COMPUTE_BOUND, _LORA_SLOTS,
             _SPEC_HEALTHY, _SPEC_COLLAPSE,
             _PD_HEALTHY, _PD_SLOW, _PD_FAILING, _OFFLOAD,
+            # issue 29: LoRA, data parallel, sleep
+            _LORA_HEALTHY, _DP_HEALTHY, _DP_SLOW_ENGINE, _SLEEPING,
         )
     }
 )

@@ -52,8 +52,9 @@ def _panel(data: dict[str, Any], title: str) -> dict[str, Any]:
 @pytest.mark.parametrize("name", sorted(DASHBOARDS))
 def test_place_variables_come_first_and_match_missing_labels(name: str) -> None:
     variables = {v["name"]: v for v in DASHBOARDS[name]["templating"]["list"]}
-    # then the hidden feature variables a feature row repeats over (the overview's speculative decoding, KV transfer)
-    feature = ["spec_model", "kv_model"] if name == "vllm-diag-overview.json" else []
+    # then the hidden feature variables a feature row repeats over (the overview's speculative decoding, KV
+    # transfer, LoRA, data parallel)
+    feature = ["spec_model", "kv_model", "lora_target", "dp_model"] if name == "vllm-diag-overview.json" else []
     assert list(variables) == ["datasource", "cluster", "namespace", "target", "model", *feature]
     for var in feature:
         assert variables[var]["hide"] == 2 and all(m in variables[var]["query"] for m in PLACE), var

@@ -27,6 +27,8 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_advice_info": "a suggestion with its predictions in the JSON and on the page, not a condition",
     "vllm_diag_advice_error_ratio": "the advisor's own error on a real knob change (one value per change, its "
                                     "history in the JSON): how far to trust its advice, not a condition",
+    "vllm_diag_target_state": "the target's state (sleeping) for people and ad-hoc queries; the alerts gate on "
+                              "vLLM's own engine_sleep_state",
     "vllm_diag_gpu_utilization_ratio": "present only with a DCGM source; evidence inside B4/C1",
     "vllm_diag_informational_finding": "information only, never an alert by design",
     "vllm_diag_verdict_pending": "hysteresis state, shown on the page",

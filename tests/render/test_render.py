@@ -349,6 +349,8 @@ def test_every_vllm_name_used_is_in_a_real_capture(fixtures_dir: Path) -> None:
     on_wire |= _capture_names(fixtures_dir / "snapshot-speculative-end.txt")
     # The KV fetch-stage gauge only on a KV consumer; NIXL's and the offload families never on the CPU build.
     on_wire |= _capture_names(fixtures_dir / "snapshot-kv-consumer.txt")
+    # LoRA's only with --enable-lora.
+    on_wire |= _capture_names(fixtures_dir / "snapshot-lora.txt")
     from exporter.catalog.metrics import FROM_SOURCE_ONLY, HISTOGRAM_PARTS, METRICS
 
     on_wire |= {n + suffix for n in FROM_SOURCE_ONLY for suffix in ("", *(p for p, _ in HISTOGRAM_PARTS))}
@@ -418,9 +420,14 @@ def test_overview_rows_follow_the_layer_order() -> None:
     data = _dashboards()["vllm-diag-overview.json"]
     rows = [p["title"] for p in data["panels"] if p["type"] == "row"]
     assert rows == ["Objectives (SLO)", "Diagnosis", *(f"Layer: {layer}" for layer in LAYERS),
-                    "Speculative decoding: $spec_model", "KV transfer: $kv_model"]
+                    "Speculative decoding: $spec_model", "KV transfer: $kv_model", "LoRA adapters: $lora_target",
+                    "Data-parallel engines: $dp_model"]
     feature = next(p for p in data["panels"] if p["title"] == "Speculative decoding: $spec_model")
     assert feature["collapsed"] and feature["repeat"] == "spec_model" and len(feature["panels"]) == 4
+    for title, variable in (("LoRA adapters: $lora_target", "lora_target"), ("Data-parallel engines: $dp_model",
+                                                                              "dp_model")):
+        row = next(p for p in data["panels"] if p["title"] == title)
+        assert row["collapsed"] and row["repeat"] == variable and row["panels"], title
     types = {p["type"] for p in data["panels"]}
     assert {"stat", "timeseries", "state-timeline", "table"} <= types
     verdict = next(p for p in data["panels"] if p["title"] == "Bottleneck layer")

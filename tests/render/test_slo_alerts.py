@@ -161,6 +161,18 @@ CASES = [
                  "values": f"4x{H + 30}"},
                 {"series": 'vllm:generation_tokens_total{namespace="ns", pod="busy", model_name="stall", engine="0"}',
                  "values": f"0+600x{H + 30}"}]),
+    # A sleeping engine (/sleep, mode keep) holds its requests and generates nothing on purpose: vLLM's
+    # engine_sleep_state says so, and nothing pages.
+    Case("a sleeping engine does not page as stalled", [Replica("nap", [HEALTHY, (0.001, 30)], model="nap")],
+         H + 30, [(H + 8, []), (H + 20, [])],
+         extra=[{"series": 'vllm:num_requests_running{namespace="ns", pod="nap", model_name="nap", engine="0"}',
+                 "values": f"4x{H + 30}"},
+                {"series": 'vllm:generation_tokens_total{namespace="ns", pod="nap", model_name="nap", engine="0"}',
+                 "values": f"0+600x{H} {600 * H}x30"},
+                {"series": 'vllm:engine_sleep_state{namespace="ns", pod="nap", model_name="nap", engine="0", '
+                           'sleep_state="awake"}', "values": f"1x{H} 0x30"},
+                {"series": 'vllm:engine_sleep_state{namespace="ns", pod="nap", model_name="nap", engine="0", '
+                           'sleep_state="weights_offloaded"}', "values": f"0x{H} 1x30"}]),
     # A single replica is its model: its outage pages as the model.
     Case("a single-replica model pages on its own burn", [Replica("solo", [HEALTHY, (0.5, 40)], model="solo")],
          H + 40, [(H + 15, []), (H + 22, [(page("solo"), 1)])]),

@@ -114,11 +114,19 @@ def without_prefixes(sim: Exposition, prefixes: tuple[str, ...]) -> Exposition:
                       les={n: v for n, v in sim.les.items() if not n.startswith(prefixes)}, values=sim.values)
 
 
+@pytest.fixture(scope="module")
+def lora_capture(fixtures_dir: Path) -> Exposition:
+    """A real capture of an engine started with --enable-lora --max-loras 1 and two adapters."""
+    return parse((fixtures_dir / "snapshot-lora.txt").read_text())
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
 def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition,
-                                                      speculative: Exposition) -> None:
+                                                      speculative: Exposition, lora_capture: Exposition) -> None:
     if SCENARIOS[name].engine.num_speculative_tokens:
         steady = speculative  # the spec-decode families come first, then the same as any engine
+    if SCENARIOS[name].engine.enable_lora:
+        steady = lora_capture  # lora_requests_info before cache_config_info, the rest as any engine
     sim = without_prefixes(parse(scenario_text(name)), CONNECTOR_PREFIXES)
     assert sim.types == steady.types  # names, types and order
     assert sim.helps == steady.helps  # HELP lines verbatim (trailing spaces included)

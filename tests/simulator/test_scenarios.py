@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from exporter.catalog.symptoms import UNKNOWN_UNEXPLAINED
 from exporter.simulator import SCENARIOS
 from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
@@ -37,7 +36,7 @@ def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool 
 def test_scenario_gives_its_documented_diagnosis(name, tmp_path):
     expected = SCENARIOS[name].expected
     state = diagnose_scenario(name, tmp_path)
-    assert state.status == "ok"
+    assert state.status == SCENARIOS[name].expected_state
     symptoms = {s.id for s in state.diagnosis.active_symptoms}
     causes = {c.id for c in state.diagnosis.active_causes if not c.informational}
     detail = (state.diagnosis.verdict, state.diagnosis.layer_scores, sorted(causes))
@@ -49,7 +48,7 @@ def test_scenario_gives_its_documented_diagnosis(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["healthy", "low-traffic", "rag-shared-prefix", "saturated-within-slo",
-                                  "dp-restart", "sparse-traffic"])
+                                  "dp-restart", "sparse-traffic", "lora-healthy", "dp-healthy", "sleeping"])
 def test_healthy_like_scenarios_are_none_with_no_symptom(name, tmp_path):
     state = diagnose_scenario(name, tmp_path)
     assert state.diagnosis.verdict.layer == "none"
@@ -64,17 +63,35 @@ def test_preemption_storm_names_kv_cache_and_not_the_budget(tmp_path):
     assert b1 and b1 > 0.02  # the stream does miss its objective: B is explained, not absent
 
 
-def test_lora_adapters_waiting_for_a_slot_read_unknown_with_a0_never_none(tmp_path):
+def test_lora_adapters_waiting_for_a_slot_name_the_slot_and_raise_max_loras(tmp_path):
     """Two adapters on --max-loras 1: the first-token objective is missed while nothing waits for
-    capacity; no cause in the catalog models adapter slots, so the effect is named without one."""
+    capacity; lora_requests_info names two adapters in flight for one slot, so the cause is A6."""
     state = diagnose_scenario("lora-slots", tmp_path)
-    verdict = state.diagnosis.verdict
-    assert verdict.layer == "unknown" and verdict.meaning == UNKNOWN_UNEXPLAINED
+    assert state.diagnosis.verdict.layer == "scheduler"
     assert state.objectives["ttft"].met is False
-    (a0,) = [c for c in state.diagnosis.active_causes if not c.informational]
-    assert (a0.id, a0.layer) == ("A0", "unknown")
-    assert any("deferred in" in e and "LoRA adapter slot" in e for e in a0.evidence), a0.evidence
-    assert any(e.startswith("clear: ") and "A2" in e for e in a0.evidence), a0.evidence
+    (a6,) = [c for c in state.diagnosis.active_causes if not c.informational]
+    assert (a6.id, a6.layer) == ("A6", "scheduler")
+    assert any("2 adapters had requests in flight" in e and "1 adapter slot" in e for e in a6.evidence), a6.evidence
+    assert a6.actions[0].action == "raise max_loras from 1 to 2"
+    assert state.signals is not None and state.signals.lora.max_adapters == 1
+
+
+def test_one_slow_data_parallel_engine_is_named_not_the_merged_stutter(tmp_path):
+    """Engine 1 of two runs at a fraction of its GPU's bandwidth: G2 names it; the merged gaps' tail is the
+    mixture's, so no scheduling cause (B1) claims it."""
+    state = diagnose_scenario("dp-slow-engine", tmp_path)
+    assert state.diagnosis.verdict.layer == "distributed"
+    causes = {c.id: c for c in state.diagnosis.active_causes if not c.informational}
+    assert "G2" in causes and "B1" not in causes, sorted(causes)
+    assert state.signals is not None and state.signals.engines.outlier == "1"
+    assert any(e.startswith("engine 1:") for e in causes["G2"].evidence), causes["G2"].evidence
+
+
+def test_a_sleeping_engine_reads_sleeping_with_no_symptom(tmp_path):
+    state = diagnose_scenario("sleeping", tmp_path)
+    assert state.status == "sleeping"
+    assert state.diagnosis.verdict.layer == "none" and state.diagnosis.symptoms == ()
+    assert state.signals is not None and state.signals.engines.sleep_state == "weights_offloaded"
 
 
 def test_compute_bound_names_gpu_compute_with_and_without_dcgm(tmp_path):

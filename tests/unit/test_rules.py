@@ -86,6 +86,15 @@ OFFLOAD = dict(kv_transfer_enabled=True, kv_consumer=True, external_prefix_cache
 # Decode on a slow kernel path: busy engine, small batch, ~6 % of the H100's HBM bandwidth used.
 SLOW_KERNELS = dict(UNIFORM_SLOW_ITL, running_mean=5, engine_busy_fraction=0.97, read_bytes_per_gpu_per_second=2e11)
 
+# LoRA on, one slot, first tokens waiting deferred in the queue while KV has room (adapters seen set per case).
+LORA_SLOTS = dict(lora_enabled=True, lora_max_adapters=1, lora_running_adapters=1, lora_waiting_adapters=0,
+                  ttft_queue_share=0.85, ttft_prefill_share=0.1, waiting_fraction=0.6, queued_fraction=0.0,
+                  waiting_deferred=2, deferred_fraction=0.6)
+# Two data-parallel engines with enough traffic each to compare (outlier and ratios set per case).
+DP_TWO = dict(engines=2.0, engine_signals={
+    "0": {"first_tokens": 300, "load_mean": 5.0, "ttft_mean": 0.2, "itl_mean": 0.02},
+    "1": {"first_tokens": 300, "load_mean": 15.0, "ttft_mean": 0.9, "itl_mean": 0.16}})
+
 # cause -> (fires: signal overrides, facts overrides), (near miss: the same but one thing short).
 # A near miss may still be shown as information; it never counts as a symptom.
 CASES: dict[str, tuple[tuple[dict, dict], tuple[dict, dict]]] = {
@@ -130,6 +139,14 @@ CASES: dict[str, tuple[tuple[dict, dict], tuple[dict, dict]]] = {
     "G": (({**UNIFORM_SLOW_ITL, "kv_cache_usage_mean": 0.2}, {"tensor_parallel_size": 4, **H100}),
           ({**UNIFORM_SLOW_ITL, "kv_cache_usage_mean": 0.2}, {"tensor_parallel_size": 4, "gpu": "H100",
                                                                "model_weight_bytes": 140e9})),
+    # issue 29: LoRA adapter slots (near miss: the adapters fit their slots), a slow data-parallel engine
+    # (near miss: its latency and load within 2x of its sibling's)
+    "A6": (({**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 2}, {}),
+           ({**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 1}, {})),
+    "G2": (({**UNIFORM_SLOW_ITL, **DP_TWO, "engine_outlier": "1", "engine_load_ratio": 3.0,
+             "engine_latency_ratio": 8.0}, {}),
+           ({**UNIFORM_SLOW_ITL, **DP_TWO, "engine_outlier": "1", "engine_load_ratio": 1.2,
+             "engine_latency_ratio": 1.5}, {})),
 }
 INFORMATIONAL_ONLY = {"C2"}  # causes that never count as a symptom
 
