@@ -1098,12 +1098,11 @@ Rule = Callable[[Context], Finding]
 ExplainingRule = Callable[[Context, Mapping[str, Finding]], Finding]
 
 RULES: tuple[tuple[str, Rule], ...] = (
-    ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5),
+    ("A1", rule_a1), ("A2", rule_a2), ("A3", rule_a3), ("A4", rule_a4), ("A5", rule_a5), ("A6", rule_a6),
     ("A7", rule_a7), ("A8", rule_a8),
     ("B1", rule_b1), ("B2", rule_b2), ("B3", rule_b3), ("B4", rule_b4), ("B5", rule_b5),
     ("C1", rule_c1), ("C2", rule_c2), ("C3", rule_c3),
-    ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g),
-    ("A6", rule_a6), ("G2", rule_g2),  # LoRA adapter slots, data-parallel engines (issue 29)
+    ("D", rule_d), ("E", rule_e), ("F", rule_f), ("F6", rule_f6), ("G", rule_g), ("G2", rule_g2),
 )
 # Evaluated after RULES, with their findings.
 EXPLAINING_RULES: tuple[tuple[str, ExplainingRule], ...] = (("A0", rule_a0), ("B0", rule_b0))
