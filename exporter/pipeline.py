@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,6 +68,10 @@ class TargetPipeline:
         self._cpu_scores: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         # Each evaluation's recent queued fraction, likewise: was a queue sustained at some time the window holds
         self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # Each evaluation's recent prefix hit ratio: was the prefix broken at some time the window holds
+        self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds
+        self._gpu_read: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -168,16 +172,16 @@ class TargetPipeline:
             host = replace(host, gpu_utilization=sum(readings) / len(readings), sources=(*host.sources, "dcgm"),
                            window=window)
         signals = compute(self.window, self.thresholds, host)
-        if signals.cpu.starvation_score is not None:
-            self._cpu_scores.push(now, signals.cpu.starvation_score)
-            signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=max(self._cpu_scores)))
-        else:
-            self._cpu_scores.trim(now)
-        if signals.scheduler.queued_recent_fraction is not None:
-            self._queued.push(now, signals.scheduler.queued_recent_fraction)
-            signals = replace(signals, scheduler=replace(signals.scheduler, queued_recent_peak=max(self._queued)))
-        else:
-            self._queued.trim(now)
+        # Time-aligned evidence: each evaluation's recent reading of a cause, kept for the window, says
+        # whether the cause acted at some time the window holds (its effect there is the cause's).
+        signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=_held(
+            self._cpu_scores, now, signals.cpu.starvation_score, max)))
+        signals = replace(signals, scheduler=replace(signals.scheduler, queued_recent_peak=_held(
+            self._queued, now, signals.scheduler.queued_recent_fraction, max)))
+        signals = replace(signals, kv=replace(signals.kv, prefix_hit_ratio_recent_low=_held(
+            self._prefix_hits, now, signals.kv.prefix_hit_ratio_recent, min)))
+        signals = replace(signals, gpu=replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
+            self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min)))
         slo = self.settings.slo_for(self.target)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
                                       slo, self.thresholds.evidence_min_requests,
@@ -228,6 +232,17 @@ class TargetPipeline:
 
     def _recording(self) -> RecordStatus | None:
         return self.recorder.status() if self.recorder is not None else None
+
+
+def _held(buffer: TimeBuffer[float], now: float, value: float | None,
+          pick: Callable[[Iterable[float]], float]) -> float | None:
+    """Record ``value`` (this evaluation's recent reading) and return ``pick`` (max or min) of the readings
+    the window holds; None when this evaluation has no reading."""
+    if value is None:
+        buffer.trim(now)
+        return None
+    buffer.push(now, value)
+    return pick(buffer)
 
 
 def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0,

@@ -73,6 +73,7 @@ class Traffic:
     generation_tokens_per_second: float | None = None
     prompt_length_mean: float | None = None
     prompt_length_p95: float | None = None
+    prompt_length_mean_recent: float | None = None  # over the newest recent_evaluations steps
     generation_length_mean: float | None = None
     prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens
     admission_rejections_per_second: float | None = None
@@ -94,11 +95,16 @@ class Kv:
     full_fraction: float | None = None  # share of scrapes at or above the high mark
     prefix_queried_tokens: float | None = None
     prefix_hit_ratio: float | None = None
+    prefix_hit_ratio_recent: float | None = None  # over the newest recent_evaluations steps: the cache now
+    # The lowest recent hit ratio of any evaluation the window holds (set by the pipeline): the prefix was
+    # broken at some time the window covers, so the first tokens of those scrapes are the cache's.
+    prefix_hit_ratio_recent_low: float | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {
         "usage": "kv_cache_usage", "usage_max": "kv_cache_usage_max", "usage_mean": "kv_cache_usage_mean",
         "full_fraction": "kv_full_fraction", "prefix_queried_tokens": "prefix_cache_queried_tokens",
-        "prefix_hit_ratio": "prefix_cache_hit_ratio",
+        "prefix_hit_ratio": "prefix_cache_hit_ratio", "prefix_hit_ratio_recent": "prefix_cache_hit_ratio_recent",
+        "prefix_hit_ratio_recent_low": "prefix_cache_hit_ratio_recent_low",
     }
 
 
@@ -155,6 +161,9 @@ class Latency:
     step_wait_mean: float | None = None
     ttft_queue_share: float | None = None
     ttft_prefill_share: float | None = None
+    # The same two shares over the newest recent_evaluations steps (first tokens of requests admitted now).
+    ttft_queue_share_recent: float | None = None
+    ttft_prefill_share_recent: float | None = None
     ttft_frontend_share: float | None = None
     e2e_frontend_share: float | None = None
     observations: float | None = None
@@ -163,10 +172,14 @@ class Latency:
     # that bucket's upper bound, which makes the ratio a lower bound (see itl_tail_note).
     itl_tail_ratio: float | None = None
     itl_tail_note: str = ""
+    itl_tail_ratio_recent: float | None = None  # the same over the newest recent_evaluations steps: the gaps now
     # The window's TTFT and ITL histograms, which the objectives are judged on (exporter/objectives);
     # with no observation yet, their bucket edges alone. Not in the JSON ``signals`` (no flat key).
     ttft_histogram: HistogramDelta | None = None
     itl_histogram: HistogramDelta | None = None
+    # First tokens of the newest recent_evaluations steps: an objective missed *now*, beside a cause's recent
+    # evidence (vLLM records queue and prefill times when a request finishes, first tokens when they come).
+    ttft_histogram_recent: HistogramDelta | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {"observations": "latency_observations"}
 
@@ -202,6 +215,12 @@ class Gpu:
     read_bytes_per_second: float | None = None
     flops_per_second: float | None = None
     utilization_window: float | None = None  # DCGM, mean over the whole window
+    # vLLM's MFU estimate of bytes read per second of engine stepping, over the newest recent_evaluations
+    # steps: how fast the kernels move memory now (B4's slow path), whatever the load.
+    read_bytes_per_busy_second_recent: float | None = None
+    # The lowest such reading of any evaluation the window holds (set by the pipeline): the kernels were slow at
+    # some time the window covers, so the token gaps of those scrapes are the GPU's.
+    read_bytes_per_busy_second_recent_low: float | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {
         "utilization": "gpu_utilization", "utilization_window": "gpu_utilization_window",
@@ -380,7 +399,7 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
-UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram"})
+UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent"})
 # The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
 QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 
@@ -697,7 +716,8 @@ def missing_inputs(window: Window) -> tuple[str, ...]:
     return tuple(name for name in INPUTS if not window.present(name))
 
 
-def traffic(window: Window) -> Traffic:
+def traffic(window: Window, recent: int = 0) -> Traffic:
+    """``recent``: the steps read as now (``recent_evaluations``)."""
     duration = window.duration
     finished = _increase(window, vllm.REQUEST_SUCCESS_TOTAL)
     ttft = _histogram(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
@@ -722,6 +742,8 @@ def traffic(window: Window) -> Traffic:
         generation_tokens_per_second=generation_rate,
         prompt_length_mean=_hist_mean(prompt_len),
         prompt_length_p95=prompt_len.quantile(0.95) if prompt_len is not None else None,
+        prompt_length_mean_recent=(_hist_mean(window.histogram_recent(vllm.REQUEST_PROMPT_TOKENS, recent))
+                                   if recent > 0 else None),
         generation_length_mean=_hist_mean(_histogram(window, vllm.REQUEST_GENERATION_TOKENS)),
         prefill_token_share=prefill_share,
         admission_rejections_per_second=_rate(window, vllm.ADMISSION_REJECTIONS_TOTAL),
@@ -730,6 +752,7 @@ def traffic(window: Window) -> Traffic:
 
 def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     duration = window.duration
+    recent = int(thresholds.recent_evaluations)
     preemptions = _increase(window, vllm.NUM_PREEMPTIONS_TOTAL)
     # Requests admitted in the window: finished ones, or first tokens when long outputs finish later.
     admitted = max((v for v in (flow.requests_finished, flow.first_tokens) if v is not None), default=None)
@@ -739,7 +762,7 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
     return Kv(
         preemptions=preemptions,
-        preemptions_recent=window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, int(thresholds.recent_evaluations)),
+        preemptions_recent=window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, recent),
         preemption_rate=_ratio(preemptions, duration),
         preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
         usage=usage[-1] if usage else None,
@@ -748,6 +771,8 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
         full_fraction=_ratio(sum(1 for v in usage if v >= thresholds.kv_usage_high), len(usage)),
         prefix_queried_tokens=queries,
         prefix_hit_ratio=_ratio(hits, queries),
+        prefix_hit_ratio_recent=_ratio(window.increase_recent(vllm.PREFIX_CACHE_HITS_TOTAL, recent),
+                                       window.increase_recent(vllm.PREFIX_CACHE_QUERIES_TOTAL, recent) or None),
     )
 
 
@@ -784,8 +809,9 @@ def scheduler(window: Window, itl_mean: float | None, recent: int = 0) -> Schedu
     )
 
 
-def latency(window: Window, itl: HistogramDelta | None) -> Latency:
-    """``itl`` is the window's ITL histogram (read once by ``compute``: the step-wait estimate needs it too)."""
+def latency(window: Window, itl: HistogramDelta | None, recent: int = 0) -> Latency:
+    """``itl`` is the window's ITL histogram (read once by ``compute``: the step-wait estimate needs it too);
+    ``recent``: the steps read as now (``recent_evaluations``), for the recent shares of TTFT."""
     ttft = _histogram(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
     e2e = _histogram(window, vllm.E2E_REQUEST_LATENCY_SECONDS)
     queue_mean = _hist_mean(_histogram(window, vllm.REQUEST_QUEUE_TIME_SECONDS))
@@ -820,15 +846,29 @@ def latency(window: Window, itl: HistogramDelta | None) -> Latency:
         e2e_frontend_mean=e2e_frontend,
         ttft_queue_share=_ratio(queue_mean, ttft_mean),
         ttft_prefill_share=_ratio(prefill_mean, ttft_mean),
+        ttft_queue_share_recent=_recent_share(window, vllm.REQUEST_QUEUE_TIME_SECONDS, recent),
+        ttft_prefill_share_recent=_recent_share(window, vllm.REQUEST_PREFILL_TIME_SECONDS, recent),
         ttft_frontend_share=_ratio(ttft_frontend, ttft_mean),
         e2e_frontend_share=_ratio(e2e_frontend, e2e_mean),
         observations=e2e.count if e2e is not None else None,
         unresolved_quantiles=tuple(unresolved),
         itl_tail_ratio=tail_ratio,
         itl_tail_note=tail_note,
+        itl_tail_ratio_recent=(itl_tail(window.histogram_recent(vllm.INTER_TOKEN_LATENCY_SECONDS, recent))[0]
+                               if recent > 0 else None),
         ttft_histogram=_with_edges(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS, ttft),
         itl_histogram=_with_edges(window, vllm.INTER_TOKEN_LATENCY_SECONDS, itl),
+        ttft_histogram_recent=(window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)
+                               if recent > 0 else None),
     )
+
+
+def _recent_share(window: Window, part: str, recent: int) -> float | None:
+    """Mean ``part`` (queue or prefill time) over mean TTFT, both over the newest ``recent`` steps."""
+    if recent <= 0:
+        return None
+    return _ratio(_hist_mean(window.histogram_recent(part, recent)),
+                  _hist_mean(window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)))
 
 
 def _net_share(outside: float | None, step_wait_s: float | None, total: float | None) -> float | None:
@@ -868,8 +908,20 @@ def _cpu_inputs(host: HostInputs, frontend_share: float | None, api_cores: float
     return inputs
 
 
-def gpu(window: Window, host: HostInputs) -> Gpu:
+def gpu(window: Window, host: HostInputs, recent: int = 0) -> Gpu:
+    """``recent``: the steps read as now (``recent_evaluations``), for the bytes read per second of stepping."""
+    per_busy = None
+    read = _moving_rate(window, vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL)
+    if read is not None and recent > 0:
+        read_recent = window.increase_recent(vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL, recent)
+        steps = window.histogram_recent(vllm.ITERATION_TOKENS_TOTAL, recent)
+        itl_mean = _hist_mean(window.histogram_recent(vllm.INTER_TOKEN_LATENCY_SECONDS, recent))
+        duration = window.duration_recent(recent)
+        if read_recent and steps is not None and steps.count and itl_mean and duration > 0:
+            # busy seconds = steps x mean step time (the ITL mean stands in for it, as for busy_fraction)
+            per_busy = read_recent / min(duration, steps.count * itl_mean)
     return Gpu(
+        read_bytes_per_busy_second_recent=per_busy,
         utilization=host.gpu_utilization,
         utilization_window=host.window.gpu_utilization if host.window is not None else None,
         read_bytes_per_second=_moving_rate(window, vllm.ESTIMATED_READ_BYTES_PER_GPU_TOTAL),
@@ -1151,11 +1203,11 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     per token; the engine-step estimates (busy fraction, step wait) keep the per-event gaps.
     """
     host = host or HostInputs()
-    flow = traffic(window)
+    recent = int(thresholds.recent_evaluations)
+    flow = traffic(window, recent)
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
-    times = latency(window, per_token(itl, spec.itl_scale))
-    recent = int(thresholds.recent_evaluations)
+    times = latency(window, per_token(itl, spec.itl_scale), recent)
     steps = scheduler(window, _hist_mean(itl), recent)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, _net_share(times.e2e_frontend_mean, times.step_wait_mean, times.e2e_mean))
@@ -1168,7 +1220,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         scheduler=steps,
         latency=times,
         cpu=cpu_use,
-        gpu=gpu(window, host),
+        gpu=gpu(window, host, recent),
         speculative=spec,
         kv_transfer=kv_transfer(window, flow, times),
         lora=lora(window),

@@ -455,8 +455,23 @@ class Window:
 
     def histogram_stepwise(self, name: str, match: LabelFilter = None) -> HistogramDelta | None:
         """The histogram summed step by step, in window order (what the running totals must equal)."""
+        return self._histogram_over(self.steps, name, match)
+
+    def histogram_recent(self, name: str, steps: int, match: LabelFilter = None) -> HistogramDelta | None:
+        """Observations over the newest ``steps`` steps only (the effect next to a cause's recent evidence)."""
+        if len(self._scrapes) < 2 or not self.present(name):
+            return None
+        return self._histogram_over(self.steps[-steps:], name, match)
+
+    def duration_recent(self, steps: int) -> float:
+        """Seconds covered by the newest ``steps`` steps."""
+        recent = self.steps[-steps:]
+        return recent[-1].end - recent[0].start if recent else 0.0
+
+    @staticmethod
+    def _histogram_over(steps: list[Step], name: str, match: LabelFilter) -> HistogramDelta | None:
         per_series: dict[LabelSet, list[HistogramDelta]] = {}
-        for step in self.steps:
+        for step in steps:
             for key, delta in step.histograms.get(name, {}).items():
                 if match is None or match(key):
                     per_series.setdefault(key, []).append(delta)

@@ -205,6 +205,15 @@ def queue_building(ctx: Context) -> bool:
     return recent is not None and recent >= 1.0
 
 
+def ttft_missed_now(ctx: Context) -> bool:
+    """The first tokens of the recent steps alone miss their objective (an effect beside recent evidence)."""
+    hist = ctx.signals.latency.ttft_histogram_recent
+    if hist is None:
+        return False
+    status = objectives.judge("ttft", ctx.slo.objectives()["ttft"], hist, ctx.thresholds.evidence_min_requests)
+    return status.met is False
+
+
 def queue_ended(ctx: Context) -> bool:
     """No request waited for capacity in the recent scrapes: a queue the window holds has drained."""
     return ctx.signals.scheduler.queued_recent_fraction == 0.0
@@ -252,30 +261,52 @@ def reusable_prompts(ctx: Context) -> tuple[bool | None, str]:
                                                   f"{blocks:.1f} blocks of {block}")
 
 
+def prefix_hit_now(s: Signals) -> float | None:
+    """The prefix hit ratio now: over the recent horizon, the window's where no recent prompt was looked up."""
+    return s.kv.prefix_hit_ratio_recent if s.kv.prefix_hit_ratio_recent is not None else s.kv.prefix_hit_ratio
+
+
 def low_prefix_hit(ctx: Context) -> Finding:
-    """Shared F/F6/A5 precondition: a hit ratio that means something, and is low."""
+    """Shared F/F6/A5 precondition: a hit ratio that means something, and is low now (over the recent horizon),
+    or was low at some time the window holds (``recovering``: the misses of those scrapes are still in it)."""
     s, t = ctx.signals, ctx.thresholds
     if s.cache.enable_prefix_caching is False:
         return clear("prefix caching is disabled on this engine")
     if (s.kv_transfer.transferred_prompt_share or 0) >= 0.5 and not s.kv_transfer.offload:
         return clear(f"{_pct(s.kv_transfer.transferred_prompt_share or 0)} of prompt tokens arrive by KV transfer: "
                      "their prefill is another instance's (judge its prefix cache there)")
-    if s.kv.prefix_hit_ratio is None:
+    ratio = prefix_hit_now(s)
+    if ratio is None:
         return abstain(vllm.PREFIX_CACHE_QUERIES_TOTAL)
     reusable, blocks_text = reusable_prompts(ctx)
     if reusable is None:
         return abstain(vllm.CACHE_CONFIG_INFO, vllm.REQUEST_PROMPT_TOKENS)
     if not reusable:
         return clear(f"prompts too short to reuse ({blocks_text})")
-    if s.kv.prefix_hit_ratio >= t.prefix_hit_ratio_low:
-        return clear(f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)}")
+    earlier = s.kv.prefix_hit_ratio_recent_low
+    window = f", {_pct(s.kv.prefix_hit_ratio)} over the window" if s.kv.prefix_hit_ratio is not None else ""
     tiered = offload_hit_ratio(s)
     if tiered is not None and tiered >= t.prefix_hit_ratio_low:
-        return clear(f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)} on the GPU, {_pct(tiered)} with the KV offload "
-                     f"tier: what the GPU cache misses comes back by a copy, not a prefill ({offload_evidence(s)})")
-    strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - s.kv.prefix_hit_ratio, 0, t.prefix_hit_ratio_low)
-    return fired(strength, f"prefix hit ratio {_pct(s.kv.prefix_hit_ratio)} (low mark {_pct(t.prefix_hit_ratio_low)})",
-                 blocks_text)
+        return clear(f"prefix hit ratio {_pct(ratio)} on the GPU over {_recent(ctx)}{window}, {_pct(tiered)} with the "
+                     f"KV offload tier: what the GPU cache misses comes back by a copy, not a prefill "
+                     f"({offload_evidence(s)})")
+    if ratio >= t.prefix_hit_ratio_low:
+        if earlier is None or earlier >= t.prefix_hit_ratio_low:
+            return clear(f"prefix hit ratio {_pct(ratio)} over {_recent(ctx)}{window}")
+        strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - earlier, 0, t.prefix_hit_ratio_low)
+        return recovering(
+            fired(strength, f"prefix hit ratio {_pct(earlier)} earlier in the window "
+                            f"(low mark {_pct(t.prefix_hit_ratio_low)})", blocks_text),
+            f"the prefix hits again ({_pct(ratio)} over {_recent(ctx)}): its misses are still in the window")
+    strength = 0.5 + 0.4 * _excess(t.prefix_hit_ratio_low - ratio, 0, t.prefix_hit_ratio_low)
+    return fired(strength, f"prefix hit ratio {_pct(ratio)} over {_recent(ctx)}{window} "
+                           f"(low mark {_pct(t.prefix_hit_ratio_low)})", blocks_text)
+
+
+def _hit_at_all(low: Finding, s: Signals) -> bool:
+    """Some prompt shared a cached block while the ratio was low (now, or at its low earlier in the window)."""
+    ratio = s.kv.prefix_hit_ratio_recent_low if low.recovering else prefix_hit_now(s)
+    return bool(ratio)
 
 
 def offload_hit_ratio(s: Signals) -> float | None:
@@ -321,7 +352,10 @@ def rule_a1(ctx: Context) -> Finding:
         return early
     if lat.ttft_prefill_share is None or lat.ttft_queue_share is None or s.traffic.prompt_length_mean is None:
         return abstain(vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_PROMPT_TOKENS)
-    if lat.ttft_prefill_share < t.ttft_prefill_share or lat.ttft_queue_share >= t.ttft_queue_share:
+    # A queue is a cause of its own (A2) when requests wait for capacity in most scrapes, or in every recent one;
+    # a wait in a few scrapes behind prefill-bound first tokens is the wait behind those long prefills.
+    queue_of_its_own = lat.ttft_queue_share >= t.ttft_queue_share and (queue_sustained(ctx) or queue_building(ctx))
+    if lat.ttft_prefill_share < t.ttft_prefill_share or queue_of_its_own:
         return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
                      f"queue {_pct(lat.ttft_queue_share)})")
     if s.traffic.prompt_length_mean < t.long_prompt_tokens:
@@ -349,15 +383,29 @@ def rule_a2(ctx: Context) -> Finding:
     # window holds no preemptions (then the queue may have been KV's: C3/D judge it).
     was_sustained = s.scheduler.queued_recent_peak is not None and s.scheduler.queued_recent_peak >= 1.0
     drained = was_sustained and queue_ended(ctx) and not s.kv.preemptions
-    if s.latency.ttft_queue_share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or drained):
-        return clear(f"queue is {_pct(s.latency.ttft_queue_share)} of TTFT, requests wait for capacity in "
+    share = s.latency.ttft_queue_share
+    # Time-aligned: while a queue builds now, the first tokens of the recent steps are the ones it delays; the
+    # window's share catches up only as they fill it.
+    if queue_building(ctx) and s.latency.ttft_queue_share_recent is not None:
+        share = max(share, s.latency.ttft_queue_share_recent)
+    # vLLM records a request's queue time when it finishes, its first token when it comes: at a queue's onset
+    # the slow first tokens are in before their queue times. A queue in every recent scrape beside first tokens
+    # that miss now, with prefill not the bulk of TTFT and the CPU not starved, is the onset of this cause.
+    onset = (queue_building(ctx) and ttft_missed_now(ctx) and not cpu_starving(ctx)
+             and (s.latency.ttft_prefill_share or 0.0) < t.ttft_prefill_share)
+    if onset and share < t.ttft_queue_share:
+        share = t.ttft_queue_share
+    if share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or drained):
+        return clear(f"queue is {_pct(share)} of TTFT, requests wait for capacity in "
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")
     if kv_full(ctx):
         return clear(f"the queue is explained by KV pressure ({kv_evidence(s)}): see C3/D")
     evidence = [
         breach.evidence,
         f"queue is {_pct(s.latency.ttft_queue_share)} of mean TTFT "
-        f"({_s(s.latency.queue_mean or 0)} of {_s(s.latency.ttft_mean or 0)})",
+        f"({_s(s.latency.queue_mean or 0)} of {_s(s.latency.ttft_mean or 0)})"
+        + (f"; requests wait in every one of {_recent(ctx)} while their first tokens miss the objective "
+           "(their queue times are recorded when they finish)" if onset else ""),
         f"requests wait for capacity in {_pct(s.scheduler.queued_fraction)} of scrapes "
         f"(mean {s.scheduler.waiting_mean or 0:.1f}) "
         f"while {kv_evidence(s)}",
@@ -367,7 +415,7 @@ def rule_a2(ctx: Context) -> Finding:
     if s.scheduler.waiting_deferred:
         evidence.append(f"{s.scheduler.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), "
                         "not counted here")
-    finding = fired(0.5 + 0.4 * _excess(s.latency.ttft_queue_share, t.ttft_queue_share, 0.9), *evidence)
+    finding = fired(0.5 + 0.4 * _excess(share, t.ttft_queue_share, 0.9), *evidence)
     if queue_ended(ctx):
         return recovering(finding, f"no request waited for capacity in {_recent(ctx)}: the queue has drained, "
                                    "its first tokens are still in the window")
@@ -449,14 +497,14 @@ def rule_a5(ctx: Context) -> Finding:
     low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
-    if not s.kv.prefix_hit_ratio:
+    if not _hit_at_all(low, s):
         # Nothing is shared at all: the prompts may be unique by design, and then the prefill
         # cost is intrinsic (A1), not a cache failure.
         return clear("no prompt shares a cached block: nothing to blame on the cache")
     if s.latency.ttft_prefill_share is None or s.latency.ttft_prefill_share < t.ttft_prefill_share:
         return clear("TTFT is not prefill-bound")
-    return fired(low.strength, breach.evidence, *low.evidence,
-                 f"prefill is {_pct(s.latency.ttft_prefill_share)} of mean TTFT")
+    return replace(low, evidence=(breach.evidence, *low.evidence,
+                                  f"prefill is {_pct(s.latency.ttft_prefill_share)} of mean TTFT"))
 
 
 # -- A7, A8: KV transfer (disaggregated prefill/decode, KV connectors) --------------------------
@@ -566,10 +614,36 @@ def _tail_text(s: Signals) -> str:
     return f"ITL p99/p50 = {s.latency.itl_tail_ratio or 0:.1f}{note}"
 
 
+def _bandwidth_use(ctx: Context, per_busy_second: float | None) -> float | None:
+    """GPU bytes read per second of stepping as a share of the GPU's HBM bandwidth (vLLM's MFU estimate)."""
+    sheet = gpus.lookup(ctx.facts.gpu)
+    return per_busy_second / sheet.hbm_bandwidth if per_busy_second is not None and sheet is not None else None
+
+
+def slow_path(ctx: Context) -> tuple[bool, bool]:
+    """(the kernels move memory slowly now, they did at some time the window holds), from the recent readings."""
+    s, low = ctx.signals, ctx.thresholds.bandwidth_use_low
+    now = _bandwidth_use(ctx, s.gpu.read_bytes_per_busy_second_recent)
+    earlier = _bandwidth_use(ctx, s.gpu.read_bytes_per_busy_second_recent_low)
+    return now is not None and now < low, earlier is not None and earlier < low
+
+
+def slow_path_explains(ctx: Context) -> str | None:
+    """Time-aligned: the token gaps are uniform now while the kernels are (or were, in the window) slow; the
+    window's tail is then slow gaps beside fast ones from before or after, not a stutter (see B4)."""
+    recent_tail = ctx.signals.latency.itl_tail_ratio_recent
+    if recent_tail is None or recent_tail >= ctx.thresholds.itl_tail_ratio or not any(slow_path(ctx)):
+        return None
+    return (f"the slow token gaps came with a slow kernel path (uniform now: ITL p99/p50 {recent_tail:.1f} over "
+            f"{_recent(ctx)}): see B4")
+
+
 def rule_b1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
+    if (reason := slow_path_explains(ctx)) is not None:
+        return clear(reason)
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prefill_token_share is None:
         return abstain(vllm.INTER_TOKEN_LATENCY_SECONDS, vllm.PROMPT_TOKENS_TOTAL)
@@ -595,6 +669,8 @@ def rule_b2(ctx: Context) -> Finding:
         return abstain(unknown_fact("max_num_batched_tokens"))
     if (early := _stutter_gate(ctx)) is not None:
         return early
+    if (reason := slow_path_explains(ctx)) is not None:
+        return clear(reason)
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prompt_length_mean is None or s.traffic.prompt_length_mean <= 0:
         return abstain(vllm.REQUEST_PROMPT_TOKENS, vllm.INTER_TOKEN_LATENCY_SECONDS)
@@ -633,6 +709,8 @@ def rule_b3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
+    if (reason := slow_path_explains(ctx)) is not None:
+        return clear(reason)
     tail = s.latency.itl_tail_ratio
     if tail is None:
         return abstain(vllm.INTER_TOKEN_LATENCY_SECONDS)
@@ -655,7 +733,16 @@ def rule_b4(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
+    slow_now, slow_earlier = slow_path(ctx)
     tail = s.latency.itl_tail_ratio
+    recent_tail = s.latency.itl_tail_ratio_recent
+    if slow_now and recent_tail is not None:
+        # The window mixes gaps from before the slow path with its own: the shape of the gaps now decides.
+        tail = recent_tail
+    elif slow_earlier and recent_tail is not None and tail is not None:
+        # Ended: the window mixes its slow gaps with the fast ones after it, and the steps just after the end
+        # mix both too; a stutter shows in both shapes.
+        tail = min(tail, recent_tail)
     if tail is not None and tail >= t.itl_tail_ratio:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, see B1/B2")
     degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
@@ -665,17 +752,20 @@ def rule_b4(ctx: Context) -> Finding:
     if fill is not None and fill >= t.batch_fill_high:
         return clear(f"batch is {_pct(fill)} of max_num_seqs: a throughput-oriented batch, see B3")
     sheet = gpus.lookup(ctx.facts.gpu)
-    bandwidth_use = None
-    if s.gpu.read_bytes_per_second is not None and sheet is not None and s.scheduler.busy_fraction:
-        bandwidth_use = s.gpu.read_bytes_per_second / s.scheduler.busy_fraction / sheet.hbm_bandwidth
+    bandwidth_use = _bandwidth_use(ctx, s.gpu.read_bytes_per_busy_second_recent)  # now, where the steps say
+    if bandwidth_use is None and s.gpu.read_bytes_per_second is not None and s.scheduler.busy_fraction:
+        bandwidth_use = _bandwidth_use(ctx, s.gpu.read_bytes_per_second / s.scheduler.busy_fraction)
     gpu_busy = s.gpu.utilization is not None and s.gpu.utilization >= t.gpu_util_high
     if bandwidth_use is None and s.gpu.utilization is None:
         return abstain("DCGM GPU utilisation (targets[].dcgm_url)",
                        "or vLLM --enable-mfu-metrics with engine.gpu")
     if s.scheduler.busy_fraction is None or s.scheduler.busy_fraction < t.engine_busy_fraction:
         return clear(f"the engine waits for work {_pct(1 - (s.scheduler.busy_fraction or 0))} of the time")
-    slow_path = bandwidth_use is not None and bandwidth_use < t.bandwidth_use_low
-    if not (slow_path or (bandwidth_use is None and gpu_busy)):
+    slow = bandwidth_use is not None and bandwidth_use < t.bandwidth_use_low
+    ended = not slow and slow_earlier
+    if ended:  # the kernels keep pace again; the gaps of the slow scrapes are still in the window
+        bandwidth_use = _bandwidth_use(ctx, s.gpu.read_bytes_per_busy_second_recent_low)
+    if not (slow or ended or (bandwidth_use is None and gpu_busy)):
         return clear(f"GPU memory bandwidth while stepping {_pct(bandwidth_use or 0)} of peak: the kernels keep pace"
                      if bandwidth_use is not None else f"GPU utilisation {_pct(s.gpu.utilization or 0)}")
     evidence = [itl_breach(ctx).evidence, f"ITL uniformly slow ({_tail_text(s)})",
@@ -689,6 +779,9 @@ def rule_b4(ctx: Context) -> Finding:
         evidence.append(f"GPU utilisation {_pct(s.gpu.utilization)} (DCGM)")
     strength = 0.6 + 0.3 * (_excess(t.bandwidth_use_low - bandwidth_use, 0, t.bandwidth_use_low)
                             if bandwidth_use is not None else 0.5)
+    if ended:
+        return recovering(fired(strength, *evidence), f"the kernels keep pace again over {_recent(ctx)}: the slow "
+                                                      "gaps are still in the window")
     return fired(strength, *evidence)
 
 
@@ -896,7 +989,7 @@ def rule_f(ctx: Context) -> Finding:
         return low
     if _eviction_shaped(ctx):
         return clear("KV is full and some prefixes do hit: capacity eviction (F6) explains the misses")
-    if not ctx.signals.kv.prefix_hit_ratio:
+    if not _hit_at_all(low, ctx.signals):
         # Zero hits: metrics cannot tell prompts unique by design from a prefix broken at its
         # first block, so this stays informational and never makes the verdict alone.
         return info(ctx, *low.evidence,
@@ -905,8 +998,8 @@ def rule_f(ctx: Context) -> Finding:
     if cost is None:
         return info(ctx, *low.evidence, "the first-token objective is met: reuse is bounded by what the prompts "
                                         "share (unique documents cannot hit), and the misses cost no user anything")
-    return fired(low.strength, *low.evidence, cost,
-                 "some blocks hit, so prompts do share a prefix that breaks early (template, timestamps, order)")
+    return replace(low, evidence=(*low.evidence, cost, "some blocks hit, so prompts do share a prefix that breaks "
+                                                       "early (template, timestamps, order)"))
 
 
 def _eviction_shaped(ctx: Context) -> bool:
@@ -923,7 +1016,7 @@ def rule_f6(ctx: Context) -> Finding:
     cost = _miss_cost(ctx)
     if cost is None:
         return info(ctx, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", "within the first-token objective")
-    return fired(low.strength, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", cost)
+    return replace(low, evidence=(*low.evidence, f"KV full ({kv_evidence(ctx.signals)})", cost))
 
 
 # -- G: multi-GPU overhead ----------------------------------------------------------------

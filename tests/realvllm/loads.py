@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +25,7 @@ from typing import Any
 import aiohttp
 
 from exporter.config import Settings
+from exporter.server import SIDECAR
 
 from .harness import LoadSummary, RealVLLM, start_phase
 from .sidecar import RunningSidecar, sidecar_settings
@@ -143,3 +147,88 @@ def calm_cpu_load(vllm: RealVLLM) -> WatchedLoad:
     groups = own_cgroups(vllm.pids(), cpus=2.0) if cpu_sources_missing() is None else contextlib.nullcontext()
     with groups:
         return asyncio.run(watch_load(vllm, "steady", CALM_S, settings))
+
+
+# -- none -> cause -> none on the real engine (benchmarks.transitions --live, and the suite's short version) ------
+
+# Each cause switched on and off beside a light load (one stream at a time) that runs throughout.
+LIVE_CAUSES: dict[str, str] = {"cpu": "cpu", "kv": "kv_cache"}  # cause -> the layer a right diagnosis names
+
+
+@dataclass
+class LiveEvaluation:
+    t: float  # seconds since the quiet phase began (the sidecar's scrape time)
+    layer: str
+    recovering: bool
+    cpu_score: float | None = None
+
+
+@dataclass
+class LiveTransition:
+    """One quiet -> cause -> quiet run as one sidecar saw it: every evaluation, and when the cause acted."""
+
+    cause: str
+    layer: str
+    start: float  # seconds since the quiet phase began
+    end: float
+    evaluations: list[LiveEvaluation]
+    background: LoadSummary | None = None
+    cause_load: LoadSummary | None = None
+
+
+@contextlib.contextmanager
+def busy_loops(count: int) -> Iterator[list[int]]:
+    """``count`` CPU-bound processes beside the engine (a noisy neighbour); each stopped by its PID on exit."""
+    procs = [subprocess.Popen([sys.executable, "-c", "while True: pass"], stdin=subprocess.DEVNULL)
+             for _ in range(count)]
+    try:
+        yield [p.pid for p in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+        for proc in procs:
+            proc.wait()
+
+
+async def watch_transition(vllm: RealVLLM, settings: Settings, cause: str, phase_s: float,
+                           loops: int = 4) -> LiveTransition:
+    """Quiet for ``phase_s``, the cause for ``phase_s``, quiet for ``phase_s``, with the ``light`` load
+    throughout, while one in-process sidecar (``settings``) polls the engine; every evaluation it made is
+    kept. ``cpu``: ``loops`` busy loops beside the engine; ``kv``: the ``pressure`` load (more streams than
+    max_num_seqs, more KV than the cache: the engine preempts) on top of the light one."""
+    if cause not in LIVE_CAUSES:
+        raise ValueError(f"unknown cause {cause!r}: one of {', '.join(LIVE_CAUSES)}")
+    evaluations: list[LiveEvaluation] = []
+    async with RunningSidecar(settings) as sidecar:
+        app = sidecar.app[SIDECAR]
+        t0 = time.time()
+        background = start_phase(vllm.base_url, "light", duration_s=3 * phase_s)
+        last: float | None = None
+
+        async def follow(until: float) -> None:
+            nonlocal last
+            while time.time() < until:
+                await asyncio.sleep(0.25)
+                for state in app.snapshot():
+                    if state.status == "ok" and state.evaluated_at != last:
+                        last = state.evaluated_at
+                        verdict = state.diagnosis.verdict
+                        score = state.signals.cpu.starvation_score if state.signals is not None else None
+                        evaluations.append(LiveEvaluation(state.evaluated_at - t0, verdict.layer,
+                                                          verdict.recovering, score))
+
+        await follow(t0 + phase_s)
+        start = time.time() - t0
+        cause_load = None
+        if cause == "cpu":
+            with busy_loops(loops):
+                await follow(t0 + 2 * phase_s)
+        else:
+            pressure = start_phase(vllm.base_url, "pressure", duration_s=phase_s)
+            await follow(t0 + 2 * phase_s)
+        end = time.time() - t0
+        await follow(t0 + 3 * phase_s)
+        summary = await background
+        if cause == "kv":
+            cause_load = await pressure
+    return LiveTransition(cause, LIVE_CAUSES[cause], start, end, evaluations, summary, cause_load)

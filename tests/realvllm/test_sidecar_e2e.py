@@ -112,20 +112,34 @@ async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_engi
     assert any(set(_active(d).get("A", [])) & {"A1", "A4"} for d in late), [d["symptoms"] for d in late]
 
 
-async def _cpu_run(vllm: RealVLLM, seconds: float, slo: dict[str, float] | None = None) -> list[dict]:
-    settings = sidecar_settings(vllm, window=12, interval=1.0, slo=slo, cpu={"pid": vllm.pid})
-    docs = []
+CPU_WINDOW = 12.0
+
+
+async def _cpu_on_off(vllm: RealVLLM, on_s: float, off_s: float,
+                      slo: dict[str, float]) -> tuple[list[dict], list[dict]]:
+    """One sidecar through a CPU quota of 0.2 CPUs for ``on_s`` and then none for ``off_s``, under the steady
+    load: its documents while the quota held and after it was lifted."""
+    settings = sidecar_settings(vllm, window=CPU_WINDOW, interval=1.0, slo=slo, cpu={"pid": vllm.pid})
+    on: list[dict] = []
+    off: list[dict] = []
     async with RunningSidecar(settings) as sidecar:
-        load = start_phase(vllm.base_url, "steady", duration_s=seconds)
-        while not load.done():
+        load = start_phase(vllm.base_url, "steady", duration_s=on_s + off_s)
+        loop = asyncio.get_running_loop()
+        with cpu_quota(vllm.pids(), cpus=0.2):
+            until = loop.time() + on_s
+            while loop.time() < until:
+                await asyncio.sleep(1)
+                on.append(await sidecar.doc())
+        until = loop.time() + off_s
+        while loop.time() < until:
             await asyncio.sleep(1)
-            docs.append(await sidecar.doc())
+            off.append(await sidecar.doc())
         await load
-    return [d for d in docs if d["state"] == "ok"]
+    return [d for d in on if d["state"] == "ok"], [d for d in off if d["state"] == "ok"]
 
 
-async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: RealVLLM,
-                                                                   calm_cpu_load: WatchedLoad) -> None:
+async def test_cpu_starvation_is_named_while_it_lasts_and_released_after(real_vllm: RealVLLM,
+                                                                         calm_cpu_load: WatchedLoad) -> None:
     calm = [o.doc for o in calm_cpu_load.ok("calm")]
     calm_scores = [d["signals"]["cpu_starvation_score"] for d in calm[-6:]]
     assert calm_scores and all(s is not None and s <= 0.2 for s in calm_scores), \
@@ -134,8 +148,7 @@ async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: R
     # The deployment's objectives: what this load gets with its CPU, with room (2x the calm p95). A
     # CPU cause is named only with a user-visible effect, so the starved run must miss one of them.
     slo = {key: 2 * max(d["signals"][key] for d in calm[-6:]) for key in ("ttft_p95_seconds", "itl_p95_seconds")}
-    with cpu_quota(real_vllm.pids(), cpus=0.2):
-        starved = await _cpu_run(real_vllm, 25, slo)
+    starved, after = await _cpu_on_off(real_vllm, 25, CPU_WINDOW + 4, slo)
     late = starved[-6:]
     assert late
     scores = [d["signals"]["cpu_starvation_score"] for d in late]
@@ -144,3 +157,10 @@ async def test_cpu_starvation_is_scored_and_blamed_on_the_cpu_layer(real_vllm: R
     assert missed, (slo, {key: late[-1]["signals"][key] for key in slo})  # starvation has an effect
     assert late[-1]["verdict"]["layer"] == "cpu", (late[-1]["layer_scores"], late[-1]["symptoms"])
     assert "run_queue_wait_share" in late[-1]["signals"]["cpu_inputs"]
+    # Lifted: the score falls over the recent horizon, the stutter the window still holds stays the CPU's
+    # (recovering), never another layer's, and once the window holds none of the starved scrapes, nothing.
+    assert after
+    assert after[-1]["signals"]["cpu_starvation_score"] < 0.5, after[-1]["signals"]["cpu_inputs"]
+    named = [(d["verdict"]["layer"], d["verdict"].get("recovering")) for d in after]
+    assert all(layer in ("none", "cpu") for layer, _ in named), named
+    assert named[-1][0] == "none" or named[-1] == ("cpu", True), named

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules
 from exporter.hostcpu.probe import HostProbe
-from tests.unit.test_rules import QUEUE, SLOW_TTFT, STORM, STUTTER, T, _ctx
+from tests.unit.test_rules import H100, QUEUE, SLOW_KERNELS, SLOW_TTFT, STORM, STUTTER, TTFT_BOUNDS, T, _ctx, hist
 
 STARVED_THEN = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.8,
                 "cpu_inputs": {"run_queue_wait_share": 0.3}}
@@ -50,6 +50,58 @@ def test_a_drained_queue_is_recovering_and_a_queue_building_now_counts() -> None
     building, _ = evaluate_rules(_ctx({**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1,
                                        "queued_recent_fraction": 1.0, "ttft_queue_share": 0.8}, {}))
     assert building["A2"].status == "fired" and not building["A2"].recovering
+
+
+# A prefix that breaks early (some blocks hit) on long, prefill-bound prompts.
+BROKEN_PREFIX = {**SLOW_TTFT, "prompt_length_mean": 2300, "ttft_prefill_share": 0.85, "ttft_queue_share": 0.05}
+
+
+def test_a_prefix_broken_now_is_named_before_the_windows_ratio_falls_and_owns_the_long_prefills() -> None:
+    now, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.7, "prefix_cache_hit_ratio_recent": 0.05,
+                                  "prefix_cache_hit_ratio_recent_low": 0.05}, {}))
+    assert now["A5"].status == "fired" and not now["A5"].recovering
+    assert now["A1"].status == "clear"  # the long prefills are the cache's misses, not intrinsic
+    fixed, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.2,
+                                    "prefix_cache_hit_ratio_recent": 0.8, "prefix_cache_hit_ratio_recent_low": 0.05},
+                                   {}))
+    assert fixed["A5"].status == "fired" and fixed["A5"].recovering and fixed["A1"].status == "clear"
+    # never low in the window: nothing to blame on the cache, whatever the window's ratio was made of
+    never, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.7,
+                                    "prefix_cache_hit_ratio_recent": 0.8, "prefix_cache_hit_ratio_recent_low": 0.6},
+                                   {}))
+    assert never["A5"].status == "clear" and never["A1"].status == "fired"
+
+
+# vLLM's MFU estimate on an H100 (3.35 TB/s): ~4 % of its bandwidth while stepping, and ~60 %.
+SLOW_BYTES, FAST_BYTES = 1.3e11, 2.0e12
+
+
+def test_a_slow_kernel_path_owns_the_mixed_windows_tail_during_and_after() -> None:
+    mixed = {**SLOW_KERNELS, **STUTTER, "prefill_token_share": 0.8}  # slow gaps beside fast ones from before
+    during, _ = evaluate_rules(_ctx({**mixed, "itl_tail_ratio_recent": 1.3, "read_bytes_per_busy_second_recent":
+                                     SLOW_BYTES, "read_bytes_per_busy_second_recent_low": SLOW_BYTES}, H100))
+    assert during["B4"].status == "fired" and not during["B4"].recovering
+    assert during["B1"].status == "clear" and during["B3"].status == "clear"
+    after, _ = evaluate_rules(_ctx({**mixed, "itl_tail_ratio_recent": 1.0, "read_bytes_per_busy_second_recent":
+                                    FAST_BYTES, "read_bytes_per_busy_second_recent_low": SLOW_BYTES}, H100))
+    assert after["B4"].status == "fired" and after["B4"].recovering and after["B1"].status == "clear"
+    # a stutter now (prefill holding decode) stays the scheduler's, slow kernels or not
+    stutter, _ = evaluate_rules(_ctx({**mixed, "itl_tail_ratio_recent": 8.0, "read_bytes_per_busy_second_recent":
+                                      FAST_BYTES, "read_bytes_per_busy_second_recent_low": SLOW_BYTES}, H100))
+    assert stutter["B1"].status == "fired" and stutter["B4"].status == "clear"
+
+
+def test_a_queue_building_now_owns_first_tokens_that_miss_before_their_queue_times_are_recorded() -> None:
+    onset = {**SLOW_TTFT, "waiting_fraction": 0.1, "queued_fraction": 0.1, "queued_recent_fraction": 1.0,
+             "ttft_queue_share": 0.04, "ttft_prefill_share": 0.1}
+    missed_now = hist(TTFT_BOUNDS, [0, 0, 10, 10, 10, 20, 10, 0])
+    fired, _ = evaluate_rules(_ctx({**onset, "ttft_histogram_recent": missed_now}, {}))
+    assert fired["A2"].status == "fired" and fired["A0"].status == "clear"
+    met_now = hist(TTFT_BOUNDS, [40, 20, 0, 0, 0, 0, 0, 0])
+    assert evaluate_rules(_ctx({**onset, "ttft_histogram_recent": met_now}, {}))[0]["A2"].status == "clear"
+    # prefill-bound first tokens are not the queue's (long prompts: A1)
+    prefill = evaluate_rules(_ctx({**onset, "ttft_prefill_share": 0.8, "ttft_histogram_recent": missed_now}, {}))[0]
+    assert prefill["A2"].status == "clear"
 
 
 class _Counter:
