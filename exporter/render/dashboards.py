@@ -407,7 +407,7 @@ def kv_transfer_panels() -> list[g.Panel]:
     xfer = vllm.NIXL_XFER_TIME_SECONDS
     fetch = vllm.NUM_REQUESTS_KV_FETCH_BY_STAGE
     by_source = vllm.PROMPT_TOKENS_BY_SOURCE_TOTAL
-    transferred = KV.divide(KV.sum_rate(by_source, RATE, extra='source="external_kv_transfer"'),
+    transferred = KV.divide(KV.sum_rate(by_source, RATE, extra='source="external_kv_transfer"', drop=("source",)),
                             KV.sum_rate(by_source, RATE, drop=("source",)))
     return [
         timeseries("TTFT share waiting for KV", "Mean wait of a request for its KV (the deferred share of its queue "

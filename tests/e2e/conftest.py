@@ -5,15 +5,15 @@ alert path is measured by test_alert_matrix.py and test_fleet_pages.py on replay
 sidecar's delivery to a webhook by tests/deploy/test_compose_stack.py):
 
 * the simulator (``exporter.simulator.server.build_app``) serving ``kv-pressure``,
-  ``cpu-starved`` and ``healthy`` with ``warmup_s`` 360, so every scenario is developed at once
-  (per-scenario seeds: see SCENARIO_SEEDS);
+  ``cpu-starved``, ``healthy`` and one scenario per feature row (SCENARIOS) with ``warmup_s`` 360,
+  so every scenario is developed at once (per-scenario seeds: see SCENARIO_SEEDS);
 * the sidecar (``exporter.server.create_app``) with one target per scenario, scrape interval 1 s,
   window 30 s, engine facts and DCGM source as an operator would configure them;
 * a webhook receiver recording every alert Alertmanager POSTs;
 * ``/usr/bin/prometheus-alertmanager`` with a tmp copy of ``deploy/alertmanager/alertmanager.yml``
   (receivers pointed at the webhook, group_wait/group_interval/repeat_interval shortened; routes and
   inhibit_rules byte-for-byte the example's);
-* ``/usr/bin/prometheus`` scraping the sidecar (job ``vllm-diag``) and the three simulated vLLM
+* ``/usr/bin/prometheus`` scraping the sidecar (job ``vllm-diag``) and each simulated vLLM
   ``/metrics`` (job ``vllm``), with tmp copies of ``alert_rules/*.yml`` in which only ``for:`` is
   shortened, divided by 60 (5m -> 5s, 15m -> 15s; ranges too; see ``shorten_for``).
 
@@ -62,11 +62,15 @@ ALERTMANAGER_EXAMPLE = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
 
-# speculative-healthy: the speculative-decoding row's series (vLLM exports them only with the feature on).
-SCENARIOS = ("kv-pressure", "cpu-starved", "healthy", "speculative-healthy")
+# The feature rows' series, which vLLM exports only with the feature on: speculative-healthy (speculative
+# decoding), pd-decode-failing-transfer (a KV consumer with NIXL, failures included), lora-slots (LoRA
+# adapters), dp-slow-engine (data-parallel engines, an outlier among them).
+SCENARIOS = ("kv-pressure", "cpu-starved", "healthy", "speculative-healthy", "pd-decode-failing-transfer",
+             "lora-slots", "dp-slow-engine")
 # Seeds and warm-up under which each scenario's signals hold steadily over a short window from the
 # start (kv-pressure preempts, cpu-starved starves), so the series the dashboards read exist at once.
-SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0, "speculative-healthy": 0}
+SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0, "speculative-healthy": 0,
+                  "pd-decode-failing-transfer": 0, "lora-slots": 0, "dp-slow-engine": 0}
 WARMUP_S = 360.0
 WINDOW_S = 30.0
 SIDECAR_INTERVAL_S = 1.0
@@ -422,12 +426,11 @@ def alertmanager_config(webhook_base: str) -> tuple[dict[str, Any], dict[str, An
 def prometheus_config(*, sidecar: str, simulator: str, alertmanager: str, rule_files: list[Path]) -> dict[str, Any]:
     """Scrape the sidecar and each simulated vLLM the way a deployment would.
 
-    The three scenarios stand for three vLLM deployments (one pod each) serving the same model
-    name; the simulator serves them on one address, so the scenario name (from the metrics path)
+    The scenarios stand for vLLM deployments (one pod each); the simulator serves them on one address, so the scenario name (from the metrics path)
     gives the ``instance``, ``service`` and ``pod`` labels a Kubernetes ServiceMonitor would set.
     Dashboards and recording rules select raw ``vllm:`` series by ``model_name`` (which vLLM itself
-    exports) and aggregate ``engine``, ``instance`` and ``pod`` away; ``service`` keeps the three
-    deployments apart (without it, the three would merge into one series per model).
+    exports) and aggregate ``engine``, ``instance`` and ``pod`` away; ``service`` keeps the
+    deployments apart (without it, those of one model would merge into one series).
     """
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -585,7 +588,7 @@ def e2e_stack(tmp_path_factory: pytest.TempPathFactory):
             active = stack.targets()
             return len(active) == 1 + len(SCENARIOS) and all(t["health"] == "up" for t in active)
 
-        poll(all_targets_up, timeout=30, what="Prometheus scraping the sidecar and the three vLLM targets",
+        poll(all_targets_up, timeout=30, what="Prometheus scraping the sidecar and every vLLM target",
              diagnostics=stack.report)
         stack.timings["targets_up_s"] = round(time.monotonic() - t0, 1)
 

@@ -64,6 +64,11 @@ GROUP_WAIT = "500ms"
 PLAYBACK_S = replay.DURATION_S / replay.SPEED
 REPLICAS = {"replica-a": "cpu-starved", "replica-b": "itl-stutter"}  # both named vllm-0
 ROLLOUT_EXPECTED = {"rollout-slow-start": frozenset(), "rollout-crash": frozenset({"VLLMTargetDown"})}
+# A replay starts cold. kv-offload-eviction's GPU prefix cache and offload tier start empty, so for its first
+# ~200 s every ~3000-token prompt is prefilled and decode stutters for real (B1/B2, before and after the
+# recent-horizon rules alike); whether that outlasts the stutter alert's `for:` depends on Prometheus'
+# evaluation timing. Its steady state (what the scenario expects) raises nothing.
+COLD_START_ALLOWED = {"kv-offload-eviction": frozenset({"VLLMStutteringStream"})}
 
 # ---------------------------------------------------------------------------------------------
 # The expected table: one place, derived from the scenario catalog
@@ -101,7 +106,7 @@ def expected(name: str) -> Expectation:
         {"VLLMCPUStarvation"} if exp.verdict == "cpu" else set())
     silenced = _inhibited_by(roots)
     if exp.verdict == "none":
-        return Expectation(frozenset())
+        return Expectation(frozenset(), allowed=COLD_START_ALLOWED.get(name, frozenset()))
     maybe = {SYMPTOM_BY_ID[s].alert for s in exp.also_possible if s in SYMPTOM_BY_ID}
     # A "may also fire" D brings its root cause along; what that root cause inhibits may then be
     # held back instead of delivered (it must still fire).
