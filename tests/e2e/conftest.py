@@ -426,8 +426,9 @@ def alertmanager_config(webhook_base: str) -> tuple[dict[str, Any], dict[str, An
 def prometheus_config(*, sidecar: str, simulator: str, alertmanager: str, rule_files: list[Path]) -> dict[str, Any]:
     """Scrape the sidecar and each simulated vLLM the way a deployment would.
 
-    The scenarios stand for vLLM deployments (one pod each); the simulator serves them on one address, so the scenario name (from the metrics path)
-    gives the ``instance``, ``service`` and ``pod`` labels a Kubernetes ServiceMonitor would set.
+    The scenarios stand for vLLM deployments (one pod each); the simulator serves them on one address,
+    so the scenario name (from the metrics path) gives the ``instance``, ``service`` and ``pod`` labels
+    a Kubernetes ServiceMonitor would set.
     Dashboards and recording rules select raw ``vllm:`` series by ``model_name`` (which vLLM itself
     exports) and aggregate ``engine``, ``instance`` and ``pod`` away; ``service`` keeps the
     deployments apart (without it, those of one model would merge into one series).
