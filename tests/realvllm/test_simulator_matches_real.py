@@ -7,6 +7,7 @@ import asyncio
 
 import pytest
 
+from exporter.catalog import metrics as vllm
 from exporter.simulator import SCENARIOS
 from exporter.simulator.buckets import request_token_buckets
 from tests.simulator.test_format import (
@@ -34,10 +35,11 @@ SPECULATIVE_PREFIX = "vllm:spec_decode_"
 
 
 def _without_speculation(sim: Exposition) -> Exposition:
-    """The harness's engine runs without --speculative-config or a KV connector: compare the rest. The
-    spec-decode families are compared with a real speculative capture in tests/simulator/test_format.py; the
-    connector families come from vLLM's source (the CPU build registers none of them)."""
-    return without_prefixes(sim, (SPECULATIVE_PREFIX, *CONNECTOR_PREFIXES))
+    """The harness's engine runs without --speculative-config, --enable-lora or a KV connector: compare the
+    rest. The spec-decode and LoRA families are compared with real speculative and LoRA captures in
+    tests/simulator/test_format.py; the connector families come from vLLM's source (the CPU build
+    registers none of them)."""
+    return without_prefixes(sim, (SPECULATIVE_PREFIX, vllm.LORA_REQUESTS_INFO, *CONNECTOR_PREFIXES))
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
