@@ -11,7 +11,10 @@ small; the folder keeps the KV between them), each with ``--kv-transfer-config``
 Each engine's final ``/metrics`` is kept in the sidecar's capture format and read with the sidecar's own
 signals: which families the engine registered (``vllm:num_requests_kv_fetch_by_stage`` only on a consumer),
 the connector's prefix-cache counters, the prompt tokens by source, the deferred waits, and the role the
-sidecar infers. Prints one table row per engine; docs/disaggregation.md keeps the reference run.
+sidecar infers. ``/metrics`` is also captured every second while each engine serves, and those captures are
+diagnosed as one window at the shipped defaults (the first-token objective of ``benchmarks.features``): a
+healthy pair is ``none`` on both sides. Prints one table row per engine; docs/disaggregation.md keeps the
+reference run.
 
     .venv/bin/python -m benchmarks.disaggregation            # ~3 minutes: two engine starts
     .venv/bin/python -m benchmarks.disaggregation --from DIR  # re-read the captures of a run
@@ -33,7 +36,16 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.realvllm import RealVLLM, fetch_metrics_async, make_text, one_request, tokens_per_word
+from benchmarks.features import TTFT_THRESHOLD_S
+from benchmarks.realvllm import (
+    RealVLLM,
+    capture_every,
+    fetch_metrics_async,
+    judge_captures,
+    make_text,
+    one_request,
+    tokens_per_word,
+)
 from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.record import CAPTURE_HEADER
@@ -41,9 +53,10 @@ from exporter.snapshot import Snapshot, label_value
 
 CONNECTOR = "ExampleConnector"
 ROLES: dict[str, int] = {"kv_producer": 1, "kv_consumer": 48}  # role -> max_tokens per request
-PROMPTS = 24
+PROMPTS = 240  # enough for a window of scrapes on each side (tens of seconds of serving)
 PROMPT_TOKENS = 256
 CONCURRENCY = 4
+INTERVAL_S = 1.0
 
 
 def transfer_config(role: str, storage: Path) -> str:
@@ -51,8 +64,12 @@ def transfer_config(role: str, storage: Path) -> str:
                        "kv_connector_extra_config": {"shared_storage_path": str(storage)}})
 
 
-async def _serve(base_url: str, max_tokens: int) -> dict[str, Any]:
-    """The same PROMPTS prompts (one seed for both roles), CONCURRENCY at a time."""
+async def _serve(engine: RealVLLM, max_tokens: int, captures: Path, role: str) -> dict[str, Any]:
+    """The same PROMPTS prompts (one seed for both roles), CONCURRENCY at a time; ``/metrics`` captured
+    into ``captures`` every INTERVAL_S meanwhile."""
+    base_url = engine.base_url
+    stop = asyncio.Event()
+    scraper = asyncio.create_task(capture_every(engine.metrics_url, captures, stop, role, INTERVAL_S))
     done = failed = 0
     connector = aiohttp.TCPConnector(limit=CONCURRENCY + 2, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=300)) as session:
@@ -70,7 +87,8 @@ async def _serve(base_url: str, max_tokens: int) -> dict[str, Any]:
 
         await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
         text = await fetch_metrics_async(f"{base_url}/metrics", session)
-    return {"completed": done, "failed": failed, "metrics": text}
+    stop.set()
+    return {"completed": done, "failed": failed, "metrics": text, "captures": await scraper}
 
 
 def capture(out: Path) -> None:
@@ -85,7 +103,7 @@ def capture(out: Path) -> None:
             with RealVLLM(extra_args=extra, max_num_batched_tokens=512, max_num_seqs=8,
                           kv_cache_memory_bytes=8 * 1024 * 1024,
                           startup_timeout_s=900.0) as engine:
-                result = asyncio.run(_serve(engine.base_url, max_tokens))
+                result = asyncio.run(_serve(engine, max_tokens, out / f"captures-{role}", role))
                 header = f"{CAPTURE_HEADER} target={role} scraped_at={time.time()!r}\n"
                 (out / f"{role}.txt").write_text(header + result.pop("metrics"))
                 runs[role] = {"command": engine.command(), "startup_s": engine.startup_s, **result}
@@ -103,8 +121,21 @@ def _family_total(snapshot: Snapshot, name: str, label: str | None = None, value
     return sum(v for labels, v in series.items() if label is None or label_value(labels, label) == value)
 
 
+def judge(role: str, captures: Path) -> dict[str, Any]:
+    """The serving window's diagnosis at the shipped defaults: verdict, causes, the role the sidecar read."""
+    if not any(captures.glob(f"{role}-*.txt")):
+        return {"verdict": None, "causes": [], "sidecar_role": None}
+    state = judge_captures(captures, role, INTERVAL_S, {"ttft": {"threshold_seconds": TTFT_THRESHOLD_S,
+                                                                 "target": 0.95}})
+    causes = [f"{c.id}{' (info)' if c.informational else ''}" for symptom in state.diagnosis.symptoms
+              for c in symptom.causes]
+    transfer = state.signals.kv_transfer if state.signals is not None else None
+    role_read = None if transfer is None else "consumer" if transfer.consumer else "not a consumer"
+    return {"verdict": state.diagnosis.verdict.layer, "causes": causes, "sidecar_role": role_read}
+
+
 def report(role: str, path: Path) -> dict[str, Any]:
-    """What one engine's final /metrics says about the KV connector."""
+    """What one engine's final /metrics says about the KV connector, and its serving window's diagnosis."""
     if not path.exists():
         return {"role": role, "ran": False}
     snapshot = parse(path.read_text(), 0.0)
@@ -121,27 +152,30 @@ def report(role: str, path: Path) -> dict[str, Any]:
         "deferred": _family_total(snapshot, vllm.NUM_REQUESTS_WAITING_BY_REASON, "reason", "deferred"),
         "nixl": any(name.startswith("vllm:nixl_") for name in snapshot.scalars) or any(
             name.startswith("vllm:nixl_") for name in snapshot.histograms),
+        **judge(role, path.parent / f"captures-{role}"),
     }
 
 
 def table(rows: list[dict[str, Any]], engines: dict[str, Any]) -> str:
     lines = ["| engine (kv_role) | started | requests ok | `num_requests_kv_fetch_by_stage` | external prefix "
              "cache hits / queries (tokens) | prompt tokens: computed / local hit / transferred | transferred "
-             "share | deferred at the end |", "|---|---|---|---|---|---|---|---|"]
+             "share | deferred at the end | role read | verdict (causes) |", "|---" * 10 + "|"]
     for r in rows:
         run = engines.get(r["role"], {})
         if not r["ran"]:
             error = str(run.get("error", "?")).strip().splitlines()[-1][:200]  # the log's last line says why
-            lines.append(f"| {r['role']} | no: {error} | - | - | - | - | - | - |")
+            lines.append(f"| {r['role']} | no: {error} | - | - | - | - | - | - | - | - |")
             continue
         src = r["by_source"]
         share = "-" if r["transferred_share"] is None else f"{r['transferred_share']:.0%}"
+        verdict = "-" if r["verdict"] is None else f"`{r['verdict']}` ({', '.join(r['causes']) or 'no cause'})"
         lines.append(
             f"| {r['role']} | yes ({run.get('startup_s') or 0:.0f} s) | {run.get('completed', '?')}/{PROMPTS} | "
             f"{'registered' if r['fetch_by_stage'] else 'absent'} | "
             f"{r['external_hits'] or 0:.0f} / {r['external_queries'] or 0:.0f} | "
             f"{src['local_compute'] or 0:.0f} / {src['local_cache_hit'] or 0:.0f} / "
-            f"{src['external_kv_transfer'] or 0:.0f} | {share} | {r['deferred'] or 0:.0f} |")
+            f"{src['external_kv_transfer'] or 0:.0f} | {share} | {r['deferred'] or 0:.0f} | "
+            f"{r['sidecar_role'] or '-'} | {verdict} |")
     return "\n".join(lines)
 
 

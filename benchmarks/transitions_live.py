@@ -3,8 +3,9 @@
 The simulated matrix (``benchmarks.transitions``) is checked here on a real engine, at the settings a
 new user gets: the shipped window and scrape interval, no configuration but the target's URL and a
 host CPU source (the engine's PID), no objectives (the defaults). One engine with the harness's flags
-(tests/realvllm: a tiny model, a 3 MB KV cache, max_num_seqs 16) serves every run; a light load (one
-stream at a time) runs throughout, and each run is quiet, cause, quiet for ``--phase-seconds`` each:
+(tests/realvllm: a tiny model, a 3 MB KV cache, max_num_seqs 16) serves every run; a light open load
+(``--load``, by default Poisson arrivals at 1 request/s: requests sometimes overlap, as users' do) runs
+throughout, and each run is quiet, cause, quiet for ``--phase-seconds`` each:
 
 * ``cpu``: busy loops beside the engine (``--loops``, 4 by default) during the middle phase;
 * ``kv``: the ``pressure`` load on top of the light one (24 streams > max_num_seqs 16, ~600 KV tokens
@@ -57,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--phase-seconds", type=float, default=150.0,
                         help="length of each of the quiet, cause and quiet phases (default 150)")
     parser.add_argument("--loops", type=int, default=4, help="busy loops beside the engine for the cpu cause")
+    parser.add_argument("--load", default="open-light",
+                        help="the load throughout, a preset of tests/realvllm/harness.py's PHASES (default "
+                             "open-light: Poisson arrivals at 1 request/s; light: one closed stream)")
     parser.add_argument("--window", type=float, help="scale down: another window_seconds than the shipped one")
     parser.add_argument("--scrape-interval", type=float, help="scale down: another scrape interval")
     parser.add_argument("--json", type=Path, help="also write every run's evaluations here")
@@ -78,12 +82,13 @@ def main(argv: list[str] | None = None) -> int:
         window, interval = settings.window_seconds, settings.targets[0].scrape_interval
         print(f"real vLLM (started in {vllm.startup_s or 0:.0f} s), sidecar window {window:.0f} s, scrapes every "
               f"{interval:g} s; quiet {args.phase_seconds:.0f} s, cause {args.phase_seconds:.0f} s, "
-              f"quiet {args.phase_seconds:.0f} s\n", flush=True)
+              f"quiet {args.phase_seconds:.0f} s; load {args.load} throughout\n", flush=True)
         print("| cause | layer | run | name (s) | other | release (s) | evaluations | |")
         print("|---|---|---|---|---|---|---|---|", flush=True)
         for cause in causes:
             for run in range(1, args.runs + 1):
-                seen = asyncio.run(watch_transition(vllm, settings, cause, args.phase_seconds, args.loops))
+                seen = asyncio.run(watch_transition(vllm, settings, cause, args.phase_seconds, args.loops,
+                                                            args.load))
                 evaluations = [Evaluation(e.t, e.layer, e.recovering) for e in seen.evaluations]
                 result = score(evaluations, seen.layer, seen.start, seen.end)
                 ok = passes(result, window)

@@ -55,14 +55,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # modules that mostly wait (docker, Prometheus/Alertmanager playback, Chromium, live servers), at
 # the lowest priority. The real vLLM runs afterwards, alone: its latencies and CPU scores are what
 # it measures. The lanes are marker expressions (LANES), so `pytest -m` reproduces any of them.
-CPU_BOUND = frozenset({  # modules, or single tests by node id
-    "tests/simulator/test_advisor.py", "tests/simulator/test_advisor_track.py", "tests/simulator/test_format.py",
-    "tests/simulator/test_physics.py",
-    "tests/simulator/test_scenarios.py", "tests/render/test_slo_alerts.py",
-    "tests/promsource/test_agreement.py", "tests/promsource/test_advise_prometheus.py",
+CPU_BOUND = (  # modules, or single tests by node id; heaviest first (measured alone, 2 workers)
+    "tests/simulator/test_scenarios.py", "tests/promsource/test_agreement.py", "tests/render/test_slo_alerts.py",
+    "tests/simulator/test_advisor.py", "tests/simulator/test_physics.py", "tests/simulator/test_advisor_track.py",
+    "tests/promsource/test_advise_prometheus.py", "tests/simulator/test_format.py",
     # Reads the installed vLLM's code (an import in a subprocess); starts no engine.
     "tests/realvllm/test_engine_facts.py::test_defaults_table_matches_the_installed_vllm",
-})
+)
 LANES = {
     "waiting": "slow and not cpu_bound and not realvllm",
     "cpu": "(not slow and not realvllm) or cpu_bound",
@@ -84,7 +83,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if module in CPU_BOUND or f"{module}::{item.name}" in CPU_BOUND:
             item.add_marker(pytest.mark.cpu_bound)
     # The replay readers last (a stable sort): their background replays get every test before them.
-    items.sort(key=lambda item: item.path.name in REPLAY_READERS)
+    # The CPU-bound modules first, heaviest first: pytest-xdist hands out modules in this order, so the
+    # lane's last minutes are short modules spread over both workers, not one long module on one.
+    items.sort(key=lambda item: (item.path.name in REPLAY_READERS, _cpu_bound_rank(item, root)))
+
+
+def _cpu_bound_rank(item: pytest.Item, root: Path) -> int:
+    module = item.path.relative_to(root).as_posix()
+    for rank, entry in enumerate(CPU_BOUND):
+        if entry in (module, f"{module}::{item.name}"):
+            return rank
+    return len(CPU_BOUND)
 
 
 # Modules that replay simulated timelines through Prometheus or promtool (tests/e2e/replay.py). Their

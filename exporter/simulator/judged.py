@@ -35,10 +35,16 @@ def judge_scenario(name: str, out: Path, duration: float, interval: float, seed:
     Returns the last published state and the settings it was judged with; ``dcgm`` adds the
     simulated DCGM source (the shipped default has none).
     """
-    scenario = SCENARIOS[name]
-    files = write_captures(scenario, out, duration, interval, seed)
+    files = write_captures(SCENARIOS[name], out, duration, interval, seed)
+    return judge_captured(name, files, interval, seed, out / "dcgm" if dcgm else None)
+
+
+def judge_captured(name: str, files: list[Path], interval: float, seed: int | None = None,
+                   dcgm_dir: Path | None = None) -> tuple[TargetState, Settings]:
+    """``judge_scenario`` on captures already written by ``write_captures`` (``files`` in time order,
+    ``dcgm_dir`` their DCGM folder when the DCGM source is judged too)."""
     settings = scenario_settings(name, interval)
-    host = simulated_host_inputs(scenario.build(seed))  # the CPU share is a property of the scenario
+    host = simulated_host_inputs(SCENARIOS[name].build(seed))  # the CPU share is a property of the scenario
     pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host)
-    state = replay(files, pipeline, interval, dcgm_dir=out / "dcgm" if dcgm else None)
+    state = replay(files, pipeline, interval, dcgm_dir=dcgm_dir)
     return state, settings

@@ -23,9 +23,10 @@ import yaml
 
 from exporter.cli import main
 from exporter.promsource import backfill
-from exporter.simulator import SCENARIOS, write_captures
+from exporter.simulator import SCENARIOS
 from tests.promsource.conftest import backfill as promtool_backfill
 from tests.promsource.conftest import prometheus
+from tests.scenario_captures import shared_captures
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.slow]
 
@@ -50,14 +51,15 @@ def run_cli(*argv: str) -> dict[str, Any]:
 def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Every scenario's captures, the config with their engine facts, and the start time used."""
     root = tmp_path_factory.mktemp("agreement")
+    folders: dict[str, Path] = {}
     # Recent, hour-aligned times: inside Prometheus' retention, and readable in the report.
     start = math.floor(time.time() / 3600) * 3600 - 3 * 3600
     targets = []
     with (root / "captures.om").open("w") as out:
         loaded_captures = []
-        for name, scenario in SCENARIOS.items():
-            folder = root / name
-            write_captures(scenario, folder, DURATION, INTERVAL)
+        for name in SCENARIOS:
+            folder = shared_captures(tmp_path_factory, name, DURATION, INTERVAL)  # the scenario suite's too
+            folders[name] = folder
             loaded_captures += [(at, text, {"instance": name, "job": "vllm"})
                                 for at, text in backfill.folder(folder, start, INTERVAL)]
             facts = yaml.safe_load((folder / "vllm-diag.yaml").read_text())["targets"][0]
@@ -67,7 +69,7 @@ def loaded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     (root / "vllm-diag.yaml").write_text(yaml.safe_dump({"window_seconds": WINDOW, "targets": targets}))
     storage = root / "tsdb"
     promtool_backfill(root / "captures.om", storage)
-    return {"root": root, "start": start, "storage": storage}
+    return {"root": root, "start": start, "storage": storage, "folders": folders}
 
 
 def captures_judged(folder: Path, config: Path, steps: int) -> list[dict[str, Any]]:
@@ -105,7 +107,8 @@ def test_prometheus_agrees_with_captures(loaded: dict[str, Any]) -> None:
     for name in SCENARIOS:
         stored = by_target[name]["steps"]
         assert len(stored) == steps
-        reference = captures_judged(root / name, root / name / "vllm-diag.yaml", steps)
+        folder = loaded["folders"][name]
+        reference = captures_judged(folder, folder / "vllm-diag.yaml", steps)
         for at, (p, c) in enumerate(zip(stored, reference, strict=True)):
             total += 1
             same = p["verdict"] == c["verdict"]["layer"] and p["state"] == c["state"]

@@ -130,8 +130,13 @@ async def run_load(
     timeout: float = 300.0,
     seed: int = 0,
     phase: str = "custom",
+    rate: float | None = None,
 ) -> LoadSummary:
     """Stream /v1/completions from `concurrency` workers.
+
+    With `rate` (requests/s) the load is open: requests are issued at Poisson arrival times (seeded),
+    `concurrency` only caps how many are in flight; without it each worker sends its next request as
+    soon as its last one ends (a closed loop).
 
     Stops issuing requests after `requests` requests (None: no count limit) or, if given, once
     `duration_s` has passed; everything is cut at `timeout` seconds (outstanding requests are
@@ -170,8 +175,18 @@ async def run_load(
             n = prompt_tokens if isinstance(prompt_tokens, int) else rng.randint(*prompt_tokens)
             return prefix + make_text(n, rng, ratio)
 
+        arrivals = random.Random(f"{phase}-{seed}-arrivals")
+        next_arrival = t0
+
         async def worker() -> None:
-            while (prompt := next_prompt()) is not None:
+            nonlocal next_arrival
+            while True:
+                if rate is not None:
+                    # Claimed before the await: one arrival per worker turn, in order.
+                    at, next_arrival = next_arrival, next_arrival + arrivals.expovariate(rate)
+                    await asyncio.sleep(max(0.0, at - time.monotonic()))
+                if (prompt := next_prompt()) is None:
+                    return
                 summary.sent += 1
                 results.append(await one_request(session, base_url, prompt, max_tokens))
 
@@ -208,6 +223,7 @@ class Phase:
     prompt_tokens: int | tuple[int, int]
     max_tokens: int
     shared_prefix_tokens: int = 0
+    rate: float | None = None  # requests/s of an open load (Poisson arrivals); None: closed-loop workers
 
 
 PHASES: dict[str, Phase] = {
@@ -215,6 +231,10 @@ PHASES: dict[str, Phase] = {
     "steady": Phase("steady", requests=40, concurrency=4, prompt_tokens=(30, 80), max_tokens=32),
     # one stream at a time (a couple of requests/s here): within any SLO, too sparse to form batches
     "light": Phase("light", requests=20, concurrency=1, prompt_tokens=(30, 80), max_tokens=32),
+    # a light open load: Poisson arrivals at 1 request/s, so requests sometimes overlap and batch, as
+    # users' requests do (a closed single stream only slows down evenly when the host is busy)
+    "open-light": Phase("open-light", requests=None, concurrency=8, prompt_tokens=(30, 80), max_tokens=64,
+                        rate=1.0),
     # RAG-like: a short shared system prompt (64 tokens = 2 KV blocks of 32) before a unique
     # ~600-token "document" per request; 2 streams keep 2 x ~700 KV tokens well inside the cache
     "rag": Phase("rag", requests=16, concurrency=2, prompt_tokens=(560, 640), max_tokens=32,
@@ -254,6 +274,7 @@ async def run_phase(
         timeout=timeout if duration_s is None else max(timeout, duration_s + 120.0),
         seed=seed,
         phase=name,
+        rate=phase.rate,
     )
 
 

@@ -24,6 +24,7 @@ from .loads import (
     STORM_WINDOW,
     Observation,
     WatchedLoad,
+    calm_cpu_scores_problem,
     cpu_sources_missing,
     watch_load,
 )
@@ -140,8 +141,9 @@ def test_calm_engine_cpu_score_stays_low_with_psi_and_throttling(calm_cpu_load: 
     for e in evaluations:
         inputs = e.doc["signals"]["cpu_inputs"]
         assert {"run_queue_wait_share", "psi_some_share", "cfs_throttled_share"} <= set(inputs), inputs
-        assert e.doc["signals"]["cpu_starvation_score"] <= 0.2, explain([e])
         assert e.doc["verdict"]["layer"] != "cpu", explain([e])
+    problem = calm_cpu_scores_problem([e.doc["signals"]["cpu_starvation_score"] for e in evaluations])
+    assert problem is None, (problem, explain(evaluations))
 
 
 # An idle engine's run-queue wait share is a ratio of tiny numbers (measured 0.52-0.76 at 0.03-0.07

@@ -2,8 +2,9 @@
 defaults (window, no DCGM, the CPU source the shipped deployments configure), gives the verdict
 layer, symptoms and causes documented in docs/scenarios.md.
 
-Scrapes are 15 s apart here to keep the suite fast; ``python -m benchmarks.accuracy`` scores
-every evaluation at 5, 15 and 30 s and with DCGM.
+Scrapes are 15 s apart and each scenario runs 7 minutes (the state after its last scrape is judged:
+a full window past the first four minutes) to keep the suite fast; ``python -m benchmarks.accuracy``
+scores every evaluation at 5, 15 and 30 s and with DCGM.
 """
 
 from __future__ import annotations
@@ -13,29 +14,35 @@ from pathlib import Path
 import pytest
 
 from exporter.simulator import SCENARIOS
-from exporter.simulator.judged import judge_scenario
+from exporter.simulator.judged import judge_captured
 from exporter.state import TargetState
+from tests.scenario_captures import capture_files, shared_captures
 
 pytestmark = pytest.mark.slow  # every scenario judged over minutes of simulated traffic
 
-DURATION, INTERVAL = 600.0, 15.0
+DURATION, INTERVAL = 420.0, 15.0
 
 
 # A scenario's judgement is a pure function of these arguments: tests that read the same one share it.
 _JUDGED: dict[tuple[str, int | None, bool], TargetState] = {}
 
 
-def diagnose_scenario(name: str, out: Path, seed: int | None = None, dcgm: bool = False) -> TargetState:
+def diagnose_scenario(name: str, factory: pytest.TempPathFactory, seed: int | None = None,
+                      dcgm: bool = False) -> TargetState:
+    """The scenario's captures (simulated once per session: tests/scenario_captures.py) judged at the
+    shipped defaults, once per process."""
     key = (name, seed, dcgm)
     if key not in _JUDGED:
-        _JUDGED[key] = judge_scenario(name, out, DURATION, INTERVAL, seed, dcgm)[0]
+        folder = shared_captures(factory, name, DURATION, INTERVAL, seed)
+        _JUDGED[key] = judge_captured(name, capture_files(folder), INTERVAL, seed,
+                                      folder / "dcgm" if dcgm else None)[0]
     return _JUDGED[key]
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
-def test_scenario_gives_its_documented_diagnosis(name, tmp_path):
+def test_scenario_gives_its_documented_diagnosis(name, tmp_path_factory):
     expected = SCENARIOS[name].expected
-    state = diagnose_scenario(name, tmp_path)
+    state = diagnose_scenario(name, tmp_path_factory)
     assert state.status == SCENARIOS[name].expected_state
     symptoms = {s.id for s in state.diagnosis.active_symptoms}
     causes = {c.id for c in state.diagnosis.active_causes if not c.informational}
@@ -49,24 +56,24 @@ def test_scenario_gives_its_documented_diagnosis(name, tmp_path):
 
 @pytest.mark.parametrize("name", ["healthy", "low-traffic", "rag-shared-prefix", "saturated-within-slo",
                                   "dp-restart", "sparse-traffic", "lora-healthy", "dp-healthy", "sleeping"])
-def test_healthy_like_scenarios_are_none_with_no_symptom(name, tmp_path):
-    state = diagnose_scenario(name, tmp_path)
+def test_healthy_like_scenarios_are_none_with_no_symptom(name, tmp_path_factory):
+    state = diagnose_scenario(name, tmp_path_factory)
     assert state.diagnosis.verdict.layer == "none"
     assert state.diagnosis.active_symptoms == ()
 
 
-def test_preemption_storm_names_kv_cache_and_not_the_budget(tmp_path):
-    state = diagnose_scenario("preemption-storm", tmp_path)
+def test_preemption_storm_names_kv_cache_and_not_the_budget(tmp_path_factory):
+    state = diagnose_scenario("preemption-storm", tmp_path_factory)
     assert state.diagnosis.verdict.layer == "kv_cache"
     assert "B" not in {s.id for s in state.diagnosis.active_symptoms}
     b1 = state.signals is not None and state.signals.latency.quantile("itl", 0.95)
     assert b1 and b1 > 0.02  # the stream does miss its objective: B is explained, not absent
 
 
-def test_lora_adapters_waiting_for_a_slot_name_the_slot_and_raise_max_loras(tmp_path):
+def test_lora_adapters_waiting_for_a_slot_name_the_slot_and_raise_max_loras(tmp_path_factory):
     """Two adapters on --max-loras 1: the first-token objective is missed while nothing waits for
     capacity; lora_requests_info names two adapters in flight for one slot, so the cause is A6."""
-    state = diagnose_scenario("lora-slots", tmp_path)
+    state = diagnose_scenario("lora-slots", tmp_path_factory)
     assert state.diagnosis.verdict.layer == "scheduler"
     assert state.objectives["ttft"].met is False
     (a6,) = [c for c in state.diagnosis.active_causes if not c.informational]
@@ -76,10 +83,10 @@ def test_lora_adapters_waiting_for_a_slot_name_the_slot_and_raise_max_loras(tmp_
     assert state.signals is not None and state.signals.lora.max_adapters == 1
 
 
-def test_one_slow_data_parallel_engine_is_named_not_the_merged_stutter(tmp_path):
+def test_one_slow_data_parallel_engine_is_named_not_the_merged_stutter(tmp_path_factory):
     """Engine 1 of two runs at a fraction of its GPU's bandwidth: G2 names it; the merged gaps' tail is the
     mixture's, so no scheduling cause (B1) claims it."""
-    state = diagnose_scenario("dp-slow-engine", tmp_path)
+    state = diagnose_scenario("dp-slow-engine", tmp_path_factory)
     assert state.diagnosis.verdict.layer == "distributed"
     causes = {c.id: c for c in state.diagnosis.active_causes if not c.informational}
     assert "G2" in causes and "B1" not in causes, sorted(causes)
@@ -87,22 +94,22 @@ def test_one_slow_data_parallel_engine_is_named_not_the_merged_stutter(tmp_path)
     assert any(e.startswith("engine 1:") for e in causes["G2"].evidence), causes["G2"].evidence
 
 
-def test_a_sleeping_engine_reads_sleeping_with_no_symptom(tmp_path):
-    state = diagnose_scenario("sleeping", tmp_path)
+def test_a_sleeping_engine_reads_sleeping_with_no_symptom(tmp_path_factory):
+    state = diagnose_scenario("sleeping", tmp_path_factory)
     assert state.status == "sleeping"
     assert state.diagnosis.verdict.layer == "none" and state.diagnosis.symptoms == ()
     assert state.signals is not None and state.signals.engines.sleep_state == "weights_offloaded"
 
 
-def test_compute_bound_names_gpu_compute_with_and_without_dcgm(tmp_path):
+def test_compute_bound_names_gpu_compute_with_and_without_dcgm(tmp_path_factory):
     for dcgm in (False, True):
-        state = diagnose_scenario("compute-bound", tmp_path / str(dcgm), dcgm=dcgm)
+        state = diagnose_scenario("compute-bound", tmp_path_factory, dcgm=dcgm)
         assert state.diagnosis.verdict.layer == "gpu_compute"
         assert "B4" in {c.id for c in state.diagnosis.active_causes}
 
 
-def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path):
-    state = diagnose_scenario("dp-restart", tmp_path)
+def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path_factory):
+    state = diagnose_scenario("dp-restart", tmp_path_factory)
     assert state.health.restarts_total >= 1
     signals = state.signals
     assert signals is not None and signals.traffic.generation_tokens_per_second is not None
