@@ -83,8 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"real vLLM (started in {vllm.startup_s or 0:.0f} s), sidecar window {window:.0f} s, scrapes every "
               f"{interval:g} s; quiet {args.phase_seconds:.0f} s, cause {args.phase_seconds:.0f} s, "
               f"quiet {args.phase_seconds:.0f} s; load {args.load} throughout\n", flush=True)
-        print("| cause | layer | run | name (s) | other | release (s) | evaluations | |")
-        print("|---|---|---|---|---|---|---|---|", flush=True)
+        print("| cause | layer | run | name (s) | other | release (s) | evaluations | during the cause: evaluations "
+              "with a missed objective | CPU score, max | ITL p99, max | |")
+        print("|---" * 11 + "|", flush=True)
         for cause in causes:
             for run in range(1, args.runs + 1):
                 seen = asyncio.run(watch_transition(vllm, settings, cause, args.phase_seconds, args.loops,
@@ -94,17 +95,23 @@ def main(argv: list[str] | None = None) -> int:
                 ok = passes(result, window)
                 other = f"{result['other']}" + (f" ({', '.join(result['other_layers'])})"
                                                 if result["other_layers"] else "")
+                during = [e for e in seen.evaluations if seen.start <= e.t <= seen.end]
+                missed = sum(1 for e in during if e.missed)
+                scores = [e.cpu_score for e in during if e.cpu_score is not None]
+                itls = [e.itl_p99 for e in during if e.itl_p99 is not None]
+                peak_score = f"{max(scores):.2f}" if scores else "-"
+                peak_itl = f"{max(itls) * 1000:.0f} ms" if itls else "-"
                 print(f"| {cause} | {seen.layer} | {run} | {_seconds(result['name_s'], 'never')} | {other} | "
                       f"{_seconds(result['release_s'], 'not released')} | {len(evaluations)} | "
-                      f"{'' if ok else '**MISS**'} |", flush=True)
+                      f"{missed}/{len(during)} | {peak_score} | {peak_itl} | {'' if ok else '**MISS**'} |", flush=True)
                 rows.append({"cause": cause, "run": run, "start": seen.start, "end": seen.end, **result,
-                             "passes": ok, "evaluations": [(e.t, e.layer, e.recovering, e.cpu_score)
-                                                           for e in seen.evaluations]})
+                             "passes": ok, "evaluations": [(e.t, e.layer, e.recovering, e.cpu_score, e.missed,
+                                                            e.itl_p99) for e in seen.evaluations]})
     met = sum(r["passes"] for r in rows)
     print(f"\n{met}/{len(rows)} runs meet the target (other <= 1, named within 60 s, released within "
           f"{window:.0f} s) ({time.monotonic() - started:.0f} s)")
     for r in rows:
-        changes = [(t, layer + ("~" if rec else "")) for i, (t, layer, rec, _) in enumerate(r["evaluations"])
+        changes = [(t, layer + ("~" if rec else "")) for i, (t, layer, rec, *_) in enumerate(r["evaluations"])
                    if i == 0 or r["evaluations"][i - 1][1:3] != (layer, rec)]
         print(f"  {r['cause']} run {r['run']} (cause {r['start']:.0f}-{r['end']:.0f} s): "
               + " ".join(f"{t:.0f}:{v}" for t, v in changes))

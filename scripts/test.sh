@@ -4,8 +4,10 @@
 #
 # Without arguments the suite runs in three lanes (tests/conftest.py's LANES, marker expressions):
 #   waiting   docker, Prometheus/Alertmanager playback, Chromium, live servers: mostly waits;
-#   cpu       the fast tier and the slow tests of deterministic CPU work, beside `waiting` at the
-#             lowest priority, in two pytest-xdist workers (its output follows `waiting`'s);
+#   cpu       the fast tier and the slow tests of deterministic CPU work, beside `waiting` at nice 10
+#             (the priority of `waiting`'s background replays: the two share what the waiting tests
+#             leave, so neither ends long after the other), in two pytest-xdist workers (its output
+#             follows `waiting`'s);
 #   realvllm  the real vLLM: its engines start beside the other lanes, its tests run alone after
 #             them (latencies and CPU scores are what it measures).
 # With arguments, one plain pytest run with them (for instance a file, or -m "not slow").
@@ -47,7 +49,7 @@ env "$start_after=$work/go" nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp=
 realvllm_pid=$!
 # Two workers, a file's tests on one of them (module fixtures are set up once): when the waiting lane
 # idles, the CPU lane has both cores.
-nice -n 19 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -n 2 --dist loadfile -m "$(lane cpu)" \
+nice -n 10 "${PYTEST[@]}" --durations=10 --basetemp="$work/cpu" -n 2 --dist loadfile -m "$(lane cpu)" \
   >"$work/cpu.log" 2>&1 &
 cpu_pid=$!
 # Interrupted: the background lanes get SIGINT, so their fixtures stop what they started.

@@ -53,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # Slow modules whose work is deterministic CPU (simulated traffic, promtool, backfilled Prometheus
 # queries) and measures no wall-clock time: `scripts/test.sh` runs them with the fast tier, beside the
 # modules that mostly wait (docker, Prometheus/Alertmanager playback, Chromium, live servers), at
-# the lowest priority. The real vLLM runs afterwards, alone: its latencies and CPU scores are what
+# a low priority (nice 10). The real vLLM runs afterwards, alone: its latencies and CPU scores are what
 # it measures. The lanes are marker expressions (LANES), so `pytest -m` reproduces any of them.
 CPU_BOUND = (  # modules, or single tests by node id; heaviest first (measured alone, 2 workers)
     "tests/simulator/test_scenarios.py", "tests/promsource/test_agreement.py", "tests/render/test_slo_alerts.py",

@@ -182,11 +182,11 @@ _PENDING: dict[str, Future[Timeline]] = {}
 _POOL: ProcessPoolExecutor | None = None
 
 
-PREFETCH_NICE = 10  # below the tests that wait on servers (0), above scripts/test.sh's other lanes (19)
+PREFETCH_NICE = 10  # below the tests that wait on servers (0); scripts/test.sh runs its cpu lane at the same 10
 
 
 def _low_priority() -> None:
-    os.nice(PREFETCH_NICE)  # prefetching takes the CPU the waiting tests leave, before the other lanes do
+    os.nice(PREFETCH_NICE)  # prefetching takes the CPU the waiting tests leave, shared with the cpu lane
 
 
 def prefetch(names: list[str], workers: int = 2) -> None:

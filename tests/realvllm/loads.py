@@ -183,6 +183,8 @@ class LiveEvaluation:
     layer: str
     recovering: bool
     cpu_score: float | None = None
+    missed: tuple[str, ...] = ()  # objectives missed over the window (the user-visible effect), by name
+    itl_p99: float | None = None  # seconds, over the window
 
 
 @dataclass
@@ -237,8 +239,10 @@ async def watch_transition(vllm: RealVLLM, settings: Settings, cause: str, phase
                         last = state.evaluated_at
                         verdict = state.diagnosis.verdict
                         score = state.signals.cpu.starvation_score if state.signals is not None else None
+                        missed = tuple(sorted(n for n, o in state.objectives.items() if o.met is False))
+                        itl = state.signals.latency.quantile("itl", 0.99) if state.signals is not None else None
                         evaluations.append(LiveEvaluation(state.evaluated_at - t0, verdict.layer,
-                                                          verdict.recovering, score))
+                                                          verdict.recovering, score, missed, itl))
 
         await follow(t0 + phase_s)
         start = time.time() - t0
