@@ -75,25 +75,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    root = config.rootpath
+    rank: dict[str, int] = {}
     for item in items:
         if any(item.get_closest_marker(name) for name in SLOW_MARKERS):
             item.add_marker(pytest.mark.slow)
-        module = item.path.relative_to(root).as_posix()
-        if module in CPU_BOUND or f"{module}::{item.name}" in CPU_BOUND:
+        module = item.path.relative_to(config.rootpath).as_posix()
+        entry = module if module in CPU_BOUND else f"{module}::{item.name}"
+        rank[item.nodeid] = CPU_BOUND.index(entry) if entry in CPU_BOUND else len(CPU_BOUND)
+        if entry in CPU_BOUND:
             item.add_marker(pytest.mark.cpu_bound)
     # The replay readers last (a stable sort): their background replays get every test before them.
     # The CPU-bound modules first, heaviest first: pytest-xdist hands out modules in this order, so the
     # lane's last minutes are short modules spread over both workers, not one long module on one.
-    items.sort(key=lambda item: (item.path.name in REPLAY_READERS, _cpu_bound_rank(item, root)))
-
-
-def _cpu_bound_rank(item: pytest.Item, root: Path) -> int:
-    module = item.path.relative_to(root).as_posix()
-    for rank, entry in enumerate(CPU_BOUND):
-        if entry in (module, f"{module}::{item.name}"):
-            return rank
-    return len(CPU_BOUND)
+    items.sort(key=lambda item: (item.path.name in REPLAY_READERS, rank[item.nodeid]))
 
 
 # Modules that replay simulated timelines through Prometheus or promtool (tests/e2e/replay.py). Their
