@@ -13,7 +13,11 @@ Per transition and seed:
 * ``other``: evaluations (from the first full window to the end) whose verdict names another layer
   (anything but ``none`` and the cause's layer, ``unknown`` included);
 * ``release``: seconds from the cause's end to the first evaluation from which every later one is
-  released: verdict ``none``, or the cause's layer with ``recovering`` set.
+  released: verdict ``none``, or the cause's layer with ``recovering`` set;
+* ``effect``: seconds from the cause's start to the first evaluation whose recent steps (the last
+  ``recent_evaluations`` scrapes) miss a latency objective: when users first feel the cause. The rules
+  name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
+  slow to hurt, not a slow diagnosis. Reported beside the target, not part of it.
 
 Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. Tune on seeds 0-4;
 seeds 10-14 are the held-out half (5-9 were scored once, at 3a85670, and then tuned on). ``--live`` runs
@@ -33,6 +37,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from exporter import objectives
+from exporter.catalog import metrics as vllm
 from exporter.config import load_settings
 from exporter.hostcpu.probe import HostProbe
 from exporter.pipeline import TargetPipeline
@@ -143,6 +149,7 @@ class Evaluation:
     t: float  # simulated seconds
     layer: str
     recovering: bool
+    effect: bool = False  # the recent steps miss a latency objective
 
 
 def _released(e: Evaluation, layer: str) -> bool:
@@ -158,8 +165,20 @@ def score(evaluations: list[Evaluation], layer: str, start: float, end: float) -
         if e.t >= end and all(_released(x, layer) for x in evaluations[i:]):
             release = e.t - end
             break
+    effect = next((e.t - start for e in evaluations if start <= e.t <= end and e.effect), None)
     return {"name_s": named, "other": len(other),
-            "other_layers": sorted({e.layer for e in other}), "release_s": release}
+            "other_layers": sorted({e.layer for e in other}), "release_s": release, "effect_s": effect}
+
+
+def recent_effect(pipeline: TargetPipeline) -> bool:
+    """The newest ``recent_evaluations`` steps miss a latency objective of the target's (an effect now)."""
+    recent = int(pipeline.thresholds.recent_evaluations)
+    window = pipeline.window
+    histograms = {"ttft": window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent),
+                  "itl": window.histogram_recent(vllm.INTER_TOKEN_LATENCY_SECONDS, recent)}
+    judged = objectives.judge_all(histograms, pipeline.settings.slo_for(pipeline.target),
+                                  pipeline.thresholds.evidence_min_requests)
+    return any(status.met is False for status in judged.values())
 
 
 def run_transition(name: str, seed: int, window: float | None = None) -> dict[str, Any]:
@@ -196,7 +215,7 @@ def run_transition(name: str, seed: int, window: float | None = None) -> dict[st
         if t < WARMUP_S + settings.window_seconds or state.status != "ok":
             continue
         verdict = state.diagnosis.verdict
-        evaluations.append(Evaluation(t, verdict.layer, bool(getattr(verdict, "recovering", False))))
+        evaluations.append(Evaluation(t, verdict.layer, verdict.recovering, recent_effect(pipeline)))
     out = score(evaluations, tr.layer, start, end)
     out["verdicts"] = [(e.t - start, e.layer + ("~" if e.recovering else "")) for e in evaluations]
     return out
@@ -217,19 +236,21 @@ def _seconds(value: float | None, never: str) -> str:
 
 
 def render_table(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
-    rows = ["| transition | layer | seed | name (s) | other | release (s) | |", "|---|---|---|---|---|---|---|"]
+    rows = ["| transition | layer | seed | name (s) | other | release (s) | effect (s) | |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, by_seed in results.items():
         for seed, r in sorted(by_seed.items()):
             other = f"{r['other']}" + (f" ({', '.join(r['other_layers'])})" if r["other_layers"] else "")
             rows.append(f"| {name} | {BY_NAME[name].layer} | {seed} | {_seconds(r['name_s'], 'never')} | {other} | "
-                        f"{_seconds(r['release_s'], 'not released')} | {'' if passes(r, window) else '**MISS**'} |")
+                        f"{_seconds(r['release_s'], 'not released')} | {_seconds(r.get('effect_s'), 'none')} | "
+                        f"{'' if passes(r, window) else '**MISS**'} |")
     return "\n".join(rows)
 
 
 def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
     """One row per transition, the seeds' values in seed order ("-": never named / not released)."""
-    rows = ["| transition | layer | seeds | name (s) | other | release (s) | runs meeting the target |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| transition | layer | seeds | name (s) | other | release (s) | effect (s) | runs meeting the target |",
+            "|---|---|---|---|---|---|---|---|"]
     for name, by_seed in results.items():
         runs = [by_seed[s] for s in sorted(by_seed)]
         seeds = sorted(by_seed)
@@ -239,6 +260,7 @@ def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float)
                     f"{', '.join(_seconds(r['name_s'], '-') for r in runs)} | "
                     f"{', '.join(str(r['other']) for r in runs)} | "
                     f"{', '.join(_seconds(r['release_s'], '-') for r in runs)} | "
+                    f"{', '.join(_seconds(r.get('effect_s'), '-') for r in runs)} | "
                     f"{sum(passes(r, window) for r in runs)}/{len(runs)} |")
     return "\n".join(rows)
 

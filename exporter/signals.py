@@ -74,6 +74,14 @@ class Traffic:
     prompt_length_mean: float | None = None
     prompt_length_p95: float | None = None
     prompt_length_mean_recent: float | None = None  # over the newest recent_evaluations steps
+    # Finished requests whose prompt passed the long mark (the bucket edge at or below long_prompt_tokens),
+    # and seconds from the newest step that finished one to the window's end: long prompts still arriving,
+    # or a burst that has ended while its first tokens are still in the window.
+    long_prompts: float | None = None
+    long_prompt_age_seconds: float | None = None
+    # Their pace: seconds between the first and the newest step that finished one, over the gaps (None
+    # with fewer than two): the burst's own rate, not the window's, which empties as the burst leaves it.
+    long_prompt_interval_seconds: float | None = None
     generation_length_mean: float | None = None
     prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens
     admission_rejections_per_second: float | None = None
@@ -89,6 +97,9 @@ class Kv:
     preemptions_recent: float | None = None  # over the newest recent_evaluations steps only
     preemption_rate: float | None = None
     preemptions_per_request: float | None = None
+    # The recent steps' preemptions per first token in those steps: a storm as it starts, before the
+    # window's ratio (diluted by the calm minutes it still holds) shows it.
+    preemptions_per_request_recent: float | None = None
     usage: float | None = None
     usage_max: float | None = None
     usage_mean: float | None = None
@@ -173,6 +184,7 @@ class Latency:
     itl_tail_ratio: float | None = None
     itl_tail_note: str = ""
     itl_tail_ratio_recent: float | None = None  # the same over the newest recent_evaluations steps: the gaps now
+    itl_median_recent: float | None = None  # seconds, the median gap over the same steps
     # The window's TTFT and ITL histograms, which the objectives are judged on (exporter/objectives);
     # with no observation yet, their bucket edges alone. Not in the JSON ``signals`` (no flat key).
     ttft_histogram: HistogramDelta | None = None
@@ -750,6 +762,22 @@ def traffic(window: Window, recent: int = 0) -> Traffic:
     )
 
 
+def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float | None]:
+    """How many long prompts finished in the window and how long ago the newest did (Traffic fields)."""
+    if not window.present(vllm.REQUEST_PROMPT_TOKENS):
+        return {"long_prompts": None, "long_prompt_age_seconds": None, "long_prompt_interval_seconds": None}
+    count, oldest, newest = 0.0, None, None
+    for end, delta in window.histogram_by_step(vllm.REQUEST_PROMPT_TOKENS):
+        edge = max((i for i, bound in enumerate(delta.bounds) if bound <= long_tokens), default=None)
+        above = delta.count - (delta.cumulative[edge] if edge is not None else 0.0)
+        if above > 0:
+            count, newest = count + above, end
+            oldest = end if oldest is None else oldest
+    age = window.steps[-1].end - newest if newest is not None else None
+    interval = (newest - oldest) / (count - 1) if newest is not None and oldest is not None and count >= 2 else None
+    return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval}
+
+
 def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     duration = window.duration
     recent = int(thresholds.recent_evaluations)
@@ -760,9 +788,15 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     usage = window.gauge_series(name, "max") if window.present(name) else []
     queries = _increase(window, vllm.PREFIX_CACHE_QUERIES_TOTAL)
     hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
+    preemptions_recent = window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, recent)
+    first_tokens_recent = window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)
     return Kv(
         preemptions=preemptions,
-        preemptions_recent=window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, recent),
+        preemptions_recent=preemptions_recent,
+        # At least one request: a storm so heavy that no first token came in the recent steps still counts.
+        preemptions_per_request_recent=(
+            preemptions_recent / max(first_tokens_recent.count, 1.0)
+            if preemptions_recent is not None and first_tokens_recent is not None else None),
         preemption_rate=_ratio(preemptions, duration),
         preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
         usage=usage[-1] if usage else None,
@@ -822,6 +856,7 @@ def latency(window: Window, itl: HistogramDelta | None, recent: int = 0) -> Late
     quantiles = {family: _quantiles(hist, family, unresolved) for family, hist in (("ttft", ttft), ("itl", itl),
                                                                                    ("e2e", e2e))}
     tail_ratio, tail_note = itl_tail(itl)
+    itl_recent = window.histogram_recent(vllm.INTER_TOKEN_LATENCY_SECONDS, recent) if recent > 0 else None
     # Frontend = time outside the engine: tokenization/templates before QUEUED, IPC and output handling.
     # Bucket-free: means from _sum/_count deltas, so coarse 0.3 s latency buckets do not matter.
     ttft_frontend = None
@@ -854,8 +889,8 @@ def latency(window: Window, itl: HistogramDelta | None, recent: int = 0) -> Late
         unresolved_quantiles=tuple(unresolved),
         itl_tail_ratio=tail_ratio,
         itl_tail_note=tail_note,
-        itl_tail_ratio_recent=(itl_tail(window.histogram_recent(vllm.INTER_TOKEN_LATENCY_SECONDS, recent))[0]
-                               if recent > 0 else None),
+        itl_tail_ratio_recent=itl_tail(itl_recent)[0] if itl_recent is not None else None,
+        itl_median_recent=itl_recent.quantile(0.5) if itl_recent is not None else None,
         ttft_histogram=_with_edges(window, vllm.TIME_TO_FIRST_TOKEN_SECONDS, ttft),
         itl_histogram=_with_edges(window, vllm.INTER_TOKEN_LATENCY_SECONDS, itl),
         ttft_histogram_recent=(window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)
@@ -1204,7 +1239,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     """
     host = host or HostInputs()
     recent = int(thresholds.recent_evaluations)
-    flow = traffic(window, recent)
+    flow = replace(traffic(window, recent), **long_prompt_arrivals(window, thresholds.long_prompt_tokens))
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
     times = latency(window, per_token(itl, spec.itl_scale), recent)

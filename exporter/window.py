@@ -463,6 +463,17 @@ class Window:
             return None
         return self._histogram_over(self.steps[-steps:], name, match)
 
+    def histogram_by_step(self, name: str, match: LabelFilter = None) -> list[tuple[float, HistogramDelta]]:
+        """Each step's observations as (the step's end, delta), oldest first; steps with none are left out."""
+        if len(self._scrapes) < 2 or not self.present(name):
+            return []
+        out = []
+        for step in self.steps:
+            delta = self._histogram_over([step], name, match)
+            if delta is not None and delta.count > 0:
+                out.append((step.end, delta))
+        return out
+
     def duration_recent(self, steps: int) -> float:
         """Seconds covered by the newest ``steps`` steps."""
         recent = self.steps[-steps:]

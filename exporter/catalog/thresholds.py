@@ -161,6 +161,14 @@ class Thresholds:
         "whose recent evidence is gone is *recovering*: it keeps its layer, marked so, until its effect leaves "
         "the window. 3 at the 5 s default is 15 s: enough for counters that move in scheduler ticks, short "
         "enough that a starved host is named, and released, within a few scrapes.", 1)
+    recent_burn_min: float = threshold(2, "x budget",
+        "Burn rate at which the first tokens of the recent horizon alone count as missing their objective (a "
+        "cause's onset, named beside its own recent evidence before the window's share shows it): 15 s of first "
+        "tokens is a small sample, and one slow request in it is not an onset.", 1)
+    sparse_cause_quiet_intervals: float = threshold(3, "intervals",
+        "A cause made of sparse events (long prompts at a fraction of a request per second) has ended when "
+        "none came for this many of its mean intervals in the window (and at least the recent horizon): "
+        "a 15 s horizon is empty most of the time at 0.1 requests/s, so the horizon adapts to the rate.", 1)
     api_server_busy_cores: float = threshold(0.9, "cores",
         "API-server CPU (rate of process_cpu_seconds_total) near one core: its single event loop is "
         "saturated.", 0)

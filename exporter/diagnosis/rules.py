@@ -159,13 +159,27 @@ def kv_full(ctx: Context) -> bool:
 
 
 def frequent_preemption(ctx: Context) -> bool:
-    """Preemption beyond the safety net: frequent per request, or less frequent while users see a tail."""
+    """Preemption beyond the safety net: frequent per request, or less frequent while users see a tail
+    (over the window, or in the recent steps alone: a storm as it starts)."""
     s, t = ctx.signals, ctx.thresholds
     if s.kv.preemptions is None or s.kv.preemptions < t.preemptions_min or s.kv.preemptions_per_request is None:
         return False
     if s.kv.preemptions_per_request >= t.preemptions_per_request:
         return True
-    return s.kv.preemptions_per_request >= t.preemptions_per_request_with_impact and latency_missed(ctx)
+    if s.kv.preemptions_per_request < t.preemptions_per_request_with_impact:
+        return False  # a spike of a few seconds in a calm window is not a storm, whatever users saw in it
+    return latency_missed(ctx) or preempting_now(ctx)
+
+
+def preempting_now(ctx: Context) -> bool:
+    """Preemptions in the recent steps, frequent per request there (the frequent mark itself: a saturated pool
+    preempts a few requests in a hundred as its normal way of making room, and a 15 s sample is small), beside
+    first tokens that miss their objective in those same steps: the tail is the storm's while the window's
+    ratio still holds the calm."""
+    s, t = ctx.signals, ctx.thresholds
+    recent, per_request = s.kv.preemptions_recent, s.kv.preemptions_per_request_recent
+    return (recent is not None and recent >= t.preemptions_min and per_request is not None
+            and per_request >= t.preemptions_per_request and ttft_missed_now(ctx))
 
 
 def latency_missed(ctx: Context) -> bool:
@@ -205,13 +219,29 @@ def queue_building(ctx: Context) -> bool:
     return recent is not None and recent >= 1.0
 
 
-def ttft_missed_now(ctx: Context) -> bool:
-    """The first tokens of the recent steps alone miss their objective (an effect beside recent evidence)."""
+def ttft_breach_now(ctx: Context) -> Breach | None:
+    """The first tokens of the recent steps alone, when they miss their objective (an effect beside recent
+    evidence); None when they meet it or are too few to judge."""
     hist = ctx.signals.latency.ttft_histogram_recent
     if hist is None:
-        return False
+        return None
     status = objectives.judge("ttft", ctx.slo.objectives()["ttft"], hist, ctx.thresholds.evidence_min_requests)
-    return status.met is False
+    if status.met is not False or status.burn_rate is None or status.burn_rate < ctx.thresholds.recent_burn_min:
+        return None
+    return replace(_judged(status, ""), evidence=f"{status.evidence()} over {_recent(ctx)}")
+
+
+def ttft_missed_now(ctx: Context) -> bool:
+    return ttft_breach_now(ctx) is not None
+
+
+def prefix_ttft_breach(ctx: Context, low: Finding) -> Breach:
+    """The first-token objective over the window, or, while the window still meets it, over the recent steps
+    when the prefix is low in those same steps (time-aligned: the misses now are the broken prefix's)."""
+    breach = ttft_breach(ctx)
+    if breach.known and not breach.breached and low.status == "fired" and not low.recovering:
+        return ttft_breach_now(ctx) or breach
+    return breach
 
 
 def queue_ended(ctx: Context) -> bool:
@@ -358,17 +388,39 @@ def rule_a1(ctx: Context) -> Finding:
     if lat.ttft_prefill_share < t.ttft_prefill_share or queue_of_its_own:
         return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
                      f"queue {_pct(lat.ttft_queue_share)})")
-    if s.traffic.prompt_length_mean < t.long_prompt_tokens:
+    # The long prompts arriving now count before they lift the window's mean (a burst starting).
+    recent_mean = s.traffic.prompt_length_mean_recent
+    long_now = recent_mean is not None and recent_mean >= t.long_prompt_tokens
+    if s.traffic.prompt_length_mean < t.long_prompt_tokens and not long_now:
         return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens)")
     if rule_a5(ctx).status == "fired":
         return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
-    return fired(
+    finding = fired(
         0.5 + 0.4 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}, "
         f"queue {_pct(lat.ttft_queue_share)}",
-        f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens (p95 {s.traffic.prompt_length_p95 or 0:.0f})",
+        f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens (p95 {s.traffic.prompt_length_p95 or 0:.0f})"
+        + (f", {recent_mean:.0f} over {_recent(ctx)}" if recent_mean is not None else ""),
     )
+    if (quiet := long_prompts_ended(ctx)) is not None:
+        return recovering(finding, f"no long prompt for {quiet}: the long prompts have stopped, their first tokens "
+                                   "are still in the window")
+    return finding
+
+
+def long_prompts_ended(ctx: Context) -> str | None:
+    """How long no long prompt has come, when that is several of their mean intervals in the window (and
+    more than the recent horizon): the burst has ended. None while they still come, or with too few to
+    know their pace (one long prompt: a burst starting looks the same as one ending)."""
+    s, t = ctx.signals, ctx.thresholds
+    age, interval = s.traffic.long_prompt_age_seconds, s.traffic.long_prompt_interval_seconds
+    if age is None or interval is None or s.window_seconds <= 0:
+        return None
+    horizon = s.window_seconds / max(s.scrapes - 1, 1) * t.recent_evaluations
+    if age <= max(t.sparse_cause_quiet_intervals * interval, horizon):
+        return None
+    return f"{age:.0f} s ({age / max(interval, 1e-9):.1f} of their mean interval in the window, {interval:.0f} s)"
 
 
 def rule_a2(ctx: Context) -> Finding:
@@ -425,6 +477,8 @@ def rule_a2(ctx: Context) -> Finding:
 def rule_a3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     breach = ttft_breach(ctx)
+    if breach.known and not breach.breached and cpu_starving(ctx):
+        breach = ttft_breach_now(ctx) or breach  # time-aligned: the misses now are the starved host's
     if (early := gate(breach)) is not None:
         return early
     score = s.cpu.starvation_score
@@ -491,10 +545,10 @@ def rule_a4(ctx: Context) -> Finding:
 
 def rule_a5(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    breach = ttft_breach(ctx)
+    low = low_prefix_hit(ctx)
+    breach = prefix_ttft_breach(ctx, low)
     if (early := gate(breach)) is not None:
         return early
-    low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
     if not _hit_at_all(low, s):
@@ -628,9 +682,21 @@ def slow_path(ctx: Context) -> tuple[bool, bool]:
     return now is not None and now < low, earlier is not None and earlier < low
 
 
+def slow_median_now(ctx: Context) -> float | None:
+    """The median token gap of the recent steps, when the kernels are slow now and that median alone misses
+    the ITL objective's threshold: the slow path is the bulk of the miss, a stutter on top is its detail."""
+    median = ctx.signals.latency.itl_median_recent
+    if median is None or not slow_path(ctx)[0]:
+        return None
+    return median if median > ctx.slo.objectives()["itl"].threshold_seconds else None
+
+
 def slow_path_explains(ctx: Context) -> str | None:
     """Time-aligned: the token gaps are uniform now while the kernels are (or were, in the window) slow; the
-    window's tail is then slow gaps beside fast ones from before or after, not a stutter (see B4)."""
+    window's tail is then slow gaps beside fast ones from before or after, not a stutter (see B4). Or the
+    kernels are slow now and the median gap alone misses the objective."""
+    if (median := slow_median_now(ctx)) is not None:
+        return f"the kernels are slow now and the median token gap over {_recent(ctx)} is {_s(median)}: see B4"
     recent_tail = ctx.signals.latency.itl_tail_ratio_recent
     if recent_tail is None or recent_tail >= ctx.thresholds.itl_tail_ratio or not any(slow_path(ctx)):
         return None
@@ -736,14 +802,11 @@ def rule_b4(ctx: Context) -> Finding:
     slow_now, slow_earlier = slow_path(ctx)
     tail = s.latency.itl_tail_ratio
     recent_tail = s.latency.itl_tail_ratio_recent
-    if slow_now and recent_tail is not None:
-        # The window mixes gaps from before the slow path with its own: the shape of the gaps now decides.
-        tail = recent_tail
-    elif slow_earlier and recent_tail is not None and tail is not None:
-        # Ended: the window mixes its slow gaps with the fast ones after it, and the steps just after the end
-        # mix both too; a stutter shows in both shapes.
-        tail = min(tail, recent_tail)
-    if tail is not None and tail >= t.itl_tail_ratio:
+    if (slow_now or slow_earlier) and recent_tail is not None:
+        # The window mixes the slow path's gaps with the fast ones from before or after it, and the steps at
+        # either edge mix both too: a stutter shows in both shapes.
+        tail = recent_tail if tail is None else min(tail, recent_tail)
+    if tail is not None and tail >= t.itl_tail_ratio and slow_median_now(ctx) is None:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, see B1/B2")
     degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
     if degree > 1 and s.kv.usage_mean is not None and s.kv.usage_mean < t.kv_relief_usage:
@@ -849,6 +912,8 @@ def rule_c1(ctx: Context) -> Finding:
     if s.gpu.utilization is not None and s.gpu.utilization >= t.gpu_util_low:
         return clear(f"GPU utilisation {_pct(s.gpu.utilization)}: the GPU is fed")
     effect = demand_unmet(ctx)
+    if effect is None and not ended and (now := ttft_breach_now(ctx)) is not None:
+        effect = now.evidence  # time-aligned: the first tokens that miss now are the starved host's
     if effect is None:
         return clear(f"CPU-starvation score {score:.2f}, but every objective is met and nothing waits")
     inputs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s.cpu.inputs.items()))
@@ -923,9 +988,14 @@ def rule_d(ctx: Context) -> Finding:
     evidence = [f"{s.kv.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.kv.preemption_rate or 0:.2f}/s, "
                 f"{s.kv.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
                 kv_evidence(s)]
-    if s.kv.preemptions_per_request < t.preemptions_per_request:
-        tail = next(b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached)
+    tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
+    if s.kv.preemptions_per_request < t.preemptions_per_request and tail is not None:
         evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
+    elif s.kv.preemptions_per_request < t.preemptions_per_request:
+        # Named by the recent steps alone (preempting_now): the storm has just started.
+        evidence.insert(1, f"{s.kv.preemptions_recent or 0:.0f} preemptions in {_recent(ctx)}, "
+                           f"{s.kv.preemptions_per_request_recent or 0:.2f} per first token there, while those "
+                           "steps' first tokens miss their objective: a storm starting")
     if (note := offload_note(s)) is not None:
         strength -= 0.15  # a cheaper miss: the recompute is partly a copy
         evidence.append(note)
@@ -973,10 +1043,10 @@ def rule_e(ctx: Context) -> Finding:
 
 
 # -- F: prefix cache ----------------------------------------------------------------------
-def _miss_cost(ctx: Context) -> str | None:
+def _miss_cost(ctx: Context, low: Finding) -> str | None:
     """What the misses cost users: a first-token objective missed while prefill dominates TTFT."""
     s, t = ctx.signals, ctx.thresholds
-    breach = ttft_breach(ctx)
+    breach = prefix_ttft_breach(ctx, low)
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     if breach.known and breach.breached and engine_share >= t.ttft_prefill_share:
         return f"{breach.evidence}, prefill + queue {_pct(min(1.0, engine_share))} of it"
@@ -994,7 +1064,7 @@ def rule_f(ctx: Context) -> Finding:
         # first block, so this stays informational and never makes the verdict alone.
         return info(ctx, *low.evidence,
                     "no prompt shares even one cached block: unique by design, or broken in the first block")
-    cost = _miss_cost(ctx)
+    cost = _miss_cost(ctx, low)
     if cost is None:
         return info(ctx, *low.evidence, "the first-token objective is met: reuse is bounded by what the prompts "
                                         "share (unique documents cannot hit), and the misses cost no user anything")
@@ -1013,7 +1083,7 @@ def rule_f6(ctx: Context) -> Finding:
         return low
     if not _eviction_shaped(ctx):
         return clear("KV has room or nothing hits at all: misses are not capacity eviction")
-    cost = _miss_cost(ctx)
+    cost = _miss_cost(ctx, low)
     if cost is None:
         return info(ctx, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", "within the first-token objective")
     return replace(low, evidence=(*low.evidence, f"KV full ({kv_evidence(ctx.signals)})", cost))

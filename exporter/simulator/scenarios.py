@@ -590,12 +590,14 @@ _SATURATED = Scenario(
         "waits a step, and every objective is met. V1's efficient operating point, not a "
         "headroom problem."
     ),
-    knobs="gpu_memory_utilization 0.36 (~3.9k blocks), max_num_seqs 36; 4.6 req/s; ~1500 prompt, "
+    knobs="gpu_memory_utilization 0.36 (~3.9k blocks), max_num_seqs 36; 4.2 req/s; ~1500 prompt, "
     "~300 output (max_tokens 512)",
     engine=EngineConfig(gpu_memory_utilization=0.36, max_num_seqs=36),
+    # 4.2 req/s, not the 4.6 it had: at 4.6 some draws (seeds 11, 13, 14) queue past the first-token
+    # objective for 14-25 % of the run, which contradicts "every objective is met" (docs/accuracy.md).
     workload=_one(
         _chat(
-            4.6,
+            4.2,
             prompt=_lognormal(1500, 0.3, 100, 6000),
             output=_lognormal(300, 0.4, 20, 512),
             prefix=PrefixSpec(),

@@ -38,6 +38,49 @@ def test_a_storm_without_recent_preemptions_is_recovering() -> None:
     assert ended["D"].status == "fired" and ended["D"].recovering
 
 
+def test_a_storm_is_named_from_its_recent_steps_before_the_windows_ratio_shows_it() -> None:
+    # A storm a minute old: 18 preemptions over 600 requests in the window (0.03 each: above the with-impact
+    # mark, below the frequent one) and no miss over the window yet, but 4 preemptions per 20 first tokens in
+    # the recent steps, and those steps' first tokens miss their objective.
+    starting = {"preemptions": 18, "preemptions_per_request": 18 / 600, "preemptions_recent": 4,
+                "preemptions_per_request_recent": 0.2,
+                "ttft_histogram_recent": hist(TTFT_BOUNDS, [0, 0, 2, 4, 6, 6, 2, 0])}
+    findings, _ = evaluate_rules(_ctx(starting, {}))
+    assert findings["D"].status == "fired" and not findings["D"].recovering
+    assert any("a storm starting" in line for line in findings["D"].evidence)
+    # the same preemptions while the recent first tokens meet their objective: the safety net, not a storm
+    calm = {**starting, "ttft_histogram_recent": hist(TTFT_BOUNDS, [6, 10, 4, 0, 0, 0, 0, 0])}
+    assert evaluate_rules(_ctx(calm, {}))[0]["D"].status == "clear"
+    # a saturated pool making room: 5 preemptions per 83 first tokens (0.06) is its normal way, not a storm
+    assert evaluate_rules(_ctx({**starting, "preemptions_recent": 5, "preemptions_per_request_recent": 0.06},
+                               {}))[0]["D"].status == "clear"
+    # a spike of 15 s in a calm window (4 preemptions over 600 requests, 0.007 each) is not a storm
+    assert evaluate_rules(_ctx({**starting, "preemptions": 4, "preemptions_per_request": 4 / 600},
+                               {}))[0]["D"].status == "clear"
+    # and two preemptions are too few to name anything, whatever the ratio
+    assert evaluate_rules(_ctx({**starting, "preemptions_recent": 2}, {}))[0]["D"].status == "clear"
+
+
+# Long, prefill-bound prompts: 12 of them finished in the 60 s window, one per 5 s.
+LONG_PROMPTS = {**SLOW_TTFT, "prompt_length_mean": 6000, "ttft_prefill_share": 0.85, "ttft_queue_share": 0.05,
+                "long_prompts": 12, "long_prompt_interval_seconds": 5}
+
+
+def test_long_prompts_that_stopped_coming_are_recovering_at_their_own_pace() -> None:
+    arriving, _ = evaluate_rules(_ctx({**LONG_PROMPTS, "long_prompt_age_seconds": 5}, {}))
+    assert arriving["A1"].status == "fired" and not arriving["A1"].recovering
+    ended, _ = evaluate_rules(_ctx({**LONG_PROMPTS, "long_prompt_age_seconds": 20}, {}))  # 4 mean intervals
+    assert ended["A1"].status == "fired" and ended["A1"].recovering
+    # sparse ones (one per 20 s): 20 s without one is their usual gap, not an end
+    sparse, _ = evaluate_rules(_ctx({**LONG_PROMPTS, "long_prompts": 3, "long_prompt_interval_seconds": 20,
+                                     "long_prompt_age_seconds": 20}, {}))
+    assert sparse["A1"].status == "fired" and not sparse["A1"].recovering
+    # one long prompt says nothing of their pace: a burst starting looks the same as one ending
+    one, _ = evaluate_rules(_ctx({**LONG_PROMPTS, "long_prompts": 1, "long_prompt_interval_seconds": None,
+                                  "long_prompt_age_seconds": 40}, {}))
+    assert one["A1"].status == "fired" and not one["A1"].recovering
+
+
 def test_a_drained_queue_is_recovering_and_a_queue_building_now_counts() -> None:
     drained, _ = evaluate_rules(_ctx({**SLOW_TTFT, **QUEUE, "ttft_queue_share": 0.8, "queued_recent_fraction": 0.0},
                                      {}))
@@ -89,6 +132,14 @@ def test_a_slow_kernel_path_owns_the_mixed_windows_tail_during_and_after() -> No
     stutter, _ = evaluate_rules(_ctx({**mixed, "itl_tail_ratio_recent": 8.0, "read_bytes_per_busy_second_recent":
                                       FAST_BYTES, "read_bytes_per_busy_second_recent_low": SLOW_BYTES}, H100))
     assert stutter["B1"].status == "fired" and stutter["B4"].status == "clear"
+    # slow kernels now with a prefill stutter on top: the median gap alone (150 ms) misses the 100 ms objective,
+    # so the slow path is the bulk of the miss and owns it; at a 20 ms median, the stutter is the scheduler's
+    slow_and_stutter = {**mixed, "itl_tail_ratio_recent": 3.2, "read_bytes_per_busy_second_recent": SLOW_BYTES,
+                        "read_bytes_per_busy_second_recent_low": SLOW_BYTES}
+    bulk, _ = evaluate_rules(_ctx({**slow_and_stutter, "itl_median_recent": 0.15}, H100))
+    assert bulk["B4"].status == "fired" and bulk["B1"].status == "clear"
+    detail, _ = evaluate_rules(_ctx({**slow_and_stutter, "itl_median_recent": 0.02}, H100))
+    assert detail["B1"].status == "fired" and detail["B4"].status == "clear"
 
 
 def test_a_queue_building_now_owns_first_tokens_that_miss_before_their_queue_times_are_recorded() -> None:

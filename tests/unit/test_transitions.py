@@ -30,7 +30,15 @@ def test_score_release_must_hold_to_the_end() -> None:
     result = score(run, "cpu", start=0, end=100)
     assert result["release_s"] == 30 and result["other"] == 1
     assert score(_run((10, "none", False), (110, "cpu", False)), "cpu", 0, 100) == {
-        "name_s": 110, "other": 0, "other_layers": [], "release_s": None}
+        "name_s": 110, "other": 0, "other_layers": [], "release_s": None, "effect_s": None}
+
+
+def test_score_reports_when_users_first_feel_the_cause() -> None:
+    run = [Evaluation(-5, "none", False, True), Evaluation(20, "none", False, False),
+           Evaluation(40, "none", False, True), Evaluation(45, "cpu", False, True),
+           Evaluation(110, "none", False, True)]
+    # An effect before the start or after the end is not the cause's.
+    assert score(run, "cpu", start=0, end=100)["effect_s"] == 40
 
 
 def test_parse_seeds() -> None:
