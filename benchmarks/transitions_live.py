@@ -8,6 +8,8 @@ host CPU source (the engine's PID), no objectives (the defaults). One engine wit
 throughout, and each run is quiet, cause, quiet for ``--phase-seconds`` each:
 
 * ``cpu``: busy loops beside the engine (``--loops``, 4 by default) during the middle phase;
+* ``cpu-quota``: the engine's processes held to ``--quota`` CPUs (0.2 by default) by a CFS quota during
+  the middle phase, as a container CPU limit throttles it (needs the cgroup-v1 cpu controller);
 * ``kv``: the ``pressure`` load on top of the light one (24 streams > max_num_seqs 16, ~600 KV tokens
   each > the cache): the engine preempts.
 
@@ -53,11 +55,14 @@ def _seconds(value: float | None, never: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.transitions --live",
                                      description=__doc__.split("\n")[0])
-    parser.add_argument("--cause", action="append", choices=("cpu", "kv"), help="only these causes (default: both)")
+    parser.add_argument("--cause", action="append", choices=("cpu", "cpu-quota", "kv"),
+                        help="only these causes (default: cpu and kv)")
     parser.add_argument("--runs", type=int, default=2, help="runs per cause (default 2)")
     parser.add_argument("--phase-seconds", type=float, default=150.0,
                         help="length of each of the quiet, cause and quiet phases (default 150)")
     parser.add_argument("--loops", type=int, default=4, help="busy loops beside the engine for the cpu cause")
+    parser.add_argument("--quota", type=float, default=0.2,
+                        help="CPUs the engine is held to for the cpu-quota cause (default 0.2; needs cgroup v1 cpu)")
     parser.add_argument("--load", default="open-light",
                         help="the load throughout, a preset of tests/realvllm/harness.py's PHASES (default "
                              "open-light: Poisson arrivals at 1 request/s; light: one closed stream)")
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         for cause in causes:
             for run in range(1, args.runs + 1):
                 seen = asyncio.run(watch_transition(vllm, settings, cause, args.phase_seconds, args.loops,
-                                                            args.load))
+                                                    args.load, args.quota))
                 evaluations = [Evaluation(e.t, e.layer, e.recovering) for e in seen.evaluations]
                 result = score(evaluations, seen.layer, seen.start, seen.end)
                 ok = passes(result, window)

@@ -184,7 +184,7 @@ class Latency:
     itl_tail_ratio: float | None = None
     itl_tail_note: str = ""
     itl_tail_ratio_recent: float | None = None  # the same over the newest recent_evaluations steps: the gaps now
-    itl_median_recent: float | None = None  # seconds, the median gap over the same steps
+    itl_median_recent: float | None = None  # seconds, the median gap over the same steps (per token, as itl_mean)
     # The window's TTFT and ITL histograms, which the objectives are judged on (exporter/objectives);
     # with no observation yet, their bucket edges alone. Not in the JSON ``signals`` (no flat key).
     ttft_histogram: HistogramDelta | None = None
@@ -192,6 +192,8 @@ class Latency:
     # First tokens of the newest recent_evaluations steps: an objective missed *now*, beside a cause's recent
     # evidence (vLLM records queue and prefill times when a request finishes, first tokens when they come).
     ttft_histogram_recent: HistogramDelta | None = None
+    # Token gaps of the same steps (per token under speculative decoding, as itl_histogram).
+    itl_histogram_recent: HistogramDelta | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {"observations": "latency_observations"}
 
@@ -411,7 +413,8 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
-UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent"})
+UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent",
+                                         "itl_histogram_recent"})
 # The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
 QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 
@@ -895,6 +898,7 @@ def latency(window: Window, itl: HistogramDelta | None, recent: int = 0) -> Late
         itl_histogram=_with_edges(window, vllm.INTER_TOKEN_LATENCY_SECONDS, itl),
         ttft_histogram_recent=(window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)
                                if recent > 0 else None),
+        itl_histogram_recent=itl_recent,
     )
 
 
@@ -1243,6 +1247,10 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
     times = latency(window, per_token(itl, spec.itl_scale), recent)
+    if spec.itl_scale and times.itl_histogram_recent is not None:  # per token, as the objective judges the gaps
+        itl_recent = per_token(times.itl_histogram_recent, spec.itl_scale)
+        times = replace(times, itl_histogram_recent=itl_recent,
+                        itl_median_recent=itl_recent.quantile(0.5) if itl_recent is not None else None)
     steps = scheduler(window, _hist_mean(itl), recent)
     times = replace(times, step_wait_mean=step_wait(itl, steps.steps_per_second, times.prefill_mean))
     cpu_use = cpu(window, thresholds, host, _net_share(times.e2e_frontend_mean, times.step_wait_mean, times.e2e_mean))

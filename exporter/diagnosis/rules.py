@@ -27,6 +27,7 @@ from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
 from exporter.objectives import ObjectiveStatus
 from exporter.signals import Signals
+from exporter.window import HistogramDelta
 
 Status = Literal["fired", "clear", "abstain"]
 
@@ -222,10 +223,20 @@ def queue_building(ctx: Context) -> bool:
 def ttft_breach_now(ctx: Context) -> Breach | None:
     """The first tokens of the recent steps alone, when they miss their objective (an effect beside recent
     evidence); None when they meet it or are too few to judge."""
-    hist = ctx.signals.latency.ttft_histogram_recent
+    return _breach_now(ctx, "ttft", ctx.signals.latency.ttft_histogram_recent)
+
+
+def itl_breach_now(ctx: Context) -> Breach | None:
+    """The token gaps of the recent steps alone, when they miss their objective (as ttft_breach_now)."""
+    return _breach_now(ctx, "itl", ctx.signals.latency.itl_histogram_recent)
+
+
+def _breach_now(ctx: Context, name: str, hist: HistogramDelta | None) -> Breach | None:
     if hist is None:
         return None
-    status = objectives.judge("ttft", ctx.slo.objectives()["ttft"], hist, ctx.thresholds.evidence_min_requests)
+    per_token = ctx.signals.speculative.itl_scale if name == "itl" else None  # as objective_status reads it
+    status = objectives.judge(name, ctx.slo.objectives()[name], hist, ctx.thresholds.evidence_min_requests,
+                              per_token)
     if status.met is not False or status.burn_rate is None or status.burn_rate < ctx.thresholds.recent_burn_min:
         return None
     return replace(_judged(status, ""), evidence=f"{status.evidence()} over {_recent(ctx)}")
@@ -912,8 +923,8 @@ def rule_c1(ctx: Context) -> Finding:
     if s.gpu.utilization is not None and s.gpu.utilization >= t.gpu_util_low:
         return clear(f"GPU utilisation {_pct(s.gpu.utilization)}: the GPU is fed")
     effect = demand_unmet(ctx)
-    if effect is None and not ended and (now := ttft_breach_now(ctx)) is not None:
-        effect = now.evidence  # time-aligned: the first tokens that miss now are the starved host's
+    if effect is None and not ended and (now := ttft_breach_now(ctx) or itl_breach_now(ctx)) is not None:
+        effect = now.evidence  # time-aligned: the first tokens or token gaps that miss now are the starved host's
     if effect is None:
         return clear(f"CPU-starvation score {score:.2f}, but every objective is met and nothing waits")
     inputs = ", ".join(f"{k} {v:.2f}" for k, v in sorted(s.cpu.inputs.items()))

@@ -30,7 +30,7 @@ from exporter.server import SIDECAR
 
 from .harness import LoadSummary, RealVLLM, start_phase
 from .sidecar import RunningSidecar, sidecar_settings
-from .starve import CPU_V1, cgroup_v2_root, own_cgroups
+from .starve import CPU_V1, cgroup_v2_root, cpu_quota, own_cgroups
 
 # Objectives a 2-layer, hidden-128 model on two shared CPU cores meets with one or two streams.
 HEALTHY_SLO = {"ttft_p95_seconds": 1.0, "itl_p95_seconds": 0.25}
@@ -174,7 +174,9 @@ def calm_cpu_load(vllm: RealVLLM) -> WatchedLoad:
 # -- none -> cause -> none on the real engine (benchmarks.transitions --live, and the suite's short version) ------
 
 # Each cause switched on and off beside a light load (one stream at a time) that runs throughout.
-LIVE_CAUSES: dict[str, str] = {"cpu": "cpu", "kv": "kv_cache"}  # cause -> the layer a right diagnosis names
+# cause -> the layer a right diagnosis names. cpu: busy loops beside the engine (a noisy neighbour on the
+# same cores); cpu-quota: the engine's processes held to a CFS quota (a container CPU limit, throttled).
+LIVE_CAUSES: dict[str, str] = {"cpu": "cpu", "cpu-quota": "cpu", "kv": "kv_cache"}
 
 
 @dataclass
@@ -215,11 +217,13 @@ def busy_loops(count: int) -> Iterator[list[int]]:
 
 
 async def watch_transition(vllm: RealVLLM, settings: Settings, cause: str, phase_s: float,
-                           loops: int = 4, background_load: str = "open-light") -> LiveTransition:
+                           loops: int = 4, background_load: str = "open-light",
+                           quota: float = 0.2) -> LiveTransition:
     """Quiet for ``phase_s``, the cause for ``phase_s``, quiet for ``phase_s``, with ``background_load`` (a
     preset of the harness's PHASES; by default a light open load, as users send) throughout, while one
     in-process sidecar (``settings``) polls the engine; every evaluation it made is kept. ``cpu``: ``loops``
-    busy loops beside the engine; ``kv``: the ``pressure`` load (more streams than max_num_seqs, more KV
+    busy loops beside the engine; ``cpu-quota``: the engine held to ``quota`` CPUs (a cgroup-v1 CFS quota,
+    tests/realvllm/starve.py); ``kv``: the ``pressure`` load (more streams than max_num_seqs, more KV
     than the cache: the engine preempts) on top of the background one."""
     if cause not in LIVE_CAUSES:
         raise ValueError(f"unknown cause {cause!r}: one of {', '.join(LIVE_CAUSES)}")
@@ -249,6 +253,9 @@ async def watch_transition(vllm: RealVLLM, settings: Settings, cause: str, phase
         cause_load = None
         if cause == "cpu":
             with busy_loops(loops):
+                await follow(t0 + 2 * phase_s)
+        elif cause == "cpu-quota":
+            with cpu_quota(vllm.pids(), cpus=quota):
                 await follow(t0 + 2 * phase_s)
         else:
             pressure = start_phase(vllm.base_url, "pressure", duration_s=phase_s)

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules
 from exporter.hostcpu.probe import HostProbe
-from tests.unit.test_rules import H100, QUEUE, SLOW_KERNELS, SLOW_TTFT, STORM, STUTTER, TTFT_BOUNDS, T, _ctx, hist
+from tests.unit.test_rules import (H100, ITL_BOUNDS, QUEUE, SLOW_KERNELS, SLOW_TTFT, STORM, STUTTER, TTFT_BOUNDS, T,
+                                   _ctx, hist)
 
 STARVED_THEN = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.8,
                 "cpu_inputs": {"run_queue_wait_share": 0.3}}
@@ -23,6 +24,19 @@ def test_cpu_starvation_that_ended_keeps_cpu_recovering_and_the_stutter_is_not_t
     assert first.layer == "cpu" and not first.recovering and first.recovering_since is None
     later = diagnose(ctx, tracker, 130.0).verdict
     assert later.layer == "cpu" and later.recovering and later.recovering_since == 100.0
+
+
+def test_starvation_now_is_named_from_the_token_gaps_that_miss_in_the_same_steps() -> None:
+    # The window's gaps meet the 100 ms objective (a starved minute in a calm window), the recent ones miss it
+    starving = {"cpu_starvation_score": 0.9, "cpu_starvation_score_window": 0.4}
+    missed_now = hist(ITL_BOUNDS, [200, 600, 400, 300, 200, 100, 0])
+    fired, _ = evaluate_rules(_ctx({**starving, "itl_histogram_recent": missed_now}, {}))
+    assert fired["C1"].status == "fired" and not fired["C1"].recovering
+    met_now = hist(ITL_BOUNDS, [300, 1200, 300, 0, 0, 0, 0])
+    assert evaluate_rules(_ctx({**starving, "itl_histogram_recent": met_now}, {}))[0]["C1"].status == "clear"
+    # the same gaps on a host that is not starved now are not the CPU's
+    calm = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.1, "itl_histogram_recent": missed_now}
+    assert evaluate_rules(_ctx(calm, {}))[0]["C1"].status == "clear"
 
 
 def test_starvation_now_is_not_recovering() -> None:
