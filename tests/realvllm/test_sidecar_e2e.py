@@ -92,11 +92,13 @@ def test_light_load_is_healthy_and_the_verdict_does_not_flap(light_load: Watched
 
 
 async def test_prompts_longer_than_the_budget_are_symptom_a_not_d(real_vllm_engines: Engines) -> None:
-    # A deployment that wants first tokens within 100 ms, with a 32-token budget: each 900-token
-    # prompt needs about 28 chunks, so the first token waits for many scheduling rounds.
+    # A deployment that wants first tokens within 60 ms, with a 32-token budget: each 900-token
+    # prompt needs about 28 chunks, so the first token waits for many scheduling rounds. (Measured on a
+    # quiet 2-core machine: TTFT p50 ~75 ms, p95 ~99 ms; a 100 ms objective sat on the edge and failed
+    # or passed with the machine's speed. 60 ms is a bucket edge of vLLM's TTFT histogram.)
     small_budget = real_vllm_engines.get(**loads.SMALL_ENGINE)
     settings = sidecar_settings(small_budget, window=15, interval=1.0,
-                                slo={"ttft_p95_seconds": 0.1, "itl_p95_seconds": 0.25})
+                                slo={"ttft_p95_seconds": 0.06, "itl_p95_seconds": 0.25})
     async with RunningSidecar(settings) as sidecar:
         load = start_phase(small_budget.base_url, "chunked", duration_s=25)
         seen = []

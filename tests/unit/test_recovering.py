@@ -5,8 +5,19 @@ from __future__ import annotations
 
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules
 from exporter.hostcpu.probe import HostProbe
-from tests.unit.test_rules import (H100, ITL_BOUNDS, QUEUE, SLOW_KERNELS, SLOW_TTFT, STORM, STUTTER, TTFT_BOUNDS, T,
-                                   _ctx, hist)
+from tests.unit.test_rules import (
+    H100,
+    ITL_BOUNDS,
+    QUEUE,
+    SLOW_KERNELS,
+    SLOW_TTFT,
+    STORM,
+    STUTTER,
+    TTFT_BOUNDS,
+    T,
+    _ctx,
+    hist,
+)
 
 STARVED_THEN = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.8,
                 "cpu_inputs": {"run_queue_wait_share": 0.3}}
