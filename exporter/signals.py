@@ -781,7 +781,8 @@ def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float 
     return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval}
 
 
-def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
+def kv(window: Window, thresholds: Thresholds, flow: Traffic, first_tokens_recent: float | None = None) -> Kv:
+    """``first_tokens_recent``: first tokens of the recent steps (the latency group's recent TTFT count)."""
     duration = window.duration
     recent = int(thresholds.recent_evaluations)
     preemptions = _increase(window, vllm.NUM_PREEMPTIONS_TOTAL)
@@ -792,13 +793,12 @@ def kv(window: Window, thresholds: Thresholds, flow: Traffic) -> Kv:
     queries = _increase(window, vllm.PREFIX_CACHE_QUERIES_TOTAL)
     hits = _increase(window, vllm.PREFIX_CACHE_HITS_TOTAL)
     preemptions_recent = window.increase_recent(vllm.NUM_PREEMPTIONS_TOTAL, recent)
-    first_tokens_recent = window.histogram_recent(vllm.TIME_TO_FIRST_TOKEN_SECONDS, recent)
     return Kv(
         preemptions=preemptions,
         preemptions_recent=preemptions_recent,
         # At least one request: a storm so heavy that no first token came in the recent steps still counts.
         preemptions_per_request_recent=(
-            preemptions_recent / max(first_tokens_recent.count, 1.0)
+            preemptions_recent / max(first_tokens_recent, 1.0)
             if preemptions_recent is not None and first_tokens_recent is not None else None),
         preemption_rate=_ratio(preemptions, duration),
         preemptions_per_request=_ratio(preemptions, admitted) if preemptions else (0.0 if admitted else None),
@@ -1259,7 +1259,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         scrapes=len(window),
         restarts=window.restarts,
         traffic=flow,
-        kv=kv(window, thresholds, flow),
+        kv=kv(window, thresholds, flow,
+              times.ttft_histogram_recent.count if times.ttft_histogram_recent is not None else None),
         scheduler=steps,
         latency=times,
         cpu=cpu_use,

@@ -246,13 +246,17 @@ def ttft_missed_now(ctx: Context) -> bool:
     return ttft_breach_now(ctx) is not None
 
 
-def prefix_ttft_breach(ctx: Context, low: Finding) -> Breach:
-    """The first-token objective over the window, or, while the window still meets it, over the recent steps
-    when the prefix is low in those same steps (time-aligned: the misses now are the broken prefix's)."""
+def aligned_ttft_breach(ctx: Context, acting_now: bool) -> Breach:
+    """The first-token objective over the window, or, while the window still meets it and the cause acts now,
+    over the recent steps (time-aligned: the misses now are that cause's onset)."""
     breach = ttft_breach(ctx)
-    if breach.known and not breach.breached and low.status == "fired" and not low.recovering:
+    if acting_now and breach.known and not breach.breached:
         return ttft_breach_now(ctx) or breach
     return breach
+
+
+def _prefix_low_now(low: Finding) -> bool:
+    return low.status == "fired" and not low.recovering
 
 
 def queue_ended(ctx: Context) -> bool:
@@ -487,9 +491,7 @@ def rule_a2(ctx: Context) -> Finding:
 
 def rule_a3(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
-    breach = ttft_breach(ctx)
-    if breach.known and not breach.breached and cpu_starving(ctx):
-        breach = ttft_breach_now(ctx) or breach  # time-aligned: the misses now are the starved host's
+    breach = aligned_ttft_breach(ctx, cpu_starving(ctx))
     if (early := gate(breach)) is not None:
         return early
     score = s.cpu.starvation_score
@@ -557,7 +559,7 @@ def rule_a4(ctx: Context) -> Finding:
 def rule_a5(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     low = low_prefix_hit(ctx)
-    breach = prefix_ttft_breach(ctx, low)
+    breach = aligned_ttft_breach(ctx, _prefix_low_now(low))
     if (early := gate(breach)) is not None:
         return early
     if low.status != "fired":
@@ -999,14 +1001,13 @@ def rule_d(ctx: Context) -> Finding:
     evidence = [f"{s.kv.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.kv.preemption_rate or 0:.2f}/s, "
                 f"{s.kv.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
                 kv_evidence(s)]
-    tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
-    if s.kv.preemptions_per_request < t.preemptions_per_request and tail is not None:
-        evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}")
-    elif s.kv.preemptions_per_request < t.preemptions_per_request:
-        # Named by the recent steps alone (preempting_now): the storm has just started.
-        evidence.insert(1, f"{s.kv.preemptions_recent or 0:.0f} preemptions in {_recent(ctx)}, "
-                           f"{s.kv.preemptions_per_request_recent or 0:.2f} per first token there, while those "
-                           "steps' first tokens miss their objective: a storm starting")
+    if s.kv.preemptions_per_request < t.preemptions_per_request:
+        tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
+        # No tail over the window: named by the recent steps alone (preempting_now), a storm starting.
+        evidence.insert(1, f"below the frequent mark, but users see the tail: {tail.evidence}" if tail is not None
+                        else f"{s.kv.preemptions_recent or 0:.0f} preemptions in {_recent(ctx)}, "
+                             f"{s.kv.preemptions_per_request_recent or 0:.2f} per first token there, while those "
+                             "steps' first tokens miss their objective: a storm starting")
     if (note := offload_note(s)) is not None:
         strength -= 0.15  # a cheaper miss: the recompute is partly a copy
         evidence.append(note)
@@ -1057,7 +1058,7 @@ def rule_e(ctx: Context) -> Finding:
 def _miss_cost(ctx: Context, low: Finding) -> str | None:
     """What the misses cost users: a first-token objective missed while prefill dominates TTFT."""
     s, t = ctx.signals, ctx.thresholds
-    breach = prefix_ttft_breach(ctx, low)
+    breach = aligned_ttft_breach(ctx, _prefix_low_now(low))
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     if breach.known and breach.breached and engine_share >= t.ttft_prefill_share:
         return f"{breach.evidence}, prefill + queue {_pct(min(1.0, engine_share))} of it"
