@@ -38,7 +38,7 @@ import subprocess
 import sys
 import time
 from bisect import bisect_left
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,10 @@ ENGINES: dict[str, dict[str, int]] = {
 }
 
 
+TEMPLATE_BLOCK_TOKENS = 32  # RealVLLM's block size: the prefix cache serves whole blocks
+TEMPLATE_SEED = 4242  # the one template's words, the same in every run
+
+
 @dataclass(frozen=True)
 class Traffic:
     """One run's load: open (``rate`` req/s, Poisson) or closed (``clients``, no think time)."""
@@ -95,9 +99,19 @@ class Traffic:
     rate: float = 0.0
     clients: int = 0
     cap: int | None = None  # the gateway's max_tokens cap
+    # Share of the mean prompt that is one template every prompt starts with (rounded to whole KV
+    # blocks): the prefix cache can serve it. 0 is prompts with nothing in common.
+    prefix_share: float = 0.0
 
     def capped(self, cap: int) -> Traffic:
-        return Traffic(self.prompt_tokens, self.max_tokens, self.rate, self.clients, cap)
+        return replace(self, cap=cap)
+
+    def with_prefix(self, share: float) -> Traffic:
+        return replace(self, prefix_share=share)
+
+    def prefix_tokens(self, block_size: int = TEMPLATE_BLOCK_TOKENS) -> int:
+        mean = sum(self.prompt_tokens) / 2
+        return round(self.prefix_share * mean / block_size) * block_size
 
     def draw(self, rng: random.Random) -> tuple[int, int]:
         prompt = rng.randint(*self.prompt_tokens)
@@ -168,10 +182,13 @@ async def _drive(base_url: str, traffic: Traffic, stop_at: float, seed: int) -> 
     connector = aiohttp.TCPConnector(limit=64, force_close=True)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=120)) as session:
         ratio = await tokens_per_word(base_url, session)
+        shared = traffic.prefix_tokens()
+        template = make_text(shared, random.Random(TEMPLATE_SEED), ratio) if shared else ""
 
         async def one(prompt_len: int, max_tokens: int) -> None:
             nonlocal failures
-            res = await one_request(session, base_url, make_text(prompt_len, rng, ratio), max_tokens)
+            text = template + make_text(max(1, prompt_len - shared), rng, ratio)
+            res = await one_request(session, base_url, text, max_tokens)
             failures += 0 if res.ok else 1
 
         if traffic.clients:
@@ -553,7 +570,8 @@ def main(argv: list[str] | None = None) -> int:
                         "(benchmarks/advisor_pairs.py) instead of the four cases")
     parser.add_argument("--split", default="validation", choices=("dev", "validation", "smoke", "all"),
                         help="with --manifest: the pairs to score (default validation)")
-    parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM")
+    parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM "
+                        "(all: every capture of the manifest not on disk yet)")
     parser.add_argument("--seconds", type=float, default=None, help="with --capture: captured seconds per run")
     args = parser.parse_args(argv)
     if args.manifest:

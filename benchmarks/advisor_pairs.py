@@ -25,6 +25,7 @@ import asyncio
 import json
 import math
 import statistics
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,16 +56,25 @@ PREEMPTION_FLOOR = 0.05  # preemptions/s at or under which a rate counts as 0
 INTERVAL_Z = statistics.NormalDist().inv_cdf(0.9)  # 80 % two-sided: 1.28 standard deviations
 WILSON_Z = statistics.NormalDist().inv_cdf(0.975)
 
-# Workloads a pair may name: the traffic of each (benchmarks.advisor's, plus a light one where nothing
-# should change); the engine is the harness default with the knob at ``from`` (base) or ``to`` (after).
+# Workloads a pair may name: the traffic of each; the engine is the harness default with the pair's
+# ``engine`` flags and the knob at ``from`` (base) or ``to`` (after). A prefix_hit_ratio pair changes
+# the prompts instead (one template in front of each, of the ``to`` share of the mean prompt).
 WORKLOADS: dict[str, Traffic] = {
     "long-prompts-queue": LONG_PROMPTS,
     "kv-pressure": PRESSURE,
     "long-outputs": LONG_OUTPUTS,
     "light": Traffic(prompt_tokens=(60, 120), max_tokens=((32, 1.0),), rate=0.5),
+    # Streams decoding 96-160 tokens while 600-900-token prompts arrive: at a budget over the prompt a
+    # whole prefill is one step, and every stream beside it waits for that step.
+    "stutter-long-prefills": Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.9),
+    # Prompts 450-650 tokens, short answers: TTFT is mostly prefill, which a shared template shortens.
+    "shared-prefixes": Traffic(prompt_tokens=(450, 650), max_tokens=((24, 1.0),), rate=2.0),
+    # Short and long prompts, short and long answers, at once.
+    "mixed": Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=1.5),
 }
 BASE_ENGINE: dict[str, Any] = {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES}
 ENGINE_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "kv_cache_memory_bytes")
+TRAFFIC_KNOBS = ("prefix_hit_ratio",)
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -339,42 +349,75 @@ def table(cells: list[Cell], totals: dict[str, Any]) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class CaptureSpec:
+    """One capture folder: the engine it runs on, its traffic and the seed of its draws."""
+
+    name: str
+    flags: tuple[tuple[str, int], ...]  # sorted engine flags: captures with equal flags share an engine start
+    traffic: Traffic
+    seed: int
+
+
 def engine_flags(pair: Pair, value: float) -> dict[str, Any]:
+    if pair.knob in TRAFFIC_KNOBS:
+        return {**BASE_ENGINE, **pair.engine}
     if pair.knob not in ENGINE_KNOBS:
-        raise ValueError(f"{pair.knob}: the capture command changes engine flags only ({', '.join(ENGINE_KNOBS)})")
+        raise ValueError(f"{pair.knob}: the capture command changes {', '.join(ENGINE_KNOBS + TRAFFIC_KNOBS)} only")
     return {**BASE_ENGINE, **pair.engine, pair.knob: int(value)}
 
 
-def capture(pair: Pair, captures: Path, seconds: float | None = None) -> dict[str, float]:
-    """Run the pair on the real engine: its base twice on one engine start, its after on another; each run
-    into its capture folder. Returns seconds per phase."""
+def traffic(pair: Pair, value: float) -> Traffic:
+    base = WORKLOADS[pair.workload]
+    return base.with_prefix(value) if pair.knob == "prefix_hit_ratio" else base
+
+
+def plan(pairs: list[Pair]) -> dict[str, CaptureSpec]:
+    """Every capture the pairs name: a base's two runs are seeds 0 and 1, the after is seed 0 (the same
+    arrivals as the first base run). A name several pairs share must mean one run; else it is refused."""
+    specs: dict[str, CaptureSpec] = {}
+    for pair in pairs:
+        for name, value, seed in ((pair.base[0], pair.before, 0), (pair.base[1], pair.before, 1),
+                                  (pair.after, pair.after_value, 0)):
+            spec = CaptureSpec(name, tuple(sorted(engine_flags(pair, value).items())), traffic(pair, value), seed)
+            if specs.setdefault(name, spec) != spec:
+                raise ValueError(f"capture {name}: pair {pair.id} describes it differently from another pair")
+    return specs
+
+
+def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = None) -> dict[str, float]:
+    """Run the captures on the real engine, one engine start per distinct set of flags, skipping those
+    already on disk (a folder with its run.json): a campaign interrupted resumes. Seconds per phase."""
+    from benchmarks.advisor import _warm_up
     from benchmarks.realvllm import RealVLLM
 
-    traffic = WORKLOADS[pair.workload]
+    todo = [s for s in specs if not (captures / s.name / "run.json").exists()]
     timings: dict[str, float] = {}
-    for flags, runs in ((engine_flags(pair, pair.before), pair.base), (engine_flags(pair, pair.after_value),
-                                                                       (pair.after,))):
+    for flags in sorted({s.flags for s in todo}):
         t0 = time.monotonic()
-        with RealVLLM(**flags, startup_timeout_s=STARTUP_S) as server:
-            timings[f"start {flags[pair.knob]}"] = time.monotonic() - t0
-            for seed, run in enumerate(runs):
+        engine: dict[str, Any] = dict(flags)
+        with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server:
+            asyncio.run(_warm_up(server.base_url))
+            timings[f"start {dict(flags)}"] = time.monotonic() - t0
+            for spec in (s for s in todo if s.flags == flags):
                 t1 = time.monotonic()
-                spec = RunSpec(run, "pair", traffic)
-                meta = asyncio.run(record_run(server, spec, captures / run, seed=seed, seconds=seconds))
+                meta = asyncio.run(record_run(server, RunSpec(spec.name, "pair", spec.traffic),
+                                              captures / spec.name, seed=spec.seed, seconds=seconds))
                 if meta["failed_requests"]:
-                    raise RuntimeError(f"{run}: {meta['failed_requests']} requests failed")
-                timings[f"run {run}"] = time.monotonic() - t1
+                    raise RuntimeError(f"{spec.name}: {meta['failed_requests']} requests failed")
+                timings[f"run {spec.name}"] = time.monotonic() - t1
+                print(f"captured {spec.name} in {timings[f'run {spec.name}']:.0f} s", file=sys.stderr, flush=True)
     return timings
 
 
 def main(manifest: Path, split: str, capture_id: str | None, seconds: float | None) -> int:
     captures, pairs = load_manifest(manifest)
     if capture_id is not None:
-        pair = next((p for p in pairs if p.id == capture_id), None)
-        if pair is None:
+        chosen = pairs if capture_id == "all" else [p for p in pairs if p.id == capture_id]
+        if not chosen:
             print(f"no pair {capture_id} in {manifest}")
             return 2
-        print(json.dumps(capture(pair, captures, seconds), indent=1))
+        print(json.dumps(capture(list(plan(chosen).values()), captures, seconds), indent=1))
         return 0
     chosen = [p for p in pairs if split == "all" or p.split == split]
     if not chosen:
