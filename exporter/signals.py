@@ -73,7 +73,11 @@ class Traffic:
     generation_tokens_per_second: float | None = None
     prompt_length_mean: float | None = None
     prompt_length_p95: float | None = None
-    prompt_length_mean_recent: float | None = None  # over the newest recent_evaluations steps
+    # The mean prompt of the requests whose first token came in the newest recent_evaluations steps: vLLM
+    # counts a request's prompt tokens when its prefill completes, the step its TTFT is observed, while the
+    # prompt-length histogram waits for the request to finish (after its whole answer). Without TTFT, the
+    # histogram's recent steps.
+    prompt_length_mean_recent: float | None = None
     # Finished requests whose prompt passed the long mark (the bucket edge at or below long_prompt_tokens),
     # and seconds from the newest step that finished one to the window's end: long prompts still arriving,
     # or a burst that has ended while its first tokens are still in the window.
@@ -781,6 +785,15 @@ def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float 
     return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval}
 
 
+def first_token_prompt_mean(window: Window, first_tokens: HistogramDelta | None, recent: int) -> float | None:
+    """Prompt tokens per first token over the newest ``recent`` steps: both are counted when a prefill
+    completes, so a long prompt counts in the step its slow first token does."""
+    tokens = window.increase_recent(vllm.PROMPT_TOKENS_TOTAL, recent) if recent > 0 else None
+    if tokens is None or first_tokens is None or first_tokens.count < 1:
+        return None
+    return tokens / first_tokens.count
+
+
 def kv(window: Window, thresholds: Thresholds, flow: Traffic, first_tokens_recent: float | None = None) -> Kv:
     """``first_tokens_recent``: first tokens of the recent steps (the latency group's recent TTFT count)."""
     duration = window.duration
@@ -1247,6 +1260,8 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
     times = latency(window, per_token(itl, spec.itl_scale), recent)
+    if (aligned := first_token_prompt_mean(window, times.ttft_histogram_recent, recent)) is not None:
+        flow = replace(flow, prompt_length_mean_recent=aligned)
     if spec.itl_scale and times.itl_histogram_recent is not None:  # per token, as the objective judges the gaps
         itl_recent = per_token(times.itl_histogram_recent, spec.itl_scale)
         times = replace(times, itl_histogram_recent=itl_recent,

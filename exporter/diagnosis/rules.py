@@ -400,12 +400,27 @@ def rule_a1(ctx: Context) -> Finding:
     # A queue is a cause of its own (A2) when requests wait for capacity in most scrapes, or in every recent one;
     # a wait in a few scrapes behind prefill-bound first tokens is the wait behind those long prefills.
     queue_of_its_own = lat.ttft_queue_share >= t.ttft_queue_share and (queue_sustained(ctx) or queue_building(ctx))
-    if lat.ttft_prefill_share < t.ttft_prefill_share or queue_of_its_own:
-        return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
-                     f"queue {_pct(lat.ttft_queue_share)})")
+    if queue_of_its_own:
+        return clear(f"TTFT waits in a queue of its own (queue {_pct(lat.ttft_queue_share)} of mean TTFT): A2")
     # The long prompts arriving now count before they lift the window's mean (a burst starting).
     recent_mean = s.traffic.prompt_length_mean_recent
     long_now = recent_mean is not None and recent_mean >= t.long_prompt_tokens
+    # TTFT is counted at the first token, prefill and queue time when the request finishes: while long prompts
+    # get their first tokens now and no queue is building, the part of TTFT neither accounts for, beyond the
+    # time finished requests spent outside the engine (e2e minus queue and inference: the frontend, all read
+    # at the finish), is their prefill, recorded later (with a queue building it could be the wait, too).
+    unrecorded = 0.0
+    if long_now and not queue_building(ctx) and lat.ttft_mean:
+        outside = lat.e2e_frontend_mean if lat.e2e_frontend_mean is not None else (lat.ttft_frontend_mean or 0.0)
+        unrecorded = max(0.0, (lat.ttft_frontend_mean or 0.0) - outside) / lat.ttft_mean
+    # Without a queue of its own, and with KV not full (a wait for KV room is the pool's, C3/D), the wait is
+    # the wait behind long prefills: at most as long as the prefills themselves (a longer wait is a backlog,
+    # such as a preemption storm leaves, not these prompts' cost).
+    behind = 0.0 if kv_full(ctx) else min(lat.ttft_queue_share, lat.ttft_prefill_share + unrecorded)
+    prefill_bound = lat.ttft_prefill_share + unrecorded + behind
+    if prefill_bound < t.ttft_prefill_share:
+        return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
+                     f"queue {_pct(lat.ttft_queue_share)})")
     if s.traffic.prompt_length_mean < t.long_prompt_tokens and not long_now:
         return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens)")
     if rule_a5(ctx).status == "fired":
@@ -413,8 +428,11 @@ def rule_a1(ctx: Context) -> Finding:
     finding = fired(
         0.5 + 0.4 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
-        f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}, "
-        f"queue {_pct(lat.ttft_queue_share)}",
+        f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}"
+        + (f", the wait behind long prefills {_pct(behind)} (no queue of its own)" if behind >= 0.005 else
+           f", queue {_pct(lat.ttft_queue_share)}")
+        + (f", first tokens of long prompts whose prefill time is recorded when they finish {_pct(unrecorded)}"
+           if unrecorded >= 0.005 else ""),
         f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens (p95 {s.traffic.prompt_length_p95 or 0:.0f})"
         + (f", {recent_mean:.0f} over {_recent(ctx)}" if recent_mean is not None else ""),
     )

@@ -240,3 +240,35 @@ def test_every_output_says_the_verdict_is_recovering() -> None:
     assert causes["C1"]["recovering"] is True
     assert "recovering: the cause has ended" in text.render(doc)
     assert 'data-recovering="cpu"' in html.render(doc)
+
+
+def test_a_long_prompt_burst_is_named_at_its_onset_from_the_first_tokens_of_the_recent_steps() -> None:
+    # The first long prompts got their first tokens now: the window's TTFT holds them, its prefill time (recorded
+    # when they finish) not yet, so prefill and queue account for 45 % of mean TTFT; the window's prompts are short.
+    # Finished requests spent 0.1 s outside the engine (e2e minus queue and inference), so 1.275 s of the 2.5 s
+    # mean TTFT is the new long prompts' prefill.
+    onset = {**SLOW_TTFT, "prompt_length_mean": 700, "ttft_prefill_share": 0.38, "ttft_queue_share": 0.07,
+             "ttft_frontend_mean": 1.375, "e2e_frontend_mean": 0.1, "prompt_length_mean_recent": 6000}
+    findings, _ = evaluate_rules(_ctx(onset, {}))
+    assert findings["A1"].status == "fired" and findings["A0"].status == "clear"
+    assert any("recorded when they finish 51%" in line for line in findings["A1"].evidence)
+    # the same gap where finished requests also spent it outside the engine: a slow frontend, not prefill
+    frontend, _ = evaluate_rules(_ctx({**onset, "e2e_frontend_mean": 1.4}, {}))
+    assert frontend["A1"].status == "clear"
+    # the same shares with short prompts now: nothing is the long prompts', the miss is unexplained
+    short_now, _ = evaluate_rules(_ctx({**onset, "prompt_length_mean_recent": 300}, {}))
+    assert short_now["A1"].status == "clear" and short_now["A0"].status == "fired"
+    # with a queue building now, the unaccounted part may as well be the wait (recorded at the finish too)
+    building, _ = evaluate_rules(_ctx({**onset, "waiting_fraction": 0.1, "queued_fraction": 0.1,
+                                       "queued_recent_fraction": 1.0}, {}))
+    assert building["A1"].status == "clear"
+
+
+def test_the_wait_counts_with_long_prefills_only_up_to_their_own_share() -> None:
+    # No queue of its own (waiting in a few scrapes): prefill 47 % and a wait of 45 % behind it are the prompts'
+    behind = {**SLOW_TTFT, "prompt_length_mean": 5600, "ttft_prefill_share": 0.47, "ttft_queue_share": 0.45,
+              "waiting_fraction": 0.14, "queued_fraction": 0.14, "queued_recent_fraction": 0.0}
+    assert evaluate_rules(_ctx(behind, {}))[0]["A1"].status == "fired"
+    # a backlog (what a storm left): the wait is the whole TTFT and prefill 2 %: not the long prompts' cost
+    backlog, _ = evaluate_rules(_ctx({**behind, "ttft_prefill_share": 0.02, "ttft_queue_share": 0.95}, {}))
+    assert backlog["A1"].status == "clear"

@@ -296,3 +296,24 @@ def test_a_real_kv_consumer_is_recognised_from_its_metrics(fixtures_dir):
     assert plain.kv_transfer.enabled is None and plain.kv_transfer.consumer is None
     assert _sample(text, "vllm:prompt_tokens_by_source_total", ',source="external_kv_transfer"') == 5376
     assert _sample(text, "vllm:external_prefix_cache_hits_total") == 5376
+
+
+def _first_token_scrape(prompt_tokens: float, first_tokens: float, finished_prompt_sum: float, finished: float) -> str:
+    bounds = ("0.1", "1.0", "10.0", "+Inf")
+    lines = [f"vllm:prompt_tokens_total{{model_name=\"m\"}} {prompt_tokens}",
+             f"vllm:time_to_first_token_seconds_count{{model_name=\"m\"}} {first_tokens}",
+             f"vllm:time_to_first_token_seconds_sum{{model_name=\"m\"}} {first_tokens * 2.0}",
+             f"vllm:request_prompt_tokens_count{{model_name=\"m\"}} {finished}",
+             f"vllm:request_prompt_tokens_sum{{model_name=\"m\"}} {finished_prompt_sum}"]
+    lines += [f"vllm:time_to_first_token_seconds_bucket{{model_name=\"m\",le=\"{b}\"}} "
+              f"{first_tokens if b in ('10.0', '+Inf') else 0}" for b in bounds]
+    lines += [f"vllm:request_prompt_tokens_bucket{{model_name=\"m\",le=\"{b}\"}} {finished}"
+              for b in ("1000.0", "+Inf")]
+    return "\n".join(lines) + "\n"
+
+
+def test_recent_prompt_mean_counts_prompts_at_their_first_token_not_at_their_finish():
+    # Three 4000-token prompts got their first tokens in the last step; only one 300-token request finished.
+    s = _signals([_first_token_scrape(0, 0, 0, 0), _first_token_scrape(12000, 3, 300, 1)], [0.0, 5.0])
+    assert s.traffic.prompt_length_mean_recent == pytest.approx(4000)
+    assert s.traffic.prompt_length_mean == pytest.approx(300)  # the window's, from the finished requests

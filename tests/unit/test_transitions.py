@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.transitions import Evaluation, parse_seeds, score
+from benchmarks.transitions import Evaluation, parse_seeds, passes, passes_from_effect, score
 from exporter.simulator.engine import Engine, EngineConfig
 from exporter.simulator.hostcpu import SimulatedSchedstat
 from exporter.simulator.workload import Workload
@@ -39,6 +39,17 @@ def test_score_reports_when_users_first_feel_the_cause() -> None:
            Evaluation(110, "none", False, True)]
     # An effect before the start or after the end is not the cause's.
     assert score(run, "cpu", start=0, end=100)["effect_s"] == 40
+
+
+def test_naming_time_from_the_start_and_from_the_first_effect() -> None:
+    late = {"name_s": 80.0, "other": 0, "release_s": 30.0, "effect_s": 70.0}  # the cause hurt 70 s in
+    assert not passes(late, 180) and passes_from_effect(late, 180)
+    slow = {**late, "name_s": 135.0}  # named 65 s after the first effect
+    assert not passes_from_effect(slow, 180)
+    # a cause that never reached users passes from its effect only if it was never named
+    assert passes_from_effect({"name_s": None, "other": 0, "release_s": 0.0, "effect_s": None}, 180)
+    assert not passes_from_effect({"name_s": 20.0, "other": 0, "release_s": 0.0, "effect_s": None}, 180)
+    assert not passes_from_effect({**late, "other": 2}, 180)
 
 
 def test_parse_seeds() -> None:
