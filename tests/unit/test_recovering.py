@@ -272,3 +272,14 @@ def test_the_wait_counts_with_long_prefills_only_up_to_their_own_share() -> None
     # a backlog (what a storm left): the wait is the whole TTFT and prefill 2 %: not the long prompts' cost
     backlog, _ = evaluate_rules(_ctx({**behind, "ttft_prefill_share": 0.02, "ttft_queue_share": 0.95}, {}))
     assert backlog["A1"].status == "clear"
+
+
+def test_sparse_long_prompts_own_the_few_first_tokens_they_make_slow() -> None:
+    # 2 of 100 first tokens over 2.5 s (2x the 1 % budget); short prompts on the whole (mean 700 tokens), but
+    # the window holds 3 long prompts: every slow first token can be a long prompt's own.
+    few = {**SLOW_TTFT, "ttft_histogram": hist(TTFT_BOUNDS, [40, 40, 10, 6, 2, 1, 1, 0]),
+           "prompt_length_mean": 700, "ttft_prefill_share": 0.75, "ttft_queue_share": 0.05, "long_prompts": 3}
+    findings, _ = evaluate_rules(_ctx(few, {}))
+    assert findings["A1"].status == "fired" and findings["A0"].status == "clear"
+    # more slow first tokens than long prompts: the long prompts cannot be all of it
+    assert evaluate_rules(_ctx({**few, "long_prompts": 1}, {}))[0]["A1"].status == "clear"
