@@ -165,11 +165,11 @@ def frequent_preemption(ctx: Context) -> bool:
     s, t = ctx.signals, ctx.thresholds
     if s.kv.preemptions is None or s.kv.preemptions < t.preemptions_min or s.kv.preemptions_per_request is None:
         return False
-    if s.kv.preemptions_per_request >= t.preemptions_per_request:
-        return True
+    if s.kv.preemptions_per_request >= t.preemptions_per_request or preempting_now(ctx):
+        return True  # frequent over the window, or in the recent steps beside their missed first tokens
     if s.kv.preemptions_per_request < t.preemptions_per_request_with_impact:
-        return False  # a spike of a few seconds in a calm window is not a storm, whatever users saw in it
-    return latency_missed(ctx) or preempting_now(ctx)
+        return False  # a few in a calm window are not a storm, whatever users saw over it
+    return latency_missed(ctx)
 
 
 def preempting_now(ctx: Context) -> bool:
