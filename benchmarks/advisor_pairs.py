@@ -45,7 +45,9 @@ from benchmarks.advisor import (
     record_run,
 )
 
-SPLITS = ("dev", "validation", "smoke")
+# ``validation-1``: the first campaign's validation half, scored once (at b7af419) and spent: tuned on since,
+# beside ``dev``; ``validation`` is the half not yet scored.
+SPLITS = ("dev", "validation", "validation-1", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -90,6 +92,9 @@ class Pair:
     after: str
     split: str
     engine: dict[str, Any] = field(default_factory=dict)  # flags besides BASE_ENGINE and the knob
+    # Engine starts the base's two runs span: 1, both on one start (the first campaign); 2, the second run
+    # on an engine start of its own, after every first start, as the after runs on another start too.
+    base_starts: int = 1
 
     @property
     def what_if(self) -> str:
@@ -110,9 +115,12 @@ def load_manifest(path: Path) -> tuple[Path, list[Pair]]:
         base = tuple(item["base"])
         if len(base) != 2:
             raise ValueError(f"pair {item['id']}: base lists two captures of the base (the run-to-run noise)")
+        starts = int(item.get("base_starts", 1))
+        if starts not in (1, 2):
+            raise ValueError(f"pair {item['id']}: base_starts is 1 or 2, not {starts}")
         pairs.append(Pair(item["id"], item["workload"], item["knob"], item["from"], item["to"],
                           (str(base[0]), str(base[1])), str(item["after"]), item["split"],
-                          dict(item.get("engine") or {})))
+                          dict(item.get("engine") or {}), starts))
     return captures, pairs
 
 
@@ -357,6 +365,7 @@ class CaptureSpec:
     flags: tuple[tuple[str, int], ...]  # sorted engine flags: captures with equal flags share an engine start
     traffic: Traffic
     seed: int
+    start: int = 0  # 1: on a second engine start with the same flags, after every first start
 
 
 def engine_flags(pair: Pair, value: float) -> dict[str, Any]:
@@ -374,32 +383,38 @@ def traffic(pair: Pair, value: float) -> Traffic:
 
 def plan(pairs: list[Pair]) -> dict[str, CaptureSpec]:
     """Every capture the pairs name: a base's two runs are seeds 0 and 1, the after is seed 0 (the same
-    arrivals as the first base run). A name several pairs share must mean one run; else it is refused."""
+    arrivals as the first base run); with ``base_starts`` 2 the second base run has an engine start of its
+    own. A name several pairs share must mean one run; else it is refused."""
     specs: dict[str, CaptureSpec] = {}
     for pair in pairs:
-        for name, value, seed in ((pair.base[0], pair.before, 0), (pair.base[1], pair.before, 1),
-                                  (pair.after, pair.after_value, 0)):
-            spec = CaptureSpec(name, tuple(sorted(engine_flags(pair, value).items())), traffic(pair, value), seed)
+        second_start = 1 if pair.base_starts == 2 else 0
+        for name, value, seed, start in ((pair.base[0], pair.before, 0, 0),
+                                         (pair.base[1], pair.before, 1, second_start),
+                                         (pair.after, pair.after_value, 0, 0)):
+            spec = CaptureSpec(name, tuple(sorted(engine_flags(pair, value).items())), traffic(pair, value), seed,
+                               start)
             if specs.setdefault(name, spec) != spec:
                 raise ValueError(f"capture {name}: pair {pair.id} describes it differently from another pair")
     return specs
 
 
 def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = None) -> dict[str, float]:
-    """Run the captures on the real engine, one engine start per distinct set of flags, skipping those
-    already on disk (a folder with its run.json): a campaign interrupted resumes. Seconds per phase."""
+    """Run the captures on the real engine, one engine start per distinct set of flags and start index
+    (every first start before any second one, so a base's two runs are minutes and engine starts apart, as
+    its after is), skipping those already on disk (a folder with its run.json): a campaign interrupted
+    resumes. Seconds per phase."""
     from benchmarks.advisor import _warm_up
     from benchmarks.realvllm import RealVLLM
 
     todo = [s for s in specs if not (captures / s.name / "run.json").exists()]
     timings: dict[str, float] = {}
-    for flags in sorted({s.flags for s in todo}):
+    for start, flags in sorted({(s.start, s.flags) for s in todo}):
         t0 = time.monotonic()
         engine: dict[str, Any] = dict(flags)
         with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server:
             asyncio.run(_warm_up(server.base_url))
-            timings[f"start {dict(flags)}"] = time.monotonic() - t0
-            for spec in (s for s in todo if s.flags == flags):
+            timings[f"start {start} {dict(flags)}"] = time.monotonic() - t0
+            for spec in (s for s in todo if s.flags == flags and s.start == start):
                 t1 = time.monotonic()
                 meta = asyncio.run(record_run(server, RunSpec(spec.name, "pair", spec.traffic),
                                               captures / spec.name, seed=spec.seed, seconds=seconds))
@@ -419,7 +434,12 @@ def main(manifest: Path, split: str, capture_id: str | None, seconds: float | No
             return 2
         print(json.dumps(capture(list(plan(chosen).values()), captures, seconds), indent=1))
         return 0
-    chosen = [p for p in pairs if split == "all" or p.split == split]
+    wanted = set(split.split(","))
+    unknown = wanted - set(SPLITS) - {"all"}
+    if unknown:
+        print(f"no split {', '.join(sorted(unknown))}: the splits are {', '.join(SPLITS)} (or all, or a comma list)")
+        return 2
+    chosen = [p for p in pairs if "all" in wanted or p.split in wanted]
     if not chosen:
         print(f"no {split} pair in {manifest}")
         return 2

@@ -111,3 +111,24 @@ def test_queue_baseline_moves_only_the_service_time() -> None:
     assert seqs["ttft_p95_seconds"] == pytest.approx(2.0)
     down = queue_baseline({**window, "prefill_mean": 0.05}, _pair(before=1024, after=32))
     assert down["ttft_p95_seconds"] is None  # saturated: 1 req/s of 1.35 s services, a refusal
+
+
+def test_a_base_on_two_engine_starts_puts_its_second_run_on_a_start_of_its_own() -> None:
+    from benchmarks.advisor_pairs import plan
+
+    one = Pair("one", "light", "max_num_seqs", 16, 8, ("l1", "l2"), "l8", "dev")
+    two = Pair("two", "mixed", "max_num_seqs", 16, 8, ("m1", "m2"), "m8", "validation", base_starts=2)
+    specs = plan([one, two])
+    assert specs["l1"].start == specs["l2"].start == specs["l8"].start == 0
+    assert specs["m1"].start == specs["m8"].start == 0 and specs["m2"].start == 1
+    assert specs["m1"].flags == specs["m2"].flags and (specs["m1"].seed, specs["m2"].seed) == (0, 1)
+    # every first start comes before any second one, so the base's runs are engine starts apart
+    assert sorted({(s.start, s.flags) for s in specs.values()})[-1][0] == 1
+
+
+def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_starts() -> None:
+    _, pairs = load_manifest(REPO / "benchmarks/data/advisor-pairs/manifest.yaml")
+    validation = [p for p in pairs if p.split == "validation"]
+    assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
+    assert all(p.base_starts == 2 for p in validation)
+    assert [p for p in pairs if p.split == "validation-1"]  # the spent half keeps its label
