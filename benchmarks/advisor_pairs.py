@@ -45,9 +45,9 @@ from benchmarks.advisor import (
     record_run,
 )
 
-# ``validation-1``: the first campaign's validation half, scored once (at b7af419) and spent: tuned on since,
-# beside ``dev``; ``validation`` is the half not yet scored.
-SPLITS = ("dev", "validation", "validation-1", "smoke")
+# ``validation-1`` and ``validation-2``: the first campaign's and round 2's validation halves, each scored once
+# (at b7af419, da55001) and spent: tuned on since, beside ``dev``; ``validation`` is the half not yet scored.
+SPLITS = ("dev", "validation", "validation-1", "validation-2", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
