@@ -22,11 +22,13 @@ Scoring a split gives, per pair and per metric (TTFT p95, ITL p95, preemptions/s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import math
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,7 +49,7 @@ from benchmarks.advisor import (
 
 # ``validation-1`` and ``validation-2``: the first campaign's and round 2's validation halves, each scored once
 # (at b7af419, da55001) and spent: tuned on since, beside ``dev``; ``validation`` is the half not yet scored.
-SPLITS = ("dev", "validation", "validation-1", "validation-2", "smoke")
+SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -69,14 +71,23 @@ WORKLOADS: dict[str, Traffic] = {
     # Streams decoding 96-160 tokens while 600-900-token prompts arrive: at a budget over the prompt a
     # whole prefill is one step, and every stream beside it waits for that step.
     "stutter-long-prefills": Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.9),
+    # The same at half the rate, for an engine slowed by WORKER_CPUS (3-4x slower steps).
+    "stutter-long-prefills-slow": Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.45),
     # Prompts 450-650 tokens, short answers: TTFT is mostly prefill, which a shared template shortens.
     "shared-prefixes": Traffic(prompt_tokens=(450, 650), max_tokens=((24, 1.0),), rate=2.0),
     # Short and long prompts, short and long answers, at once.
     "mixed": Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=1.5),
+    "mixed-slow": Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=0.6),
 }
 BASE_ENGINE: dict[str, Any] = {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES}
 ENGINE_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "kv_cache_memory_bytes")
 TRAFFIC_KNOBS = ("prefix_hit_ratio",)
+# A harness condition a pair's ``engine`` may set, not a vLLM flag: the model worker process held to this
+# many CPUs by a CFS quota with a short period (1 ms of CPU per slice), so every step runs uniformly
+# slower, as on a slower accelerator. On the tiny model most token gaps sit under vLLM's first ITL
+# bucket (10 ms), where no knob can move ITL p95; 3-4x slower steps put them in resolved buckets.
+WORKER_CPUS = "worker_cpus"
+WORKER_PROCESS = "VLLM::Worker"  # the process name vLLM V1 gives the model executor
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -362,7 +373,7 @@ class CaptureSpec:
     """One capture folder: the engine it runs on, its traffic and the seed of its draws."""
 
     name: str
-    flags: tuple[tuple[str, int], ...]  # sorted engine flags: captures with equal flags share an engine start
+    flags: tuple[tuple[str, float], ...]  # sorted engine flags: captures with equal flags share an engine start
     traffic: Traffic
     seed: int
     start: int = 0  # 1: on a second engine start with the same flags, after every first start
@@ -398,6 +409,30 @@ def plan(pairs: list[Pair]) -> dict[str, CaptureSpec]:
     return specs
 
 
+@contextlib.contextmanager
+def _slowed(server: Any, cpus: float | None) -> Iterator[None]:
+    """Hold the engine's model worker to ``cpus`` CPUs for the block (no limit when None)."""
+    if cpus is None:
+        yield
+        return
+    from benchmarks.realvllm import pid_alive
+    from tests.realvllm.starve import cpu_quota
+
+    workers = [pid for pid in server.pids() if pid_alive(pid) and _process_name(pid) == WORKER_PROCESS]
+    if not workers:
+        raise RuntimeError(f"no {WORKER_PROCESS} process under the engine to slow")
+    # 1 ms of CPU per slice: the kernel's smallest quota, so the stalls stay far under a token gap.
+    with cpu_quota(workers, float(cpus), period_us=round(1000 / float(cpus))):
+        yield
+
+
+def _process_name(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
+    except OSError:
+        return ""
+
+
 def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = None) -> dict[str, float]:
     """Run the captures on the real engine, one engine start per distinct set of flags and start index
     (every first start before any second one, so a base's two runs are minutes and engine starts apart, as
@@ -411,7 +446,8 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
     for start, flags in sorted({(s.start, s.flags) for s in todo}):
         t0 = time.monotonic()
         engine: dict[str, Any] = dict(flags)
-        with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server:
+        worker_cpus = engine.pop(WORKER_CPUS, None)
+        with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, _slowed(server, worker_cpus):
             asyncio.run(_warm_up(server.base_url))
             timings[f"start {start} {dict(flags)}"] = time.monotonic() - t0
             for spec in (s for s in todo if s.flags == flags and s.start == start):

@@ -19,15 +19,16 @@ def _cpu_cgroup_of(pid: int) -> str:
 
 
 @contextlib.contextmanager
-def cpu_quota(pids: list[int], cpus: float) -> Iterator[Path]:
-    """Move ``pids`` (whole thread groups) into a new cgroup limited to ``cpus`` CPUs; undo on exit."""
+def cpu_quota(pids: list[int], cpus: float, period_us: int = 100_000) -> Iterator[Path]:
+    """Move ``pids`` (whole thread groups) into a new cgroup limited to ``cpus`` CPUs per ``period_us``;
+    undo on exit. A short period spreads the limit evenly (a slower machine); the default 100 ms lets a
+    burst run, then stalls it, as a container's limit does."""
     if not (CPU_V1 / "cpu.cfs_quota_us").exists():
         raise RuntimeError(f"no cgroup-v1 cpu controller at {CPU_V1}")
     group = CPU_V1 / f"vllm-diag-test-{os.getpid()}"
     group.mkdir(exist_ok=True)
-    period = 100_000
-    (group / "cpu.cfs_period_us").write_text(str(period))
-    (group / "cpu.cfs_quota_us").write_text(str(int(period * cpus)))
+    (group / "cpu.cfs_period_us").write_text(str(period_us))
+    (group / "cpu.cfs_quota_us").write_text(str(max(1000, int(period_us * cpus))))  # the kernel's floor: 1 ms
     origins = {pid: _cpu_cgroup_of(pid) for pid in pids}
     try:
         for pid in pids:
