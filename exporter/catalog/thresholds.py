@@ -94,6 +94,10 @@ class Thresholds:
     # -- ITL structure (symptom B) -------------------------------------------------------
     itl_tail_ratio: float = threshold(3.0, "ratio",
         "ITL p99 over p50 above which the stream stutters (B1/B2) rather than being uniformly slow (B3/G).", 1)
+    itl_median_share: float = threshold(0.5, "ratio",
+        "Share of the ITL objective's threshold the median token gap takes, at or above which the slowness is "
+        "uniform: a gap that misses is then mostly the median, and a tail over it is a detail (G keeps the miss "
+        "on a TP/PP engine with KV to spare; B1/B2 defer).", 0, 1)
     prefill_token_share: float = threshold(0.3, "ratio",
         "Share of computed tokens that are prompt tokens above which prefills compete with decode (B1).", 0, 1)
     batch_fill_high: float = threshold(0.8, "ratio",

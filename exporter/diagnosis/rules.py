@@ -743,11 +743,41 @@ def slow_path_explains(ctx: Context) -> str | None:
             f"{_recent(ctx)}): see B4")
 
 
+def uniform_itl_bulk(ctx: Context) -> float | None:
+    """The window's median token gap when it takes ``itl_median_share`` or more of the ITL objective's
+    threshold: a gap that misses the threshold is then mostly the median, the slowness every gap has, and a
+    tail over it (a prefill stutter) is the smaller part of the miss."""
+    median = ctx.signals.latency.itl_quantiles.get(0.5)
+    threshold = ctx.slo.objectives()["itl"].threshold_seconds
+    return median if median is not None and median >= ctx.thresholds.itl_median_share * threshold else None
+
+
+def parallelism_unused(ctx: Context) -> str | None:
+    """The engine spans GPUs (TP x PP > 1) while its KV cache is mostly free: the first suspect for uniformly
+    slow steps is the communication between them (G)."""
+    degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
+    usage = ctx.signals.kv.usage_mean
+    if degree > 1 and usage is not None and usage < ctx.thresholds.kv_relief_usage:
+        return f"TP x PP = {degree} with KV mostly free ({_pct(usage)} used)"
+    return None
+
+
+def communication_explains(ctx: Context) -> str | None:
+    """A stutter rule stays quiet when the median gap is most of a missed gap on an engine whose GPUs talk for
+    every step: smaller prefill chunks would leave most of the miss in place (the tp-overhead shape, where
+    prefill steps lift the tail ratio near its mark over gaps that are all slow)."""
+    median = uniform_itl_bulk(ctx)
+    if median is None or (suspect := parallelism_unused(ctx)) is None:
+        return None
+    return (f"the median token gap {_s(median)} is most of the ITL objective's "
+            f"{_s(ctx.slo.objectives()['itl'].threshold_seconds)} and {suspect}: see G")
+
+
 def rule_b1(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    if (reason := slow_path_explains(ctx)) is not None:
+    if (reason := slow_path_explains(ctx)) is not None or (reason := communication_explains(ctx)) is not None:
         return clear(reason)
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prefill_token_share is None:
@@ -774,7 +804,7 @@ def rule_b2(ctx: Context) -> Finding:
         return abstain(unknown_fact("max_num_batched_tokens"))
     if (early := _stutter_gate(ctx)) is not None:
         return early
-    if (reason := slow_path_explains(ctx)) is not None:
+    if (reason := slow_path_explains(ctx)) is not None or (reason := communication_explains(ctx)) is not None:
         return clear(reason)
     tail = s.latency.itl_tail_ratio
     if tail is None or s.traffic.prompt_length_mean is None or s.traffic.prompt_length_mean <= 0:
@@ -847,9 +877,8 @@ def rule_b4(ctx: Context) -> Finding:
         tail = recent_tail if tail is None else min(tail, recent_tail)
     if tail is not None and tail >= t.itl_tail_ratio and slow_median_now(ctx) is None:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, see B1/B2")
-    degree = (ctx.facts.tensor_parallel_size or 1) * (ctx.facts.pipeline_parallel_size or 1)
-    if degree > 1 and s.kv.usage_mean is not None and s.kv.usage_mean < t.kv_relief_usage:
-        return clear(f"TP x PP = {degree} with KV mostly free: communication is the first suspect, see G")
+    if (suspect := parallelism_unused(ctx)) is not None:
+        return clear(f"{suspect}: communication is the first suspect, see G")
     fill = _batch_fill(ctx)
     if fill is not None and fill >= t.batch_fill_high:
         return clear(f"batch is {_pct(fill)} of max_num_seqs: a throughput-oriented batch, see B3")
@@ -1150,7 +1179,8 @@ def rule_g(ctx: Context) -> Finding:
     if (early := _stutter_gate(ctx)) is not None:
         return early
     tail = s.latency.itl_tail_ratio
-    if tail is not None and tail >= t.itl_tail_ratio:
+    median = uniform_itl_bulk(ctx)
+    if tail is not None and tail >= t.itl_tail_ratio and median is None:
         return clear(f"ITL stutters ({_tail_text(s)}): a scheduling cause, not communication")
     if s.kv.usage_mean is None:
         return abstain(vllm.KV_CACHE_USAGE_PERC)
@@ -1166,7 +1196,10 @@ def rule_g(ctx: Context) -> Finding:
         itl_breach(ctx).evidence,
         f"TP {tp or 1} x PP {pp or 1} while KV usage mean is only {_pct(s.kv.usage_mean)}",
         f"the model fits on one GPU ({fit_text}): the parallelism buys room that is not used",
-        f"ITL uniformly slow ({_tail_text(s)})" if tail is not None else "ITL tail shape unknown",
+        (f"the median token gap {_s(median)} is most of the ITL objective's threshold ({_tail_text(s)}): slow "
+         "throughout"
+         if median is not None else
+         f"ITL uniformly slow ({_tail_text(s)})" if tail is not None else "ITL tail shape unknown"),
     )
 
 

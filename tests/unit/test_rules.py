@@ -557,3 +557,28 @@ def test_with_offload_a_miss_is_a_copy_d_weakens_and_says_so_f_counts_the_tier()
     assert RULE_BY_ID["F6"](_ctx(evicted, {})).status == "fired"
     tiered = RULE_BY_ID["F6"](_ctx({**evicted, **OFFLOAD}, {}))
     assert tiered.status == "clear" and "with the KV offload tier" in tiered.evidence[0]
+
+
+# Every gap slow on a TP engine (the median 90 % of the 0.1 s threshold, so the median alone does not miss),
+# prefill steps lifting the tail just over the mark: tp-overhead's shape.
+SLOW_WITH_TAIL = dict(itl_quantiles={0.5: 0.09, 0.95: 0.2, 0.99: 0.28}, itl_tail_ratio=0.28 / 0.09,
+                      itl_histogram=hist(ITL_BOUNDS, [0, 0, 0, 7000, 4000, 800, 200]),
+                      prefill_token_share=0.6, tokens_per_step_p99=12000, kv_cache_usage_mean=0.2)
+
+
+def test_slow_median_on_a_tp_engine_is_communication_even_with_a_tail():
+    ctx = _ctx(SLOW_WITH_TAIL, {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
+    assert (ctx.signals.latency.itl_tail_ratio or 0) >= T.itl_tail_ratio
+    g = RULE_BY_ID["G"](ctx)
+    assert g.status == "fired" and any("median token gap" in line for line in g.evidence), g
+    for cause in ("B1", "B2"):
+        finding = RULE_BY_ID[cause](ctx)
+        assert finding.status == "clear" and "see G" in finding.evidence[0], (cause, finding)
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "distributed"
+
+
+def test_a_stutter_over_fast_gaps_on_a_tp_engine_stays_the_schedulers():
+    ctx = _ctx({**SLOW_WITH_TAIL, **STUTTER}, {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
+    assert RULE_BY_ID["G"](ctx).status == "clear"
+    assert RULE_BY_ID["B1"](ctx).status == "fired"
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "scheduler"
