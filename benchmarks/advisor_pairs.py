@@ -49,7 +49,7 @@ from benchmarks.advisor import (
 
 # ``validation-1`` and ``validation-2``: the first campaign's and round 2's validation halves, each scored once
 # (at b7af419, da55001) and spent: tuned on since, beside ``dev``; ``validation`` is the half not yet scored.
-SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "smoke")
+SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -88,6 +88,11 @@ TRAFFIC_KNOBS = ("prefix_hit_ratio",)
 # bucket (10 ms), where no knob can move ITL p95; 3-4x slower steps put them in resolved buckets.
 WORKER_CPUS = "worker_cpus"
 WORKER_PROCESS = "VLLM::Worker"  # the process name vLLM V1 gives the model executor
+# Another harness condition: the tiny model with its vocabulary padded to this many tokens (a real model's
+# 128k), made once beside the tiny model by tests/realvllm/make_model.py. Every decoded sequence then pays
+# for the LM head over the whole vocabulary, so a step costs ~1 ms per sequence, as a larger model's decode
+# step does, while a prefill costs what it did: steady slow steps, with no CPU quota's throttling noise.
+PADDED_VOCAB = "padded_vocab"
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -426,6 +431,19 @@ def _slowed(server: Any, cpus: float | None) -> Iterator[None]:
         yield
 
 
+def padded_model(vocab: int) -> Path:
+    """The tiny model with its vocabulary padded to ``vocab`` tokens, made on first use (seconds)."""
+    import subprocess
+
+    from benchmarks.realvllm import REPO, model_dir, vllm_venv
+
+    path = model_dir().parent / f"{model_dir().name}-v{vocab}"
+    if not (path / "model.safetensors").is_file():
+        subprocess.run([str(vllm_venv() / "bin" / "python"), str(REPO / "tests" / "realvllm" / "make_model.py"),
+                        str(path), str(vocab)], check=True)
+    return path
+
+
 def _process_name(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/comm").read_text(encoding="utf-8").strip()
@@ -447,6 +465,8 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
         t0 = time.monotonic()
         engine: dict[str, Any] = dict(flags)
         worker_cpus = engine.pop(WORKER_CPUS, None)
+        if (padded := engine.pop(PADDED_VOCAB, None)) is not None:
+            engine["model"] = padded_model(int(padded))
         with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, _slowed(server, worker_cpus):
             asyncio.run(_warm_up(server.base_url))
             timings[f"start {start} {dict(flags)}"] = time.monotonic() - t0

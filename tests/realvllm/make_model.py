@@ -75,13 +75,18 @@ def make_tokenizer(out_dir: Path) -> int:
     return len(fast)
 
 
-def make_model(out_dir: Path, vocab_size: int) -> None:
+def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None) -> None:
+    """The 2-layer Llama; with ``padded_vocab``, its vocabulary (embedding and tied LM head) padded with zero
+    rows to that size, as a real model's 128k-token vocabulary: every decoded sequence then pays for the LM
+    head over all of it (a step costs per sequence, as a larger model's decode does), while a prefill still
+    costs what it did (logits are computed for one position per request). A zero row's logit is 0 and the
+    trained rows' maximum is above it, so greedy decoding never picks a padded id the tokenizer lacks."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(SEED)
     config = LlamaConfig(
-        vocab_size=vocab_size,
+        vocab_size=max(vocab_size, padded_vocab or 0),
         hidden_size=128,
         intermediate_size=256,
         num_hidden_layers=2,
@@ -97,17 +102,20 @@ def make_model(out_dir: Path, vocab_size: int) -> None:
     )
     config.dtype = torch.float32  # written to config.json ("dtype") so vLLM sees float32
     model = LlamaForCausalLM(config).to(torch.float32).eval()
+    if config.vocab_size > vocab_size:
+        with torch.no_grad():
+            model.get_input_embeddings().weight[vocab_size:].zero_()
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 2:
-        print(f"usage: {argv[0]} OUT_DIR", file=sys.stderr)
+    if len(argv) not in (2, 3):
+        print(f"usage: {argv[0]} OUT_DIR [PADDED_VOCAB]", file=sys.stderr)
         return 2
     out_dir = Path(argv[1])
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_size = make_tokenizer(out_dir)
-    make_model(out_dir, vocab_size)
+    make_model(out_dir, vocab_size, int(argv[2]) if len(argv) == 3 else None)
     # Sanity check: the words the harness uses are single tokens, so prompt length ~= word count.
     from transformers import AutoTokenizer
 

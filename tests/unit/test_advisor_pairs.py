@@ -131,5 +131,6 @@ def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_st
     validation = [p for p in pairs if p.split == "validation"]
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 for p in validation)
+    # the spent halves keep their labels
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
-    assert spent == {"validation-1", "validation-2", "validation-3"}  # the spent halves keep their labels
+    assert spent == {"validation-1", "validation-2", "validation-3", "validation-4"}
