@@ -582,3 +582,10 @@ def test_a_stutter_over_fast_gaps_on_a_tp_engine_stays_the_schedulers():
     assert RULE_BY_ID["G"](ctx).status == "clear"
     assert RULE_BY_ID["B1"](ctx).status == "fired"
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "scheduler"
+
+
+def test_when_the_model_needs_its_gpus_the_stutter_keeps_its_own_cause():
+    facts = {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, "gpu": "H100", "model_weight_bytes": 140e9}
+    ctx = _ctx(SLOW_WITH_TAIL, facts)
+    assert RULE_BY_ID["G"](ctx).status == "clear"
+    assert RULE_BY_ID["B1"](ctx).status == "fired"
