@@ -15,6 +15,7 @@ from benchmarks.advisor_pairs import (
     interval,
     load_manifest,
     noise_sigma,
+    plan,
     queue_baseline,
     summary,
     wilson,
@@ -134,3 +135,18 @@ def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_st
     # the spent halves keep their labels
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4"}
+
+
+def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
+    # A pair's engine conditions (a CPU quota on the worker, a padded vocabulary) are part of the flags an
+    # engine start is shared by: a quota'd capture never runs on a plain engine with the same vLLM flags.
+    plain = _pair()
+    slowed = Pair("q", "long-prompts-queue", "max_num_batched_tokens", 32, 1024, ("d", "e"), "f", "validation",
+                  {"worker_cpus": 0.3})
+    padded = Pair("r", "long-prompts-queue", "max_num_batched_tokens", 32, 1024, ("g", "h"), "i", "validation",
+                  {"padded_vocab": 524288})
+    specs = plan([plain, slowed, padded])
+    starts = {name: spec.flags for name, spec in specs.items()}
+    assert len({starts["a"], starts["d"], starts["g"]}) == 3
+    assert ("worker_cpus", 0.3) in starts["d"] and ("padded_vocab", 524288) in starts["g"]
+    assert dict(starts["f"])["max_num_batched_tokens"] == 1024 and ("worker_cpus", 0.3) in starts["f"]
