@@ -47,8 +47,9 @@ from benchmarks.advisor import (
     record_run,
 )
 
-# ``validation-1`` and ``validation-2``: the first campaign's and round 2's validation halves, each scored once
-# (at b7af419, da55001) and spent: tuned on since, beside ``dev``; ``validation`` is the half not yet scored.
+# ``validation-1`` ... ``validation-4``: the first campaign's and rounds 2-4's validation halves, each scored once
+# (at b7af419, da55001, 8d00712, c046e2f) and spent: tuned on since, beside ``dev``; ``validation`` is the
+# newest half (round 5, scored once at 74e2ea9).
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
@@ -88,10 +89,10 @@ TRAFFIC_KNOBS = ("prefix_hit_ratio",)
 # bucket (10 ms), where no knob can move ITL p95; 3-4x slower steps put them in resolved buckets.
 WORKER_CPUS = "worker_cpus"
 WORKER_PROCESS = "VLLM::Worker"  # the process name vLLM V1 gives the model executor
-# Another harness condition: the tiny model with its vocabulary padded to this many tokens (a real model's
-# 128k), made once beside the tiny model by tests/realvllm/make_model.py. Every decoded sequence then pays
-# for the LM head over the whole vocabulary, so a step costs ~1 ms per sequence, as a larger model's decode
-# step does, while a prefill costs what it did: steady slow steps, with no CPU quota's throttling noise.
+# Another harness condition: the tiny model with its vocabulary padded to this many tokens, made once beside
+# the tiny model by tests/realvllm/make_model.py. Every decode step then reads the whole tied LM head (at
+# 524288 tokens, 268 MB: ~10 ms, plus ~1 ms per sequence), as an accelerator's decode step reads the
+# weights, while a prefill costs what it did: steady slow steps, without a CPU quota's throttling noise.
 PADDED_VOCAB = "padded_vocab"
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0

@@ -2,7 +2,7 @@
 
 Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
 
-    ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR
+    ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR [PADDED_VOCAB]
 
 Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
 generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
@@ -77,10 +77,10 @@ def make_tokenizer(out_dir: Path) -> int:
 
 def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None) -> None:
     """The 2-layer Llama; with ``padded_vocab``, its vocabulary (embedding and tied LM head) padded with zero
-    rows to that size, as a real model's 128k-token vocabulary: every decoded sequence then pays for the LM
-    head over all of it (a step costs per sequence, as a larger model's decode does), while a prefill still
-    costs what it did (logits are computed for one position per request). A zero row's logit is 0 and the
-    trained rows' maximum is above it, so greedy decoding never picks a padded id the tokenizer lacks."""
+    rows to that size: every decode step then reads the whole LM head (memory-bound, as a larger model's
+    decode step reads its weights), while a prefill still costs what it did (logits are computed for one
+    position per request). A zero row's logit is 0 and the trained rows' maximum is above it, so greedy
+    decoding never picks a padded id the tokenizer lacks."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
