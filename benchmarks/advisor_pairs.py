@@ -29,7 +29,7 @@ import statistics
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -65,21 +65,23 @@ WILSON_Z = statistics.NormalDist().inv_cdf(0.975)
 # Workloads a pair may name: the traffic of each; the engine is the harness default with the pair's
 # ``engine`` flags and the knob at ``from`` (base) or ``to`` (after). A prefix_hit_ratio pair changes
 # the prompts instead (one template in front of each, of the ``to`` share of the mean prompt).
+# Streams decoding 96-160 tokens while 600-900-token prompts arrive: at a budget over the prompt a whole
+# prefill is one step, and every stream beside it waits for that step.
+STUTTER = Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.9)
+# Short and long prompts, short and long answers, at once.
+MIXED = Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=1.5)
 WORKLOADS: dict[str, Traffic] = {
     "long-prompts-queue": LONG_PROMPTS,
     "kv-pressure": PRESSURE,
     "long-outputs": LONG_OUTPUTS,
     "light": Traffic(prompt_tokens=(60, 120), max_tokens=((32, 1.0),), rate=0.5),
-    # Streams decoding 96-160 tokens while 600-900-token prompts arrive: at a budget over the prompt a
-    # whole prefill is one step, and every stream beside it waits for that step.
-    "stutter-long-prefills": Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.9),
-    # The same at half the rate, for an engine slowed by WORKER_CPUS (3-4x slower steps).
-    "stutter-long-prefills-slow": Traffic(prompt_tokens=(600, 900), max_tokens=((96, 0.5), (160, 0.5)), rate=0.45),
+    "stutter-long-prefills": STUTTER,
+    # The open loads at a lower rate, for an engine slowed by WORKER_CPUS (3-4x slower steps).
+    "stutter-long-prefills-slow": replace(STUTTER, rate=0.45),
     # Prompts 450-650 tokens, short answers: TTFT is mostly prefill, which a shared template shortens.
     "shared-prefixes": Traffic(prompt_tokens=(450, 650), max_tokens=((24, 1.0),), rate=2.0),
-    # Short and long prompts, short and long answers, at once.
-    "mixed": Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=1.5),
-    "mixed-slow": Traffic(prompt_tokens=(40, 700), max_tokens=((16, 0.4), (64, 0.3), (160, 0.3)), rate=0.6),
+    "mixed": MIXED,
+    "mixed-slow": replace(MIXED, rate=0.6),
 }
 BASE_ENGINE: dict[str, Any] = {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES}
 ENGINE_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "kv_cache_memory_bytes")
@@ -422,10 +424,9 @@ def _slowed(server: Any, cpus: float | None) -> Iterator[None]:
     if cpus is None:
         yield
         return
-    from benchmarks.realvllm import pid_alive
     from tests.realvllm.starve import cpu_quota
 
-    workers = [pid for pid in server.pids() if pid_alive(pid) and _process_name(pid) == WORKER_PROCESS]
+    workers = [pid for pid in server.pids() if _process_name(pid) == WORKER_PROCESS]  # a gone pid reads ""
     if not workers:
         raise RuntimeError(f"no {WORKER_PROCESS} process under the engine to slow")
     # 1 ms of CPU per slice: the kernel's smallest quota, so the stalls stay far under a token gap.

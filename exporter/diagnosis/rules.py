@@ -772,8 +772,9 @@ def communication_explains(ctx: Context) -> str | None:
     fits, fit_text = model_fits_one_gpu(ctx)
     if not fits:  # G can only name the parallelism when it is optional; else the stutter keeps its own cause
         return None
-    return (f"the median token gap {_s(median)} is most of the ITL objective's "
-            f"{_s(ctx.slo.objectives()['itl'].threshold_seconds)}, {suspect} and {fit_text}: see G")
+    threshold = ctx.slo.objectives()["itl"].threshold_seconds
+    return (f"the median token gap {_s(median)} is most of the ITL objective's {_s(threshold)}, {suspect} and "
+            f"{fit_text}: see G")
 
 
 def rule_b1(ctx: Context) -> Finding:
