@@ -47,11 +47,11 @@ from benchmarks.advisor import (
     record_run,
 )
 
-# ``validation-1`` ... ``validation-5``: the first campaign's and rounds 2-5's validation halves, each scored once
-# (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9) and spent: tuned on since, beside ``dev``; ``validation``
-# is the half not yet scored (round 6).
+# ``validation-1`` ... ``validation-6``: the first campaign's and rounds 2-6's validation halves, each scored once
+# (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395) and spent: tuned on since, beside ``dev``;
+# ``validation`` is the half not yet scored (round 7).
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "smoke")
+          "validation-6", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...

@@ -134,7 +134,8 @@ def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_st
     assert all(p.base_starts == 2 for p in validation)
     # the spent halves keep their labels
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
-    assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5"}
+    assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
+                     "validation-6"}
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
