@@ -14,8 +14,8 @@ What is read, and from where (all window deltas, never lifetime counters):
   from the engine facts;
 * prefix reuse: the token hit ratio, as one shared system prompt of that share of the mean prompt;
 * frontend: mean e2e minus queue and inference time (tokenisation, template, IPC, and the wait for
-  the step under way, since vLLM stamps QUEUED between steps); the model applies that minus its own
-  mean wait for a step, so the wait is not counted twice.
+  the step under way, since vLLM stamps QUEUED between steps), at most the mean TTFT beyond the mean
+  prefill; the model applies that minus its own mean wait for a step, so the wait is not counted twice.
 
 ``check`` then runs the calibrated model with several seeds and compares TTFT p95, ITL p95,
 preemptions/s and generation throughput with the window; the error is part of the result.
@@ -385,7 +385,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     e2e_mean = e2e_hist.mean() if e2e_hist is not None else None
     inference_hist = window.histogram(vllm.REQUEST_INFERENCE_TIME_SECONDS)
     inference_mean = inference_hist.mean() if inference_hist is not None else None
-    frontend = _frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean,
+    frontend = frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean,
                                  finished / window.duration)
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
@@ -421,14 +421,17 @@ def compute_floor(facts: EngineFacts, thresholds: Thresholds) -> float:
     return 2.0 * params / (sheet.peak_flops * thresholds.advice_compute_efficiency)
 
 
-def _frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2e: float | None,
+def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2e: float | None,
                       inference: float | None, rate: float) -> float:
     """Time a request spends outside the engine (tokenisation, template, IPC, output handling).
 
     e2e - queue - inference is one population (all observed at finish); TTFT is observed at the first
     token, so with long outputs and long queues its mean is of other requests than the queue's. The
     model's API server handles one request at a time, so the estimate is also capped where it would
-    keep that server more than half busy (waiting for a CPU is not work).
+    keep that server more than half busy (waiting for a CPU is not work). The model spends the
+    frontend time before the first token, so it is also capped at the mean TTFT beyond the mean
+    prefill: one request that the client or the server held after its last token (seconds of e2e
+    with a fast first token) must not put that wait in front of every first token.
     """
     if e2e is not None and queue is not None and inference is not None:
         value = e2e - queue - inference
@@ -437,6 +440,8 @@ def _frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e
     else:
         value = 0.0
     cap = 0.5 / rate if rate > 0 else value
+    if prefill is not None:
+        cap = min(cap, ttft - prefill)
     return max(0.0, min(value, cap))
 
 

@@ -13,6 +13,7 @@ from exporter.advisor.calibrate import (
     CannotCalibrate,
     Outcome,
     fit_step_cost,
+    frontend_seconds,
     lengths_from_histogram,
     relative_error,
     sampling_band,
@@ -82,6 +83,18 @@ def test_step_cost_never_negative() -> None:
     # A prefill mean below what the ITL implies would need a negative per-token cost: clamp, fit the rest.
     cost = fit_step_cost((1.0, 40.0), (12.0, 900.0), 0.01, 0.05)
     assert cost.fixed_s > 0 and cost.per_token_s >= 0
+
+
+def test_frontend_time_is_what_a_request_spends_outside_the_engine() -> None:
+    # e2e 120 ms = 10 ms queue + 100 ms inference + 10 ms outside; TTFT 50 ms leaves room for it.
+    assert frontend_seconds(0.050, 0.010, 0.030, 0.120, 0.100, rate=1.0) == pytest.approx(0.010)
+
+
+def test_one_request_held_after_its_last_token_is_not_frontend_time() -> None:
+    # 24 requests, one held 7 s after its last token: e2e - queue - inference reads 0.3 s a request,
+    # but every first token came within 100 ms (mean 32 ms, 23 ms of it prefill): at most 9 ms is frontend.
+    value = frontend_seconds(0.0324, 0.0001, 0.0234, 0.70, 0.39, rate=0.4)
+    assert value == pytest.approx(0.0324 - 0.0234)
 
 
 @pytest.mark.parametrize(("text", "value"), [("6", 6), ("2k", 2000), ("8GiB", 8 * 2**30), ("512Mi", 512 * 2**20),
