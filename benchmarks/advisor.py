@@ -569,9 +569,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--manifest", metavar="FILE", help="score the real before/after pairs of this manifest "
                         "(benchmarks/advisor_pairs.py) instead of the four cases")
     parser.add_argument("--split", default="validation",
-                        help="with --manifest: the split(s) to score: dev, validation, validation-1, validation-2, "
-                        "validation-3, validation-4, validation-5, validation-6, smoke, all, or a comma list "
-                        "(default validation)")
+                        help="with --manifest: the split(s) to score: dev, validation, validation-1 ... validation-7 "
+                        "(spent halves), smoke, all, or a comma list (default validation)")
     parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM "
                         "(all: every capture of the manifest not on disk yet)")
     parser.add_argument("--seconds", type=float, default=None, help="with --capture: captured seconds per run")

@@ -47,11 +47,11 @@ from benchmarks.advisor import (
     record_run,
 )
 
-# ``validation-1`` ... ``validation-6``: the first campaign's and rounds 2-6's validation halves, each scored once
-# (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395) and spent: tuned on since, beside ``dev``;
-# ``validation`` is the half not yet scored (round 7).
+# ``validation-1`` ... ``validation-7``: the first campaign's and rounds 2-7's validation halves, each scored once
+# (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
+# ``validation`` is the half not yet scored (round 8).
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "validation-6", "smoke")
+          "validation-6", "validation-7", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -115,6 +115,10 @@ class Pair:
     # Engine starts the base's two runs span: 1, both on one start (the first campaign); 2, the second run
     # on an engine start of its own, after every first start, as the after runs on another start too.
     base_starts: int = 1
+    # Every capture of the pair on a fresh engine start of its own, run on no other capture: an engine that
+    # served heavier loads first runs its steps 15-25 % slower (round 7's light bases), which a base shared
+    # with other workloads and an after on a fresh start would read as the knob's effect.
+    fresh_starts: bool = False
 
     @property
     def what_if(self) -> str:
@@ -140,7 +144,7 @@ def load_manifest(path: Path) -> tuple[Path, list[Pair]]:
             raise ValueError(f"pair {item['id']}: base_starts is 1 or 2, not {starts}")
         pairs.append(Pair(item["id"], item["workload"], item["knob"], item["from"], item["to"],
                           (str(base[0]), str(base[1])), str(item["after"]), item["split"],
-                          dict(item.get("engine") or {}), starts))
+                          dict(item.get("engine") or {}), starts, bool(item.get("fresh_starts", False))))
     return captures, pairs
 
 
@@ -386,6 +390,12 @@ class CaptureSpec:
     traffic: Traffic
     seed: int
     start: int = 0  # 1: on a second engine start with the same flags, after every first start
+    alone: bool = False  # on an engine start of its own, shared with no other capture
+
+    @property
+    def engine_start(self) -> tuple[int, tuple[tuple[str, float], ...], str]:
+        """Captures with equal keys share one engine start, in this order."""
+        return self.start, self.flags, self.name if self.alone else ""
 
 
 def engine_flags(pair: Pair, value: float) -> dict[str, Any]:
@@ -412,7 +422,7 @@ def plan(pairs: list[Pair]) -> dict[str, CaptureSpec]:
                                          (pair.base[1], pair.before, 1, second_start),
                                          (pair.after, pair.after_value, 0, 0)):
             spec = CaptureSpec(name, tuple(sorted(engine_flags(pair, value).items())), traffic(pair, value), seed,
-                               start)
+                               start, pair.fresh_starts)
             if specs.setdefault(name, spec) != spec:
                 raise ValueError(f"capture {name}: pair {pair.id} describes it differently from another pair")
     return specs
@@ -464,7 +474,8 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
 
     todo = [s for s in specs if not (captures / s.name / "run.json").exists()]
     timings: dict[str, float] = {}
-    for start, flags in sorted({(s.start, s.flags) for s in todo}):
+    for key in sorted({s.engine_start for s in todo}):
+        start, flags, _ = key
         t0 = time.monotonic()
         engine: dict[str, Any] = dict(flags)
         worker_cpus = engine.pop(WORKER_CPUS, None)
@@ -472,8 +483,8 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
             engine["model"] = padded_model(int(padded))
         with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, _slowed(server, worker_cpus):
             asyncio.run(_warm_up(server.base_url))
-            timings[f"start {start} {dict(flags)}"] = time.monotonic() - t0
-            for spec in (s for s in todo if s.flags == flags and s.start == start):
+            timings[f"start {start} {dict(flags)} {key[2]}".rstrip()] = time.monotonic() - t0
+            for spec in (s for s in todo if s.engine_start == key):
                 t1 = time.monotonic()
                 meta = asyncio.run(record_run(server, RunSpec(spec.name, "pair", spec.traffic),
                                               captures / spec.name, seed=spec.seed, seconds=seconds))

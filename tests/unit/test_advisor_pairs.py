@@ -127,15 +127,27 @@ def test_a_base_on_two_engine_starts_puts_its_second_run_on_a_start_of_its_own()
     assert sorted({(s.start, s.flags) for s in specs.values()})[-1][0] == 1
 
 
+def test_fresh_starts_give_every_capture_an_engine_start_of_its_own() -> None:
+    shared = Pair("shared", "light", "max_num_seqs", 16, 8, ("a1", "a2"), "a8", "dev", base_starts=2)
+    fresh = Pair("fresh", "mixed", "max_num_seqs", 16, 8, ("b1", "b2"), "b8", "validation", base_starts=2,
+                 fresh_starts=True)
+    other = Pair("other", "kv-pressure", "max_num_seqs", 16, 8, ("c1", "c2"), "c8", "dev", base_starts=2)
+    specs = plan([shared, fresh, other])
+    # a1 and c1 have equal flags and share a start; b1 has the same flags and a start of its own
+    assert specs["a1"].engine_start == specs["c1"].engine_start != specs["b1"].engine_start
+    assert len({specs[n].engine_start for n in ("b1", "b2", "b8")}) == 3
+    assert specs["b1"].flags == specs["a1"].flags
+
+
 def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_starts() -> None:
     _, pairs = load_manifest(REPO / "benchmarks/data/advisor-pairs/manifest.yaml")
     validation = [p for p in pairs if p.split == "validation"]
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
-    assert all(p.base_starts == 2 for p in validation)
+    assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-                     "validation-6"}
+                     "validation-6", "validation-7"}
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
