@@ -49,7 +49,7 @@ from benchmarks.advisor import (
 
 # ``validation-1`` ... ``validation-7``: the first campaign's and rounds 2-7's validation halves, each scored once
 # (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
-# ``validation`` is the half not yet scored (round 8).
+# ``validation`` is the current half (round 8, scored once at 717f398); the next round relabels it ``validation-8``.
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
           "validation-6", "validation-7", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")

@@ -139,7 +139,7 @@ def test_fresh_starts_give_every_capture_an_engine_start_of_its_own() -> None:
     assert specs["b1"].flags == specs["a1"].flags
 
 
-def test_the_committed_manifest_has_an_unscored_validation_half_on_two_engine_starts() -> None:
+def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -> None:
     _, pairs = load_manifest(REPO / "benchmarks/data/advisor-pairs/manifest.yaml")
     validation = [p for p in pairs if p.split == "validation"]
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
