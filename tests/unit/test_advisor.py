@@ -313,7 +313,9 @@ def test_json_shape() -> None:
 def test_validated_knobs_and_what_a_replica_costs() -> None:
     budget = Candidate((Change("max_num_batched_tokens", 256, 2048),), "")
     assert budget.validated and budget.accelerators == 1.0 and "no hardware" in budget.cost
-    for knob in ("max_num_seqs", "prefix_hit_ratio", "api_server_count", "replicas"):
+    for knob in ("max_num_seqs", "prefix_hit_ratio"):  # scored on the real before/after pairs
+        assert Candidate((Change(knob, 1, 2),), "").validated, knob
+    for knob in ("api_server_count", "replicas"):
         assert not Candidate((Change(knob, 1, 2),), "").validated, knob
     both = Candidate((Change("max_num_batched_tokens", 256, 2048), Change("replicas", 1, 3)), "")
     assert not both.validated and both.accelerators == 3.0 and "accelerator" in both.cost
