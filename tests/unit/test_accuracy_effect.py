@@ -15,10 +15,16 @@ def _engine() -> SimpleNamespace:
                                                  inter_token_latency=Histogram(BOUNDS)))
 
 
-def test_a_window_within_every_error_budget_is_unhurt_and_a_burst_over_it_is_not() -> None:
-    engine = _engine()
+def _tracking(engine: SimpleNamespace) -> UserEffect:
+    """The default objectives (99 % within 2.5 s and 100 ms), recording from t=0."""
     effect = UserEffect({"ttft": (2.5, 0.01), "itl": (0.1, 0.01)}, min_events=5)
     effect.record(0.0, engine, keep_s=60)
+    return effect
+
+
+def test_a_window_within_every_error_budget_is_unhurt_and_a_burst_over_it_is_not() -> None:
+    engine = _engine()
+    effect = _tracking(engine)
     engine.stats.time_to_first_token.observe(0.2, 100)
     engine.stats.inter_token_latency.observe(0.05, 1000)
     engine.stats.inter_token_latency.observe(0.1, 5)  # on the edge: within the objective
@@ -34,8 +40,7 @@ def test_a_window_within_every_error_budget_is_unhurt_and_a_burst_over_it_is_not
 
 def test_too_few_events_or_a_threshold_off_the_edges_is_never_unhurt() -> None:
     engine = _engine()
-    effect = UserEffect({"ttft": (2.5, 0.01), "itl": (0.1, 0.01)}, min_events=5)
-    effect.record(0.0, engine, keep_s=60)
+    effect = _tracking(engine)
     engine.stats.time_to_first_token.observe(0.2, 3)
     engine.stats.inter_token_latency.observe(0.05, 100)
     effect.record(5.0, engine, keep_s=60)
