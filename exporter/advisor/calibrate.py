@@ -386,7 +386,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     inference_hist = window.histogram(vllm.REQUEST_INFERENCE_TIME_SECONDS)
     inference_mean = inference_hist.mean() if inference_hist is not None else None
     frontend = frontend_seconds(ttft_mean, queue_mean, prefill_mean, e2e_mean, inference_mean,
-                                 finished / window.duration)
+                                finished / window.duration)
     arrivals = infer_arrivals(window, thresholds, e2e_mean)
     kv_bytes = facts.kv_cache_memory_bytes
     cal = Calibration(
@@ -422,7 +422,7 @@ def compute_floor(facts: EngineFacts, thresholds: Thresholds) -> float:
 
 
 def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2e: float | None,
-                      inference: float | None, rate: float) -> float:
+                     inference: float | None, rate: float) -> float:
     """Time a request spends outside the engine (tokenisation, template, IPC, output handling).
 
     e2e - queue - inference is one population (all observed at finish); TTFT is observed at the first

@@ -36,12 +36,10 @@ NOT_MODELLED: dict[str, str] = {
     "pipeline_parallel_size": "the model does not cover multi-GPU parallelism",
 }
 ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
-# Knobs whose predictions were checked against a real engine's before/after runs (docs/advisor.md,
-# "Validation on a real vLLM": the token budget both ways, the KV-cache size, the output cap). A
-# prediction for any other knob is the engine model's alone and says so (``validated: false``).
-# Knobs whose predictions were scored against a real engine's before/after pairs (docs/advisor.md: the
-# campaign and the validation rounds); api_server_count and replicas cannot be changed for real on the test
-# machine's two cores.
+# Knobs whose predictions were scored against a real engine's before/after pairs (docs/advisor.md,
+# "Validation on a real vLLM": the campaign and the validation rounds). A prediction for any other knob
+# (api_server_count, replicas: two cores cannot add a server's or a replica's capacity) is the engine
+# model's alone and says so (``validated: false``).
 VALIDATED: frozenset[str] = frozenset({"max_num_batched_tokens", "num_gpu_blocks_override", "kv_cache_memory_bytes",
                                        "max_tokens", "max_num_seqs", "prefix_hit_ratio"})
 # What a change costs besides accelerators (a replica is an accelerator more: ``Candidate.accelerators``).

@@ -128,11 +128,11 @@ def test_a_base_on_two_engine_starts_puts_its_second_run_on_a_start_of_its_own()
 
 
 def test_fresh_starts_give_every_capture_an_engine_start_of_its_own() -> None:
-    shared = Pair("shared", "light", "max_num_seqs", 16, 8, ("a1", "a2"), "a8", "dev", base_starts=2)
+    common = Pair("common", "light", "max_num_seqs", 16, 8, ("a1", "a2"), "a8", "dev", base_starts=2)
     fresh = Pair("fresh", "mixed", "max_num_seqs", 16, 8, ("b1", "b2"), "b8", "validation", base_starts=2,
                  fresh_starts=True)
     other = Pair("other", "kv-pressure", "max_num_seqs", 16, 8, ("c1", "c2"), "c8", "dev", base_starts=2)
-    specs = plan([shared, fresh, other])
+    specs = plan([common, fresh, other])
     # a1 and c1 have equal flags and share a start; b1 has the same flags and a start of its own
     assert specs["a1"].engine_start == specs["c1"].engine_start != specs["b1"].engine_start
     assert len({specs[n].engine_start for n in ("b1", "b2", "b8")}) == 3
@@ -151,8 +151,8 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
-    # A pair's engine conditions (a CPU quota on the worker, a padded vocabulary) are part of the flags an
-    # engine start is shared by: a quota'd capture never runs on a plain engine with the same vLLM flags.
+    # A pair's engine conditions (a CPU quota on the worker, a padded vocabulary) are part of the flags that
+    # group captures on one engine start: a quota'd capture never runs on a plain engine with the same vLLM flags.
     plain = _pair()
     slowed = Pair("q", "long-prompts-queue", "max_num_batched_tokens", 32, 1024, ("d", "e"), "f", "validation",
                   {"worker_cpus": 0.3})
