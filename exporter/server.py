@@ -11,7 +11,7 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 
@@ -79,14 +79,6 @@ class Sidecar:
         if history is None:
             history = self.histories[name] = VerdictHistory()
         return history
-
-    async def scheduled_scrape(self, name: str) -> None:
-        """The interval job: a scrape that shutdown cancels ends here, quietly. Re-raised, apscheduler
-        would log the cancellation as a failed job, with a traceback, on every clean stop."""
-        try:
-            await self.scrape(name)
-        except asyncio.CancelledError:
-            log.debug("scrape of %s cancelled (shutting down)", name)
 
     async def scrape(self, name: str) -> TargetState:
         pipeline = self.pipelines[name]
@@ -164,16 +156,17 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         # Spread first runs over the interval: many targets must not parse in one burst each cycle.
         offset = timedelta(seconds=interval * index / count)
         scheduler.add_job(
-            sidecar.scheduled_scrape, "interval", args=[name], seconds=interval, id=f"scrape:{name}",
-            max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
+            quiet_on_shutdown, "interval", args=[f"scrape of {name}", sidecar.scrape, name], seconds=interval,
+            id=f"scrape:{name}", max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
+            next_run_time=now + offset,
         )
     from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar
 
     advisor = AdvisorWorker(sidecar.settings.advisor)
     if sidecar.settings.advisor.enabled:
         # A look at each target's state every tick; work only for targets with an active symptom.
-        scheduler.add_job(advisor.run, "interval", args=[sidecar.pipelines.values()], seconds=ADVISOR_TICK_SECONDS,
-                          id="advise", max_instances=1, coalesce=True,
+        scheduler.add_job(quiet_on_shutdown, "interval", args=["advisor run", advisor.run, sidecar.pipelines.values()],
+                          seconds=ADVISOR_TICK_SECONDS, id="advise", max_instances=1, coalesce=True,
                           next_run_time=now + timedelta(seconds=ADVISOR_TICK_SECONDS))
     for recorder in sidecar.recorders():
         recorder.start()
@@ -188,6 +181,16 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await sidecar.session.close()
         for recorder in sidecar.recorders():  # what is queued reaches the disk before we exit
             await asyncio.get_running_loop().run_in_executor(None, recorder.close)
+
+
+async def quiet_on_shutdown(what: str, job: Callable[..., Awaitable[object]], *args: object) -> None:
+    """An interval job's body: a run that shutdown cancels (a scrape, an advisor run waiting for its worker
+    process) ends here, quietly. Re-raised, apscheduler would log the cancellation as a failed job, with a
+    traceback, on every clean stop."""
+    try:
+        await job(*args)
+    except asyncio.CancelledError:
+        log.debug("%s cancelled (shutting down)", what)
 
 
 # Above this many targets /metrics is joined in a worker thread: a state not rendered yet (the
