@@ -164,6 +164,17 @@ def _judge(name: str, objective: Objective, hist: HistogramDelta | None, min_eve
     )
 
 
+def missed_beyond_chance(status: ObjectiveStatus, z: float) -> bool:
+    """The objective is missed and not by chance: the lower Wilson bound (at ``z``) of the slow share
+    exceeds the error budget. A share of a few dozen events is a sample; the bound widens as it shrinks."""
+    if status.met is not False or status.bad_share is None or not status.events:
+        return False
+    n, p = status.events, status.bad_share
+    centre = p + z * z / (2 * n)
+    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
+    return (centre - spread) / (1 + z * z / n) > 1 - status.target
+
+
 def judge_all(histograms: Mapping[str, HistogramDelta | None], slo: Slo, min_events: float,
               tokens_per_event: Mapping[str, float | None] | None = None) -> dict[str, ObjectiveStatus]:
     """Every latency objective of ``slo`` over its histogram (``histograms`` by objective name)."""

@@ -180,6 +180,10 @@ class TargetPipeline:
             self._queued, now, signals.scheduler.queued_recent_fraction, max)))
         signals = replace(signals, kv=replace(signals.kv, prefix_hit_ratio_recent_low=_held(
             self._prefix_hits, now, signals.kv.prefix_hit_ratio_recent, min)))
+        low_since = _run_start(self._prefix_hits, lambda ratio: ratio < self.thresholds.prefix_hit_ratio_low)
+        if low_since is not None and signals.kv.prefix_hit_ratio_recent is not None:
+            signals = replace(signals, latency=replace(signals.latency, ttft_histogram_prefix_low=(
+                self.window.histogram_since(vllm.TIME_TO_FIRST_TOKEN_SECONDS, low_since, self._recent - 1))))
         signals = replace(signals, gpu=replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
             self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min)))
         slo = self.settings.slo_for(self.target)
@@ -243,6 +247,17 @@ def _held(buffer: TimeBuffer[float], now: float, value: float | None,
         return None
     buffer.push(now, value)
     return pick(buffer)
+
+
+def _run_start(buffer: TimeBuffer[float], holds: Callable[[float], bool]) -> float | None:
+    """When the newest run of readings for which ``holds`` is true began (the time of its oldest reading);
+    None when the newest reading does not hold."""
+    start = None
+    for timestamp, value in reversed(buffer.newest(len(buffer))):
+        if not holds(value):
+            break
+        start = timestamp
+    return start
 
 
 def replay(files: list[Path], pipeline: TargetPipeline, interval: float, start: float = 0.0,

@@ -198,6 +198,10 @@ class Latency:
     ttft_histogram_recent: HistogramDelta | None = None
     # Token gaps of the same steps (per token under speculative decoding, as itl_histogram).
     itl_histogram_recent: HistogramDelta | None = None
+    # First tokens since the prefix hit ratio went low (set by the pipeline): the steps of the newest evaluations
+    # in a row whose recent ratio is under the low mark, and the steps the first of them read; None while the
+    # newest one is not low.
+    ttft_histogram_prefix_low: HistogramDelta | None = None
 
     FLAT: ClassVar[Mapping[str, str]] = {"observations": "latency_observations"}
 
@@ -418,7 +422,7 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
 UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent",
-                                         "itl_histogram_recent"})
+                                         "itl_histogram_recent", "ttft_histogram_prefix_low"})
 # The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
 QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 

@@ -463,6 +463,16 @@ class Window:
             return None
         return self._histogram_over(self.steps[-steps:], name, match)
 
+    def histogram_since(self, name: str, since: float, earlier_steps: int = 0,
+                        match: LabelFilter = None) -> HistogramDelta | None:
+        """Observations of the steps that end at or after ``since``, and of the ``earlier_steps`` before them
+        (the effect since a cause's evidence began, with the steps that evidence was read over)."""
+        if len(self._scrapes) < 2 or not self.present(name):
+            return None
+        steps = self.steps
+        first = next((i for i, step in enumerate(steps) if step.end >= since), len(steps))
+        return self._histogram_over(steps[max(0, first - earlier_steps):], name, match)
+
     def histogram_by_step(self, name: str, match: LabelFilter = None) -> list[tuple[float, HistogramDelta]]:
         """Each step's observations as (the step's end, delta), oldest first; steps with none are left out."""
         if len(self._scrapes) < 2 or not self.present(name):

@@ -169,6 +169,11 @@ class Thresholds:
         "Burn rate at which the first tokens of the recent horizon alone count as missing their objective (a "
         "cause's onset, named beside its own recent evidence before the window's share shows it): 15 s of first "
         "tokens is a small sample, and one slow request in it is not an onset.", 1)
+    onset_confidence_z: float = threshold(1.645, "z",
+        "How sure the first tokens since a cause began must be that they miss their objective: the lower "
+        "Wilson bound of their slow share at this z (1.645: one-sided 95 %) must exceed the error budget. "
+        "A cause that began within the window is judged on its own steps, not diluted by the calm ones "
+        "before it, and a stretch of a few dozen first tokens is a sample, not a rate.", 0)
     sparse_cause_quiet_intervals: float = threshold(3, "intervals",
         "A cause made of sparse events (long prompts at a fraction of a request per second) has ended when "
         "none came for this many of its mean intervals in the window (and at least the recent horizon): "

@@ -242,17 +242,33 @@ def _breach_now(ctx: Context, name: str, hist: HistogramDelta | None) -> Breach 
     return replace(_judged(status, ""), evidence=f"{status.evidence()} over {_recent(ctx)}")
 
 
+def ttft_breach_since(ctx: Context, hist: HistogramDelta | None, since: str) -> Breach | None:
+    """The first tokens since a cause began (``hist``), when they miss their objective beyond chance
+    (objectives.missed_beyond_chance); None otherwise. Time-aligned: the cause's own stretch, neither diluted
+    by the calm minutes before it nor cut to the recent horizon."""
+    if hist is None:
+        return None
+    status = objectives.judge("ttft", ctx.slo.objectives()["ttft"], hist, ctx.thresholds.evidence_min_requests)
+    if not objectives.missed_beyond_chance(status, ctx.thresholds.onset_confidence_z):
+        return None
+    return replace(_judged(status, ""), evidence=f"{status.evidence()} since {since}")
+
+
 def ttft_missed_now(ctx: Context) -> bool:
     return ttft_breach_now(ctx) is not None
 
 
-def aligned_ttft_breach(ctx: Context, acting_now: bool) -> Breach:
+def aligned_ttft_breach(ctx: Context, acting_now: bool, since: Breach | None = None) -> Breach:
     """The first-token objective over the window, or, while the window still meets it and the cause acts now,
-    over the recent steps (time-aligned: the misses now are that cause's onset)."""
+    over the recent steps or ``since`` the cause began (time-aligned: the misses now are that cause's onset)."""
     breach = ttft_breach(ctx)
     if acting_now and breach.known and not breach.breached:
-        return ttft_breach_now(ctx) or breach
+        return ttft_breach_now(ctx) or since or breach
     return breach
+
+
+def ttft_breach_since_prefix_low(ctx: Context) -> Breach | None:
+    return ttft_breach_since(ctx, ctx.signals.latency.ttft_histogram_prefix_low, "the prefix hit ratio went low")
 
 
 def _prefix_low_now(low: Finding) -> bool:
@@ -274,7 +290,16 @@ def kv_evidence(s: Signals) -> str:
 
 
 def stutter_explained(ctx: Context) -> str | None:
-    """Preemption recomputes and CPU starvation both stretch inter-token gaps: they explain ITL first."""
+    """Preemption recomputes and CPU starvation both stretch inter-token gaps: they explain ITL first; then a
+    slow data-parallel engine, then prefill made of prompts the prefix cache should have served (F)."""
+    if (reason := _stutter_upstream(ctx)) is not None:
+        return reason
+    if (misses := prefill_of_prefix_misses(ctx, low_prefix_hit(ctx))) is not None:
+        return f"{misses}: the prefill that holds the steps is the prefix cache's to save, see F"
+    return None
+
+
+def _stutter_upstream(ctx: Context) -> str | None:
     s = ctx.signals
     if frequent_preemption(ctx):
         return (f"preemption explains the slow stream ({s.kv.preemptions:.0f} preemptions recomputed in the window): "
@@ -585,7 +610,7 @@ def rule_a4(ctx: Context) -> Finding:
 def rule_a5(ctx: Context) -> Finding:
     s, t = ctx.signals, ctx.thresholds
     low = low_prefix_hit(ctx)
-    breach = aligned_ttft_breach(ctx, _prefix_low_now(low))
+    breach = aligned_ttft_breach(ctx, _prefix_low_now(low), ttft_breach_since_prefix_low(ctx))
     if (early := gate(breach)) is not None:
         return early
     if low.status != "fired":
@@ -1115,13 +1140,40 @@ def rule_e(ctx: Context) -> Finding:
 
 # -- F: prefix cache ----------------------------------------------------------------------
 def _miss_cost(ctx: Context, low: Finding) -> str | None:
-    """What the misses cost users: a first-token objective missed while prefill dominates TTFT."""
+    """What the misses cost users: a first-token objective missed while prefill dominates TTFT, or token gaps
+    held by the prefill of those misses (prefill_of_prefix_misses) beyond the ITL objective."""
     s, t = ctx.signals, ctx.thresholds
-    breach = aligned_ttft_breach(ctx, _prefix_low_now(low))
+    breach = aligned_ttft_breach(ctx, _prefix_low_now(low), ttft_breach_since_prefix_low(ctx))
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     if breach.known and breach.breached and engine_share >= t.ttft_prefill_share:
         return f"{breach.evidence}, prefill + queue {_pct(min(1.0, engine_share))} of it"
+    stutter = itl_breach(ctx)
+    if stutter.known and stutter.breached and _stutter_upstream(ctx) is None and (
+            misses := prefill_of_prefix_misses(ctx, low)) is not None:
+        return f"{stutter.evidence}: {misses}"
     return None
+
+
+def prefill_of_prefix_misses(ctx: Context, low: Finding) -> str | None:
+    """Steps held by prefill (B1's shape: a stuttering tail, prompt tokens most of the computed ones) while
+    prompts that share a prefix miss the cache (F's precondition, with some hits): that prefill is largely
+    the recompute of shared blocks, and a cache that kept them would not hold the steps. None otherwise."""
+    s, t = ctx.signals, ctx.thresholds
+    tail, share = s.latency.itl_tail_ratio, s.traffic.prefill_token_share
+    if low.status != "fired" or not _hit_at_all(low, s) or tail is None or share is None:
+        return None
+    if tail < t.itl_tail_ratio or share < t.prefill_token_share:
+        return None
+    # vLLM evicts a cached prefix when a new block needs its room: only a pool that ran out (KV at its high mark,
+    # or preempting) at some time the window holds shows the misses were evictions. Without that, the misses
+    # are prompts that do not share (unique documents), and their prefill is intrinsic (B1).
+    full, preempted = s.kv.full_fraction or 0.0, s.kv.preemptions or 0.0
+    if not (full > 0 or preempted > 0):
+        return None
+    pool = (f"KV at its high mark in {_pct(full)} of scrapes" if full > 0 else
+            f"{preempted:.0f} preemptions in the window")
+    return (f"{_tail_text(s)} with prompt tokens {_pct(share)} of computed tokens, while the prefix cache misses "
+            f"({low.evidence[0] if low.evidence else 'low hit ratio'}) and the pool ran out ({pool})")
 
 
 def rule_f(ctx: Context) -> Finding:

@@ -9,7 +9,7 @@ import pytest
 from exporter.catalog.metrics import WATCHED_INPUTS
 from exporter.config import Objective, Slo, load_settings
 from exporter.inputs import available
-from exporter.objectives import bad_share, bucket_edges, judge
+from exporter.objectives import bad_share, bucket_edges, judge, missed_beyond_chance
 from exporter.parse import parse
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
@@ -61,6 +61,20 @@ def test_off_an_edge_the_count_is_interpolated_inside_the_bucket_and_said():
     # Above the last finite edge nothing can be interpolated: the +Inf bucket counts as bad.
     beyond = bad_share(hist([90, 0, 0, 0, 10]), 7.0)
     assert beyond is not None and beyond.bad == 10
+
+
+def test_a_miss_beyond_chance_needs_a_share_a_sample_cannot_explain():
+    five_percent = Objective(threshold_seconds=2.5, target=0.95)
+
+    def beyond(bad: float, events: float) -> bool:
+        return missed_beyond_chance(judge("ttft", five_percent, hist([events - bad, 0, 0, bad, 0]), 5), 1.645)
+
+    assert beyond(6, 45)  # 13 %: the lower Wilson bound (7 %) is above the 5 % budget
+    assert not beyond(4, 45)  # 9 % of 45 is missed, but 4 slow first tokens can be chance
+    assert beyond(30, 300)  # 10 % of a larger sample
+    assert not beyond(18, 300)  # 6 %: missed, within what 300 first tokens at the budget's pace can show
+    assert not beyond(2, 45)  # met
+    assert not missed_beyond_chance(judge("ttft", five_percent, hist([3, 0, 0, 1, 0]), 5), 1.645)  # not judged
 
 
 def test_too_few_events_are_not_a_judgement():

@@ -143,6 +143,24 @@ def test_a_prefix_broken_now_is_named_before_the_windows_ratio_falls_and_owns_th
     assert never["A5"].status == "clear" and never["A1"].status == "fired"
 
 
+def test_a_prefix_broken_now_owns_the_first_tokens_that_miss_since_it_broke() -> None:
+    """The window meets the objective (2.5 s for 99 %) and the recent horizon misses it too little to count
+    alone (1 of 80 first tokens, burn 1.25): the first tokens since the ratio went low, a larger sample, miss it
+    beyond chance, and the cache owns them."""
+    broken_now = {**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.7, "prefix_cache_hit_ratio_recent": 0.05,
+                  "prefix_cache_hit_ratio_recent_low": 0.05,
+                  "ttft_histogram": hist(TTFT_BOUNDS, [300, 300, 200, 95, 3, 2, 0, 0]),
+                  "ttft_histogram_recent": hist(TTFT_BOUNDS, [30, 30, 15, 4, 0, 1, 0, 0])}
+    assert evaluate_rules(_ctx(broken_now, {}))[0]["A5"].status == "clear"
+    since = hist(TTFT_BOUNDS, [40, 50, 20, 14, 1, 5, 0, 0])  # 5 of 130 over 2.5 s: 3.8 %, burn 3.8
+    findings, _ = evaluate_rules(_ctx({**broken_now, "ttft_histogram_prefix_low": since}, {}))
+    assert findings["A5"].status == "fired" and not findings["A5"].recovering
+    assert any("since the prefix hit ratio went low" in line for line in findings["A5"].evidence)
+    # 2 of 130 (1.5 %) misses the objective, within what chance gives at the budget's pace: nothing to name yet
+    chance = hist(TTFT_BOUNDS, [40, 50, 20, 17, 1, 2, 0, 0])
+    assert evaluate_rules(_ctx({**broken_now, "ttft_histogram_prefix_low": chance}, {}))[0]["A5"].status == "clear"
+
+
 # vLLM's MFU estimate on an H100 (3.35 TB/s): ~4 % of its bandwidth while stepping, and ~60 %.
 SLOW_BYTES, FAST_BYTES = 1.3e11, 2.0e12
 

@@ -290,6 +290,31 @@ def test_preemption_storm_explains_the_stutter_so_b_stays_quiet():
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "kv_cache"
 
 
+# Prompts that share a prefix the cache keeps evicting: a few hits, KV at its high mark in some scrapes, a
+# preemption or two, and steps held by the prefill of what the cache dropped; first tokens within objective.
+EVICTED_STUTTER = dict(STUTTER, prefill_token_share=0.8, prefix_cache_hit_ratio=0.2, prompt_length_mean=3200,
+                       kv_full_fraction=0.15, kv_cache_usage_max=1.0, preemptions=3, preemptions_per_request=0.01)
+
+
+def test_stutter_from_the_prefill_of_evicted_prefixes_is_the_caches():
+    ctx = _ctx(EVICTED_STUTTER, {})
+    for cause in ("B1", "B2"):
+        finding = RULE_BY_ID[cause](ctx)
+        assert finding.status == "clear" and "see F" in finding.evidence[0], (cause, finding)
+    f = RULE_BY_ID["F"](ctx)
+    assert f.status == "fired" and not f.informational and any("pool ran out" in line for line in f.evidence), f
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "kv_cache"
+
+
+def test_stutter_from_unique_documents_stays_the_schedulers():
+    """The same low hit ratio with a pool that never ran out: the prompts do not share, their prefill is their own."""
+    ctx = _ctx({**EVICTED_STUTTER, "kv_full_fraction": 0.0, "kv_cache_usage_max": 0.6, "preemptions": 0,
+                "preemptions_per_request": 0.0}, {})
+    assert RULE_BY_ID["B1"](ctx).status == "fired"
+    assert RULE_BY_ID["F"](ctx).informational
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "scheduler"
+
+
 def test_cpu_starvation_explains_the_stutter_so_b_stays_quiet():
     ctx = _ctx({**STUTTER, "prefill_token_share": 0.6, "cpu_starvation_score": 0.9}, {})
     assert RULE_BY_ID["B1"](ctx).status == "clear"

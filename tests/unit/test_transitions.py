@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 
-from benchmarks.transitions import Evaluation, parse_seeds, passes, passes_from_effect, score
+from benchmarks.transitions import Evaluation, parse_seeds, passes, passes_from_effect, run_transition, score
 from exporter.simulator.engine import Engine, EngineConfig
 from exporter.simulator.hostcpu import SimulatedSchedstat
 from exporter.simulator.workload import Workload
@@ -79,3 +79,16 @@ def test_reconfigure_keeps_the_kv_geometry() -> None:
     engine = Engine(EngineConfig(), Workload(classes=()), 0)
     with pytest.raises(ValueError, match="geometry"):
         engine.reconfigure(EngineConfig(gpu_memory_utilization=0.5))
+
+
+def test_a_prefix_broken_by_a_deploy_is_named_from_its_own_steps_and_released() -> None:
+    """Seed 8 at the shipped defaults: the first tokens after the break miss their 250 ms objective by 8-10 %
+    against a 5 % budget, too little for the recent horizon alone after the first 15 s (burn under 2) and
+    diluted in the window for a minute. Judged since the prefix hit ratio went low, the cache is named at once
+    and held; nothing else is named, and the verdict is released within a window of the fix."""
+    result = run_transition("prefix-breakage", 8)
+    assert result["other"] == 0, result["verdicts"]
+    assert result["name_s"] is not None and result["name_s"] <= 30, result["verdicts"]
+    assert passes(result, 180.0), result
+    during = [layer for t, layer in result["verdicts"] if result["name_s"] <= t < 240]
+    assert set(during) == {"kv_cache"}, result["verdicts"]

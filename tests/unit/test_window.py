@@ -69,6 +69,20 @@ def test_quantile_merged_across_two_engines_matches_hand_computation():
     assert math.isclose(merged.mean(), 19.0 / 40)
 
 
+def test_histogram_since_takes_the_steps_from_a_time_and_the_ones_before_it_when_asked():
+    window = Window(600, COUNTERS)
+    buckets = {"0.1": 0.0, "0.5": 0.0, "1.0": 0.0, "+Inf": 0.0}
+    for t, slow in ((0, 0), (5, 1), (10, 2), (15, 4), (20, 8)):  # step i adds 2**(i-1) slow first tokens
+        buckets = {**buckets, "1.0": buckets["1.0"] + slow, "+Inf": buckets["+Inf"] + slow}
+        window.push(parse(_hist("0", buckets, 0.0), t))
+    name = "vllm:time_to_first_token_seconds"
+    since = window.histogram_since(name, 15)
+    assert since is not None and since.count == 4 + 8  # the steps ending at 15 and 20
+    earlier = window.histogram_since(name, 15, earlier_steps=2)
+    assert earlier is not None and earlier.count == 1 + 2 + 4 + 8  # and the two before them, no more
+    assert window.histogram_since(name, 25) is None or window.histogram_since(name, 25).count == 0
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     st.lists(st.integers(min_value=0, max_value=1000), min_size=3, max_size=3),
