@@ -70,6 +70,9 @@ class TargetPipeline:
         self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         # Each evaluation's recent prefix hit ratio: was the prefix broken at some time the window holds
         self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        # ... the long prompts' pace each evaluation measured: a burst's last two leave the window one at a time,
+        # and the last one alone still has the pace the window measured while it held more
+        self._long_intervals: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds
         self._gpu_read: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
@@ -180,6 +183,14 @@ class TargetPipeline:
             self._queued, now, signals.scheduler.queued_recent_fraction, max)))
         signals = replace(signals, kv=replace(signals.kv, prefix_hit_ratio_recent_low=_held(
             self._prefix_hits, now, signals.kv.prefix_hit_ratio_recent, min)))
+        traffic = signals.traffic
+        if traffic.long_prompt_interval_seconds is not None:
+            self._long_intervals.push(now, traffic.long_prompt_interval_seconds)
+        else:
+            self._long_intervals.trim(now)
+            if traffic.long_prompts and self._long_intervals:
+                signals = replace(signals, traffic=replace(traffic, long_prompt_interval_seconds=(
+                    self._long_intervals.latest)))
         low_since = _run_start(self._prefix_hits, lambda ratio: ratio < self.thresholds.prefix_hit_ratio_low)
         if low_since is not None and signals.kv.prefix_hit_ratio_recent is not None:
             signals = replace(signals, latency=replace(signals.latency, ttft_histogram_prefix_low=(

@@ -83,8 +83,9 @@ class Traffic:
     # or a burst that has ended while its first tokens are still in the window.
     long_prompts: float | None = None
     long_prompt_age_seconds: float | None = None
-    # Their pace: seconds between the first and the newest step that finished one, over the gaps (None
-    # with fewer than two): the burst's own rate, not the window's, which empties as the burst leaves it.
+    # Their pace: seconds between the first and the newest step that finished one, over the gaps: the burst's
+    # own rate, not the window's, which empties as the burst leaves it. With one left in the window, the pace
+    # the newest evaluation that saw two or more measured (set by the pipeline); None with none measured.
     long_prompt_interval_seconds: float | None = None
     generation_length_mean: float | None = None
     prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens

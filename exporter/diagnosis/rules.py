@@ -429,7 +429,10 @@ def rule_a1(ctx: Context) -> Finding:
         return clear(f"TTFT waits in a queue of its own (queue {_pct(lat.ttft_queue_share)} of mean TTFT): A2")
     # The long prompts arriving now count before they lift the window's mean (a burst starting).
     recent_mean = s.traffic.prompt_length_mean_recent
-    long_now = recent_mean is not None and recent_mean >= t.long_prompt_tokens
+    # What a prompt costs to prefill is the part the prefix cache does not serve: a 1500-token prompt whose
+    # 1200-token system prompt hits is a 300-token prefill, not a long one.
+    computed_now = _uncached(recent_mean, prefix_hit_now(s))
+    long_now = computed_now is not None and computed_now >= t.long_prompt_tokens
     # TTFT is counted at the first token, prefill and queue time when the request finishes: while long prompts
     # get their first tokens now and no queue is building, the part of TTFT neither accounts for, beyond the
     # time finished requests spent outside the engine (e2e minus queue and inference: the frontend, all read
@@ -451,11 +454,19 @@ def rule_a1(ctx: Context) -> Finding:
     status = objective_status(ctx, "ttft")
     slow = (status.bad_share or 0.0) * (status.events or 0.0)
     long_count = s.traffic.long_prompts or 0.0
-    few_long = long_count >= 1 and slow <= long_count
-    if s.traffic.prompt_length_mean < t.long_prompt_tokens and not long_now and not few_long:
-        return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens)")
+    # ... and "a few" means a minority of the first tokens: when most prompts pass the long mark, the count says
+    # nothing about which first tokens are slow.
+    few_long = long_count >= 1 and slow <= long_count and 2 * long_count <= (s.traffic.first_tokens or 0.0)
+    computed = _uncached(s.traffic.prompt_length_mean, s.kv.prefix_hit_ratio) or 0.0
+    if computed < t.long_prompt_tokens and not long_now and not few_long:
+        served = (f", {computed:.0f} computed after prefix-cache hits" if computed < s.traffic.prompt_length_mean
+                  else "")
+        return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens{served})")
     if rule_a5(ctx).status == "fired":
         return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
+    if cache_claims(ctx, _ttft_miss_cost):
+        return clear("prompts share a prefix the cache misses, and their first tokens pay for it (F): the prefill "
+                     "and the wait behind it are not intrinsic")
     finding = fired(
         0.5 + 0.4 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
@@ -473,6 +484,13 @@ def rule_a1(ctx: Context) -> Finding:
         return recovering(finding, f"no long prompt for {quiet}: the long prompts have stopped, their first tokens "
                                    "are still in the window")
     return finding
+
+
+def _uncached(prompt_mean: float | None, hit_ratio: float | None) -> float | None:
+    """The mean prompt less the share the prefix cache serves (the whole prompt when the ratio is unknown)."""
+    if prompt_mean is None:
+        return None
+    return prompt_mean * (1.0 - min(1.0, max(0.0, hit_ratio))) if hit_ratio is not None else prompt_mean
 
 
 def long_prompts_ended(ctx: Context) -> str | None:
@@ -1140,18 +1158,35 @@ def rule_e(ctx: Context) -> Finding:
 
 # -- F: prefix cache ----------------------------------------------------------------------
 def _miss_cost(ctx: Context, low: Finding) -> str | None:
-    """What the misses cost users: a first-token objective missed while prefill dominates TTFT, or token gaps
-    held by the prefill of those misses (prefill_of_prefix_misses) beyond the ITL objective."""
+    """What the misses cost users: first tokens (_ttft_miss_cost) or token gaps (_itl_miss_cost)."""
+    return _ttft_miss_cost(ctx, low) or _itl_miss_cost(ctx, low)
+
+
+def _ttft_miss_cost(ctx: Context, low: Finding) -> str | None:
+    """A first-token objective missed while prefill (and the wait behind it) dominates TTFT."""
     s, t = ctx.signals, ctx.thresholds
     breach = aligned_ttft_breach(ctx, _prefix_low_now(low), ttft_breach_since_prefix_low(ctx))
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     if breach.known and breach.breached and engine_share >= t.ttft_prefill_share:
         return f"{breach.evidence}, prefill + queue {_pct(min(1.0, engine_share))} of it"
+    return None
+
+
+def _itl_miss_cost(ctx: Context, low: Finding) -> str | None:
+    """Token gaps held by the prefill of the misses (prefill_of_prefix_misses) beyond the ITL objective, with
+    nothing upstream (preemption, the CPU) explaining them first."""
     stutter = itl_breach(ctx)
     if stutter.known and stutter.breached and _stutter_upstream(ctx) is None and (
             misses := prefill_of_prefix_misses(ctx, low)) is not None:
         return f"{stutter.evidence}: {misses}"
     return None
+
+
+def cache_claims(ctx: Context, cost: Callable[[Context, Finding], str | None]) -> bool:
+    """The prefix cache (F or F6) claims an effect: prompts share a prefix it misses (some blocks hit), and
+    ``cost`` (_ttft_miss_cost, _itl_miss_cost) says what those misses cost users."""
+    low = low_prefix_hit(ctx)
+    return low.status == "fired" and _hit_at_all(low, ctx.signals) and cost(ctx, low) is not None
 
 
 def prefill_of_prefix_misses(ctx: Context, low: Finding) -> str | None:
@@ -1381,6 +1416,11 @@ def rule_a0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
 
 
 def rule_b0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
+    # F and F6 explain the token gaps that the prefill of the prefixes they miss holds (the B rules defer).
+    cache = [cid for cid in ("F", "F6")
+             if cid in findings and findings[cid].status == "fired" and not findings[cid].informational]
+    if cache and cache_claims(ctx, _itl_miss_cost):
+        return clear("explained by " + ", ".join(f"{cid} ({CAUSE_BY_ID[cid].title})" for cid in cache))
     return _unexplained(ctx, findings, "itl", itl_breach(ctx))
 
 

@@ -137,10 +137,16 @@ def test_a_prefix_broken_now_is_named_before_the_windows_ratio_falls_and_owns_th
                                    {}))
     assert fixed["A5"].status == "fired" and fixed["A5"].recovering and fixed["A1"].status == "clear"
     # never low in the window: nothing to blame on the cache, whatever the window's ratio was made of
-    never, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.7,
+    # (6000-token prompts: after the 60-80 % the cache serves, 1200-2400 tokens are still computed, a long prefill)
+    never, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prompt_length_mean": 6000, "prefix_cache_hit_ratio": 0.7,
                                     "prefix_cache_hit_ratio_recent": 0.8, "prefix_cache_hit_ratio_recent_low": 0.6},
                                    {}))
     assert never["A5"].status == "clear" and never["A1"].status == "fired"
+    # the same 2300-token prompts with 70 % served from the cache compute 690 tokens each: not a long prefill
+    served, _ = evaluate_rules(_ctx({**BROKEN_PREFIX, "prefix_cache_hit_ratio": 0.7,
+                                     "prefix_cache_hit_ratio_recent": 0.8, "prefix_cache_hit_ratio_recent_low": 0.6},
+                                    {}))
+    assert served["A1"].status == "clear" and "computed after prefix-cache hits" in served["A1"].evidence[0]
 
 
 def test_a_prefix_broken_now_owns_the_first_tokens_that_miss_since_it_broke() -> None:

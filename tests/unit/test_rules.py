@@ -303,6 +303,20 @@ def test_stutter_from_the_prefill_of_evicted_prefixes_is_the_caches():
         assert finding.status == "clear" and "see F" in finding.evidence[0], (cause, finding)
     f = RULE_BY_ID["F"](ctx)
     assert f.status == "fired" and not f.informational and any("pool ran out" in line for line in f.evidence), f
+    findings, _ = evaluate_rules(ctx)
+    assert findings["B0"].status == "clear" and "F" in findings["B0"].evidence[0]  # the miss has its cause
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "kv_cache"
+
+
+def test_first_tokens_that_wait_behind_the_prefill_of_evicted_prefixes_are_the_caches_not_long_prompts():
+    """~3k-token prompts, most of them a shared prefix the cache evicts: the first tokens miss their objective,
+    prefill is a quarter of TTFT and the wait behind it most of the rest (no queue of its own). A5 reads
+    prefill alone and stays clear; F claims the first tokens, and A1 (long prompts, intrinsic) defers to it."""
+    ctx = _ctx({**EVICTED_STUTTER, **SLOW_TTFT, "ttft_prefill_share": 0.27, "ttft_queue_share": 0.66,
+                "long_prompts": 400, "long_prompt_age_seconds": 0, "long_prompt_interval_seconds": 0.4}, {})
+    findings, _ = evaluate_rules(ctx)
+    assert findings["F"].status == "fired" and not findings["F"].informational
+    assert findings["A1"].status == "clear" and "(F)" in findings["A1"].evidence[0], findings["A1"]
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "kv_cache"
 
 

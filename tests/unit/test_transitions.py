@@ -92,3 +92,13 @@ def test_a_prefix_broken_by_a_deploy_is_named_from_its_own_steps_and_released() 
     assert passes(result, 180.0), result
     during = [layer for t, layer in result["verdicts"] if result["name_s"] <= t < 240]
     assert set(during) == {"kv_cache"}, result["verdicts"]
+
+
+def test_a_long_prompt_burst_that_ended_stays_ended_as_its_last_prompts_leave_the_window() -> None:
+    """Seed 5: the burst's pace is measured while the window holds several long prompts; when one is left, the
+    pace measured before still says how long a silence means the end, so the verdict stays `request`
+    recovering and then `none`, and does not return to `request` acting (released 190 s after the end when
+    one long prompt alone read as a burst that may be starting)."""
+    result = run_transition("long-prompt-burst", 5)
+    assert result["release_s"] is not None and result["release_s"] <= 60, result["verdicts"]
+    assert result["other"] == 0, result["verdicts"]
