@@ -79,13 +79,16 @@ class Traffic:
     # histogram's recent steps.
     prompt_length_mean_recent: float | None = None
     # Finished requests whose prompt passed the long mark (the bucket edge at or below long_prompt_tokens),
-    # and seconds from the newest step that finished one to the window's end: long prompts still arriving,
-    # or a burst that has ended while its first tokens are still in the window.
+    # and seconds from the newest step in which one got its first token (prompt tokens per first token of
+    # the step at the mark; the newest that finished one without vllm:prompt_tokens_total) to the window's
+    # end: long prompts still arriving, or a burst that has ended while its first tokens are still in it.
     long_prompts: float | None = None
     long_prompt_age_seconds: float | None = None
-    # Their pace: seconds between the first and the newest step that finished one, over the gaps: the burst's
-    # own rate, not the window's, which empties as the burst leaves it. With one left in the window, the pace
-    # the newest evaluation that saw two or more measured (set by the pipeline); None with none measured.
+    # Their pace: seconds between the first and the newest step in which one got its first token, over the
+    # gaps between such steps (so never below the scrape interval; by finish and per prompt where the window
+    # lacks the prompt-token counter): the burst's own rate, not the window's, which empties as the burst
+    # leaves it. With one left in the window, the pace the newest evaluation that saw two or more measured
+    # (set by the pipeline); None with none measured.
     long_prompt_interval_seconds: float | None = None
     generation_length_mean: float | None = None
     prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens
@@ -785,9 +788,31 @@ def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float 
         if above > 0:
             count, newest = count + above, end
             oldest = end if oldest is None else oldest
+    starts = long_prompt_starts(window, long_tokens)
+    if starts:  # when they came, seen at their first tokens (a long answer finishes minutes after its burst)
+        newest, oldest, arrivals = starts[-1], starts[0], float(len(starts))
+    else:
+        arrivals = count
     age = window.steps[-1].end - newest if newest is not None else None
-    interval = (newest - oldest) / (count - 1) if newest is not None and oldest is not None and count >= 2 else None
+    interval = (newest - oldest) / (arrivals - 1) if (newest is not None and oldest is not None
+                                                      and arrivals >= 2) else None
     return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval}
+
+
+def long_prompt_starts(window: Window, long_tokens: float) -> list[float]:
+    """The ends of the steps in which a long prompt got its first token, oldest first: prompt tokens per first
+    token of the step at or above ``long_tokens`` (vLLM counts both when a prefill completes). Empty without
+    the two series."""
+    if not window.present(vllm.PROMPT_TOKENS_TOTAL):
+        return []
+    firsts = dict(window.histogram_by_step(vllm.TIME_TO_FIRST_TOKEN_SECONDS))
+    out = []
+    for step in window.steps:
+        first_tokens = firsts[step.end].count if step.end in firsts else 0.0
+        prompt_tokens = sum(step.counters.get(vllm.PROMPT_TOKENS_TOTAL, {}).values())
+        if first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens:
+            out.append(step.end)
+    return out
 
 
 def first_token_prompt_mean(window: Window, first_tokens: HistogramDelta | None, recent: int) -> float | None:

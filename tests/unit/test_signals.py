@@ -317,3 +317,39 @@ def test_recent_prompt_mean_counts_prompts_at_their_first_token_not_at_their_fin
     s = _signals([_first_token_scrape(0, 0, 0, 0), _first_token_scrape(12000, 3, 300, 1)], [0.0, 5.0])
     assert s.traffic.prompt_length_mean_recent == pytest.approx(4000)
     assert s.traffic.prompt_length_mean == pytest.approx(300)  # the window's, from the finished requests
+
+
+def _long_prompt_scrape(t: float, prompt_tokens: float, first_tokens: float, finished_long: float) -> str:
+    """One scrape: the prompt-token counter, first tokens in one bucket, long prompts finished so far."""
+    lines = [f"vllm:prompt_tokens_total {prompt_tokens}"]
+    for le in ("1.0", "+Inf"):
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le}"}} {first_tokens}')
+    lines += [f"vllm:time_to_first_token_seconds_count {first_tokens}",
+              f"vllm:time_to_first_token_seconds_sum {first_tokens * 0.5}"]
+    for le, count in (("1000.0", 0.0), ("+Inf", finished_long)):
+        lines.append(f'vllm:request_prompt_tokens_bucket{{le="{le}"}} {count}')
+    lines += [f"vllm:request_prompt_tokens_count {finished_long}",
+              f"vllm:request_prompt_tokens_sum {finished_long * 28000}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_a_long_prompt_arrives_at_its_first_token_not_at_its_finish():
+    """Two 28k-token prompts get their first tokens in the steps ending at 10 and 20 s and finish, after long
+    answers, at 90 and 100 s: the long prompts' age and pace come from the first tokens (vLLM counts prompt
+    tokens when a prefill completes), so at 100 s they last came 80 s ago, one step apart."""
+    from exporter.signals import long_prompt_arrivals
+
+    window = Window(600, COUNTERS)
+    prompt, firsts, finished = 0.0, 0.0, 0.0
+    for t in range(0, 105, 5):
+        if t in (10, 20):
+            prompt, firsts = prompt + 28000 + 300, firsts + 2  # a long prompt and a 300-token chat in the step
+        elif t > 0:
+            prompt, firsts = prompt + 300, firsts + 1
+        if t in (90, 100):
+            finished += 1
+        window.push(parse(_long_prompt_scrape(float(t), prompt, firsts, finished), float(t)))
+    arrivals = long_prompt_arrivals(window, 1024)
+    assert arrivals["long_prompts"] == 2  # counted when they finished
+    assert arrivals["long_prompt_age_seconds"] == 80  # but they came at their first tokens
+    assert arrivals["long_prompt_interval_seconds"] == 10
