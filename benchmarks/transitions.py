@@ -19,8 +19,9 @@ Per transition and seed:
   name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
   slow to hurt, not a slow diagnosis. Reported beside the target, not part of it.
 
-Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. Tune on seeds 0-4;
-seeds 10-14 are the held-out half (5-9 were scored once, at 3a85670, and then tuned on). ``--live`` runs
+Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. Tune on seeds 0-4 and the
+spent held-out rounds; each round's fresh seeds are scored once at a named commit (docs/accuracy.md lists them:
+5-9 first, 55-59 the latest). ``--live`` runs
 CPU starvation and a preemption storm on/off on the real vLLM CPU build instead
 (benchmarks/transitions_live.py). Exit status 0 either way (the table says MISS); 2 on a usage error.
 """
