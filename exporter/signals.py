@@ -805,10 +805,9 @@ def long_prompt_starts(window: Window, long_tokens: float) -> list[float]:
     the two series."""
     if not window.present(vllm.PROMPT_TOKENS_TOTAL):
         return []
-    firsts = dict(window.histogram_by_step(vllm.TIME_TO_FIRST_TOKEN_SECONDS))
     out = []
     for step in window.steps:
-        first_tokens = firsts[step.end].count if step.end in firsts else 0.0
+        first_tokens = sum(delta.count for delta in step.histograms.get(vllm.TIME_TO_FIRST_TOKEN_SECONDS, {}).values())
         prompt_tokens = sum(step.counters.get(vllm.PROMPT_TOKENS_TOTAL, {}).values())
         if first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens:
             out.append(step.end)

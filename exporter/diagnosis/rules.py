@@ -42,6 +42,9 @@ class Finding:
     # The cause's own evidence has ended (none over the recent_evaluations horizon) while its effect is still
     # in the window: the finding holds its layer, marked recovering, until the effect leaves the window.
     recovering: bool = False
+    # Objectives this finding explains beyond those of its symptom class (EXPLAINED_BY): F/F6 claim the token
+    # gaps held by the prefill of the prefixes they miss, where they show that cost.
+    explains: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -464,7 +467,7 @@ def rule_a1(ctx: Context) -> Finding:
         return clear(f"prompts are not long (mean {s.traffic.prompt_length_mean:.0f} tokens{served})")
     if rule_a5(ctx).status == "fired":
         return clear("prompts share a prefix the cache misses (A5): the prefill is not intrinsic")
-    if cache_claims(ctx, _ttft_miss_cost):
+    if cache_claims_first_tokens(ctx):
         return clear("prompts share a prefix the cache misses, and their first tokens pay for it (F): the prefill "
                      "and the wait behind it are not intrinsic")
     finding = fired(
@@ -1157,11 +1160,6 @@ def rule_e(ctx: Context) -> Finding:
 
 
 # -- F: prefix cache ----------------------------------------------------------------------
-def _miss_cost(ctx: Context, low: Finding) -> str | None:
-    """What the misses cost users: first tokens (_ttft_miss_cost) or token gaps (_itl_miss_cost)."""
-    return _ttft_miss_cost(ctx, low) or _itl_miss_cost(ctx, low)
-
-
 def _ttft_miss_cost(ctx: Context, low: Finding) -> str | None:
     """A first-token objective missed while prefill (and the wait behind it) dominates TTFT."""
     s, t = ctx.signals, ctx.thresholds
@@ -1182,11 +1180,22 @@ def _itl_miss_cost(ctx: Context, low: Finding) -> str | None:
     return None
 
 
-def cache_claims(ctx: Context, cost: Callable[[Context, Finding], str | None]) -> bool:
-    """The prefix cache (F or F6) claims an effect: prompts share a prefix it misses (some blocks hit), and
-    ``cost`` (_ttft_miss_cost, _itl_miss_cost) says what those misses cost users."""
+def cache_claims_first_tokens(ctx: Context) -> bool:
+    """The prefix cache (F or F6) claims the first tokens: prompts share a prefix it misses (some blocks hit),
+    and the first-token objective pays for it (_ttft_miss_cost)."""
     low = low_prefix_hit(ctx)
-    return low.status == "fired" and _hit_at_all(low, ctx.signals) and cost(ctx, low) is not None
+    return low.status == "fired" and _hit_at_all(low, ctx.signals) and _ttft_miss_cost(ctx, low) is not None
+
+
+def _claimed(ctx: Context, low: Finding, *evidence: str) -> Finding | None:
+    """F/F6 fired with what the misses cost users (first tokens, token gaps, or both); None when they cost
+    nothing. A token-gap cost makes the finding explain the ITL objective too (B0 reads ``explains``)."""
+    first_tokens, token_gaps = _ttft_miss_cost(ctx, low), _itl_miss_cost(ctx, low)
+    if first_tokens is None and token_gaps is None:
+        return None
+    costs = tuple(c for c in (first_tokens, token_gaps) if c is not None)
+    return replace(low, evidence=(*low.evidence, *evidence, *costs),
+                   explains=frozenset({"itl"}) if token_gaps is not None else frozenset())
 
 
 def prefill_of_prefix_misses(ctx: Context, low: Finding) -> str | None:
@@ -1222,12 +1231,12 @@ def rule_f(ctx: Context) -> Finding:
         # first block, so this stays informational and never makes the verdict alone.
         return info(ctx, *low.evidence,
                     "no prompt shares even one cached block: unique by design, or broken in the first block")
-    cost = _miss_cost(ctx, low)
-    if cost is None:
+    claimed = _claimed(ctx, low)
+    if claimed is None:
         return info(ctx, *low.evidence, "the first-token objective is met: reuse is bounded by what the prompts "
                                         "share (unique documents cannot hit), and the misses cost no user anything")
-    return replace(low, evidence=(*low.evidence, cost, "some blocks hit, so prompts do share a prefix that breaks "
-                                                       "early (template, timestamps, order)"))
+    return replace(claimed, evidence=(*claimed.evidence, "some blocks hit, so prompts do share a prefix that "
+                                                         "breaks early (template, timestamps, order)"))
 
 
 def _eviction_shaped(ctx: Context) -> bool:
@@ -1241,10 +1250,10 @@ def rule_f6(ctx: Context) -> Finding:
         return low
     if not _eviction_shaped(ctx):
         return clear("KV has room or nothing hits at all: misses are not capacity eviction")
-    cost = _miss_cost(ctx, low)
-    if cost is None:
+    claimed = _claimed(ctx, low, f"KV full ({kv_evidence(ctx.signals)})")
+    if claimed is None:
         return info(ctx, *low.evidence, f"KV full ({kv_evidence(ctx.signals)})", "within the first-token objective")
-    return replace(low, evidence=(*low.evidence, f"KV full ({kv_evidence(ctx.signals)})", cost))
+    return claimed
 
 
 # -- G: multi-GPU overhead ----------------------------------------------------------------
@@ -1374,11 +1383,13 @@ def rule_g2(ctx: Context) -> Finding:
 
 # -- effects without a known cause (second pass, over the first pass's findings) ---------------
 def _unexplained(ctx: Context, findings: Mapping[str, Finding], objective: str, breach: Breach) -> Finding:
-    """Fires while ``objective`` is missed and no counting cause of a class that explains it fired."""
+    """Fires while ``objective`` is missed and no counting cause of a class that explains it (or that says it
+    does: ``Finding.explains``) fired."""
     if (early := gate(breach)) is not None:
         return early
     explaining = {cid: f for cid, f in findings.items()
-                  if cid in CAUSE_BY_ID and CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]}
+                  if cid in CAUSE_BY_ID and (CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]
+                                             or objective in f.explains)}
     active = sorted(cid for cid, f in explaining.items() if f.status == "fired" and not f.informational)
     if active:
         return clear("explained by " + ", ".join(f"{cid} ({CAUSE_BY_ID[cid].title})" for cid in active))
@@ -1416,11 +1427,6 @@ def rule_a0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
 
 
 def rule_b0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
-    # F and F6 explain the token gaps that the prefill of the prefixes they miss holds (the B rules defer).
-    cache = [cid for cid in ("F", "F6")
-             if cid in findings and findings[cid].status == "fired" and not findings[cid].informational]
-    if cache and cache_claims(ctx, _itl_miss_cost):
-        return clear("explained by " + ", ".join(f"{cid} ({CAUSE_BY_ID[cid].title})" for cid in cache))
     return _unexplained(ctx, findings, "itl", itl_breach(ctx))
 
 
