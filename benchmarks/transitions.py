@@ -19,9 +19,15 @@ Per transition and seed:
   name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
   slow to hurt, not a slow diagnosis. Reported beside the target, not part of it.
 
-Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. Tune on seeds 0-4 and the
-spent held-out rounds; each round's fresh seeds are scored once at a named commit (docs/accuracy.md lists them:
-5-9 first, 55-59 the latest). ``--live`` runs
+Acceptance (issue 26): ``other`` <= 1, ``name`` <= 60 s, ``release`` <= one window. The six transitions the issue
+names act on users from their start (the pool runs out within ~20 s, each long prefill misses the first-token
+objective): their ``name`` counts from the start. Two more keep the earlier definitions, causes that reach users
+a minute or more after they begin (``late_effect``: a pool that fills slowly, long prompts that mostly meet the
+objective); theirs counts from the first effect (:func:`passes_from_effect`), since the rules name no cause
+before users feel it. Results written before that split (commit 02980b8 and earlier) ran ``preemption-storm`` and
+``long-prompt-burst`` as those late-effect definitions. Tune on seeds 0-4 and the spent held-out rounds; each
+round's fresh seeds are scored once at a named commit (docs/accuracy.md lists them: 5-9 first, 60-64 the
+latest). ``--live`` runs
 CPU starvation and a preemption storm on/off on the real vLLM CPU build instead
 (benchmarks/transitions_live.py). Exit status 0 either way (the table says MISS); 2 on a usage error.
 """
@@ -84,6 +90,9 @@ class Transition:
     classes: Callable[[float, float], tuple[RequestClass, ...]]
     during: EngineConfig | None = None
     slo: dict[str, dict[str, float]] | None = None
+    # The cause reaches users only a while after it starts (a pool filling for a minute, long prompts that
+    # mostly meet the objective): its naming time counts from the first effect (passes_from_effect).
+    late_effect: bool = False
 
     def facts(self) -> dict[str, Any]:
         e = self.engine
@@ -95,8 +104,26 @@ class Transition:
 _CPU_ENGINE = EngineConfig(cpu_cores=2, frontend_cost_scale=10.0)
 _KV_ENGINE = EngineConfig(gpu_memory_utilization=0.36, max_num_batched_tokens=16384)
 _GPU_ENGINE = EngineConfig(enable_mfu_metrics=True)
+_STORM_SLO = {"ttft": {"threshold_seconds": 2.5, "target": 0.95}, "itl": {"threshold_seconds": 0.025, "target": 0.95}}
 _STABLE = PrefixSpec(groups=4, shared_len=2000, zipf_s=0.5)
 _BROKEN = PrefixSpec(groups=4, shared_len=2000, zipf_s=0.5, instability=0.9, dynamic_pos=24, dynamic_len=12)
+
+
+def _storm(start: float, stop: float, *, rate: float, output_mean: float) -> tuple[RequestClass, ...]:
+    """Light chat on a small pool, joined by long generations without max_tokens."""
+    return (_chat(1.0, prompt=_lognormal(1500, 0.4, 100, 6000), output=_lognormal(200, 0.5, 10, 1000),
+                  prefix=PrefixSpec()),
+            _chat(rate, prompt=_lognormal(3000, 0.4, 300, 12000), output=_lognormal(output_mean, 0.6, 100, 6000),
+                  prefix=PrefixSpec(), max_tokens=None, name="long", start=start, stop=stop))
+
+
+def _docqa(start: float, stop: float, *, prompt_mean: float, prompt_min: int) -> tuple[RequestClass, ...]:
+    """Light chat, joined by document QA at 0.1 req/s."""
+    return (_chat(0.5, prefix=PrefixSpec()),
+            RequestClass("docqa", Arrivals("steady", rate=0.1, start_s=start, stop_s=stop),
+                         _lognormal(prompt_mean, 0.3, prompt_min, 60000), _lognormal(150, 0.5, 20, 1000),
+                         max_tokens=1024))
+
 
 TRANSITIONS: tuple[Transition, ...] = (
     Transition(
@@ -106,13 +133,10 @@ TRANSITIONS: tuple[Transition, ...] = (
         during=replace(_CPU_ENGINE, cpu_share=0.2)),
     Transition(
         "preemption-storm", "kv_cache",
-        "light chat on a small KV cache; long unbounded generations at 0.6 req/s join it",
-        _KV_ENGINE,
-        lambda a, b: (_chat(1.0, prompt=_lognormal(1500, 0.4, 100, 6000), output=_lognormal(200, 0.5, 10, 1000),
-                            prefix=PrefixSpec()),
-                      _chat(0.6, prompt=_lognormal(3000, 0.4, 300, 12000), output=_lognormal(1500, 0.6, 100, 6000),
-                            prefix=PrefixSpec(), max_tokens=None, name="long", start=a, stop=b)),
-        slo={"ttft": {"threshold_seconds": 2.5, "target": 0.95}, "itl": {"threshold_seconds": 0.025, "target": 0.95}}),
+        "light chat on a small KV cache; long unbounded generations (~1000 tokens) at 1.2 req/s join it and "
+        "run the pool out within ~20 s",
+        _KV_ENGINE, lambda a, b: _storm(a, b, rate=1.2, output_mean=1000),
+        slo=_STORM_SLO),
     Transition(
         "queue-surge", "scheduler",
         "chat with ~800-token answers at 1.5 req/s under max_num_seqs 32; a surge adds 2.5 req/s",
@@ -122,12 +146,10 @@ TRANSITIONS: tuple[Transition, ...] = (
                             start=a, stop=b))),
     Transition(
         "long-prompt-burst", "request",
-        "light chat at 0.5 req/s (no shared prefix); document QA with ~28k-token prompts joins at 0.1 req/s",
-        EngineConfig(max_model_len=65536),
-        lambda a, b: (_chat(0.5, prefix=PrefixSpec()),
-                      RequestClass("docqa", Arrivals("steady", rate=0.1, start_s=a, stop_s=b),
-                                   _lognormal(28000, 0.3, 8000, 60000), _lognormal(150, 0.5, 20, 1000),
-                                   max_tokens=1024))),
+        "light chat at 0.5 req/s (no shared prefix) under a 1 s first-token objective; document QA with ~28k-token "
+        "prompts joins at 0.1 req/s: each of those prefills alone takes longer",
+        EngineConfig(max_model_len=65536), lambda a, b: _docqa(a, b, prompt_mean=28000, prompt_min=8000),
+        slo={"ttft": {"threshold_seconds": 1.0, "target": 0.99}}),
     Transition(
         "prefix-breakage", "kv_cache",
         "chat at 3 req/s on a stable 2000-token system prompt; a deploy injects a request id at token 24",
@@ -141,6 +163,18 @@ TRANSITIONS: tuple[Transition, ...] = (
         _GPU_ENGINE, lambda a, b: (_chat(1.0),),
         during=replace(_GPU_ENGINE, costs=CostModel(bandwidth_efficiency=0.04, compute_efficiency=0.05,
                                                     gpu_step_fixed_s=0.006))),
+    Transition(
+        "preemption-storm-slow-fill", "kv_cache",
+        "the same chat; long unbounded generations (~1500 tokens) at 0.6 req/s join it: the pool fills for "
+        "a minute or more before the first preemption",
+        _KV_ENGINE, lambda a, b: _storm(a, b, rate=0.6, output_mean=1500),
+        slo=_STORM_SLO, late_effect=True),
+    Transition(
+        "long-prompt-trickle", "request",
+        "the same chat; document QA with ~28k-token prompts joins at 0.1 req/s: most prefills meet the "
+        "objective, and users feel the burst only when a long one (or two at once) misses it",
+        EngineConfig(max_model_len=65536), lambda a, b: _docqa(a, b, prompt_mean=28000, prompt_min=8000),
+        late_effect=True),
 )
 BY_NAME = {t.name: t for t in TRANSITIONS}
 
@@ -242,6 +276,11 @@ def passes_from_effect(result: dict[str, Any], window: float) -> bool:
             and result["release_s"] <= window)
 
 
+def meets_target(name: str, result: dict[str, Any], window: float) -> bool:
+    """The acceptance of one run: from the cause's start, or from its first effect for a late-effect cause."""
+    return passes_from_effect(result, window) if BY_NAME[name].late_effect else passes(result, window)
+
+
 def _seconds(value: float | None, never: str) -> str:
     return never if value is None else f"{value:.0f}"
 
@@ -254,7 +293,7 @@ def render_table(results: dict[str, dict[int, dict[str, Any]]], window: float) -
             other = f"{r['other']}" + (f" ({', '.join(r['other_layers'])})" if r["other_layers"] else "")
             rows.append(f"| {name} | {BY_NAME[name].layer} | {seed} | {_seconds(r['name_s'], 'never')} | {other} | "
                         f"{_seconds(r['release_s'], 'not released')} | {_seconds(r.get('effect_s'), 'none')} | "
-                        f"{'' if passes(r, window) else '**MISS**'} |")
+                        f"{'' if meets_target(name, r, window) else '**MISS**'} |")
     return "\n".join(rows)
 
 
@@ -272,7 +311,8 @@ def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float)
                     f"{', '.join(str(r['other']) for r in runs)} | "
                     f"{', '.join(_seconds(r['release_s'], '-') for r in runs)} | "
                     f"{', '.join(_seconds(r.get('effect_s'), '-') for r in runs)} | "
-                    f"{sum(passes(r, window) for r in runs)}/{len(runs)} |")
+                    f"{sum(meets_target(name, r, window) for r in runs)}/{len(runs)}"
+                    f"{' (from the first effect)' if BY_NAME[name].late_effect else ''} |")
     return "\n".join(rows)
 
 
@@ -330,12 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.detail:
         print()
         print(render_table(results, window))
-    misses = sum(1 for by_seed in results.values() for r in by_seed.values() if not passes(r, window))
-    print(f"\n{len(work) - misses}/{len(work)} runs meet the target "
-          f"(other <= 1, named within {NAME_WITHIN_S:.0f} s, released within {window:.0f} s) "
+    met = sum(meets_target(n, r, window) for n, by_seed in results.items() for r in by_seed.values())
+    print(f"\n{met}/{len(work)} runs meet the target (other <= 1, named within {NAME_WITHIN_S:.0f} s of the start, "
+          f"or of the first effect for a late-effect cause, released within {window:.0f} s) "
           f"({time.monotonic() - started:.0f} s)")
-    late = sum(1 for by_seed in results.values() for r in by_seed.values() if passes_from_effect(r, window))
-    print(f"{late}/{len(work)} with the naming time counted from the first effect (when users first feel the cause)")
+    strict = sum(passes(r, window) for by_seed in results.values() for r in by_seed.values())
+    late = sum(passes_from_effect(r, window) for by_seed in results.values() for r in by_seed.values())
+    print(f"{strict}/{len(work)} with every naming time counted from the start; {late}/{len(work)} with every one "
+          "counted from the first effect (when users first feel the cause)")
     if args.detail:
         for name, by_seed in results.items():
             for seed, r in sorted(by_seed.items()):

@@ -169,10 +169,25 @@ def missed_beyond_chance(status: ObjectiveStatus, z: float) -> bool:
     exceeds the error budget. A share of a few dozen events is a sample; the bound widens as it shrinks."""
     if status.met is not False or status.bad_share is None or not status.events:
         return False
-    n, p = status.events, status.bad_share
-    centre = p + z * z / (2 * n)
-    spread = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return (centre - spread) / (1 + z * z / n) > 1 - status.target
+    return wilson_lower_bound(status.bad_share, status.events, z) > 1 - status.target
+
+
+def few_missed_beyond_chance(status: ObjectiveStatus, z: float, min_misses: float) -> bool:
+    """Too few events to judge a share (``met`` None), yet at least ``min_misses`` of them missed the
+    threshold and the lower Wilson bound (at ``z``) of their share exceeds the error budget: two slow
+    first tokens of three are an effect; one stray slow request is not."""
+    if status.met is not None or status.bad_share is None or not status.events:
+        return False
+    if status.bad_share * status.events < min_misses - 1e-9:
+        return False
+    return wilson_lower_bound(status.bad_share, status.events, z) > 1 - status.target
+
+
+def wilson_lower_bound(share: float, events: float, z: float) -> float:
+    """The lower end of the Wilson score interval of a share observed over ``events`` events."""
+    centre = share + z * z / (2 * events)
+    spread = z * math.sqrt(share * (1 - share) / events + z * z / (4 * events * events))
+    return (centre - spread) / (1 + z * z / events)
 
 
 def judge_all(histograms: Mapping[str, HistogramDelta | None], slo: Slo, min_events: float,

@@ -174,7 +174,8 @@ class TargetPipeline:
             window = replace(host.window or HostInputs(), gpu_utilization=sum(self._gpu) / len(self._gpu))
             host = replace(host, gpu_utilization=sum(readings) / len(readings), sources=(*host.sources, "dcgm"),
                            window=window)
-        signals = compute(self.window, self.thresholds, host)
+        slo = self.settings.slo_for(self.target)
+        signals = compute(self.window, self.thresholds, host, slo.ttft.threshold_seconds)
         # Time-aligned evidence: each evaluation's recent reading of a cause, kept for the window, says
         # whether the cause acted at some time the window holds (its effect there is the cause's).
         signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=_held(
@@ -197,7 +198,6 @@ class TargetPipeline:
                 self.window.histogram_since(vllm.TIME_TO_FIRST_TOKEN_SECONDS, low_since, self._recent - 1))))
         signals = replace(signals, gpu=replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
             self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min)))
-        slo = self.settings.slo_for(self.target)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
                                       slo, self.thresholds.evidence_min_requests,
                                       {"itl": signals.speculative.itl_scale})

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
+from exporter.objectives import bad_share
 from exporter.snapshot import LabelSet, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
 
@@ -90,6 +91,11 @@ class Traffic:
     # leaves it. With one left in the window, the pace the newest evaluation that saw two or more measured
     # (set by the pipeline); None with none measured.
     long_prompt_interval_seconds: float | None = None
+    # First tokens over the first-token objective's threshold in the steps in which a long prompt got its
+    # first token, or the step after (the requests that waited behind its prefill): the slow first tokens
+    # the long prompts explain, aligned in time. None without the threshold or the series, or when long
+    # prompts got first tokens in most steps (then every slow first token is "beside" one).
+    long_prompt_slow_first_tokens: float | None = None
     generation_length_mean: float | None = None
     prefill_token_share: float | None = None  # computed prompt / (computed prompt + generated) tokens
     admission_rejections_per_second: float | None = None
@@ -777,10 +783,14 @@ def traffic(window: Window, recent: int = 0) -> Traffic:
     )
 
 
-def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float | None]:
-    """How many long prompts finished in the window and how long ago the newest did (Traffic fields)."""
+def long_prompt_arrivals(window: Window, long_tokens: float,
+                         slow_seconds: float | None = None) -> dict[str, float | None]:
+    """How many long prompts finished in the window, at what pace they came and how long ago the newest did:
+    at their first tokens (the newest with a first token over ``slow_seconds``, when given and any had one),
+    at their finishes without those series; and the slow first tokens beside them (Traffic fields)."""
     if not window.present(vllm.REQUEST_PROMPT_TOKENS):
-        return {"long_prompts": None, "long_prompt_age_seconds": None, "long_prompt_interval_seconds": None}
+        return {"long_prompts": None, "long_prompt_age_seconds": None, "long_prompt_interval_seconds": None,
+                "long_prompt_slow_first_tokens": None}
     count, oldest, newest = 0.0, None, None
     for end, delta in window.histogram_by_step(vllm.REQUEST_PROMPT_TOKENS):
         edge = max((i for i, bound in enumerate(delta.bounds) if bound <= long_tokens), default=None)
@@ -788,30 +798,56 @@ def long_prompt_arrivals(window: Window, long_tokens: float) -> dict[str, float 
         if above > 0:
             count, newest = count + above, end
             oldest = end if oldest is None else oldest
-    starts = long_prompt_starts(window, long_tokens)
-    if starts:  # when they came, seen at their first tokens (a long answer finishes minutes after its burst)
+    # When they came, seen at their first tokens (a long answer finishes minutes after its burst); the age
+    # from the newest that hurt when any did (a chat prompt just over the mark after a burst is not the burst).
+    steps = long_prompt_steps(window, long_tokens, slow_seconds)
+    starts = [step.end for step in steps if step.long]
+    hurt = [step.end for step in steps if step.long and step.slow >= 0.5]  # half an interpolated token is one
+    if starts:
         newest, oldest, arrivals = starts[-1], starts[0], float(len(starts))
     else:
         arrivals = count
-    age = window.steps[-1].end - newest if newest is not None else None
+    last = hurt[-1] if hurt else newest
+    age = window.steps[-1].end - last if last is not None else None
     interval = (newest - oldest) / (arrivals - 1) if (newest is not None and oldest is not None
                                                       and arrivals >= 2) else None
-    return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval}
+    # Alignment says something only when long prompts come in a minority of the steps (a RAG mix whose mean
+    # prompt passes the mark in most steps would align every slow first token with "a long prompt").
+    beside = None
+    if slow_seconds is not None and steps and 2 * len(starts) <= sum(1 for step in steps if step.first_tokens >= 1):
+        beside = sum(step.slow for i, step in enumerate(steps) if step.long or (i > 0 and steps[i - 1].long))
+    return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval,
+            "long_prompt_slow_first_tokens": beside}
 
 
-def long_prompt_starts(window: Window, long_tokens: float) -> list[float]:
-    """The ends of the steps in which a long prompt got its first token, oldest first: prompt tokens per first
-    token of the step at or above ``long_tokens`` (vLLM counts both when a prefill completes). Empty without
-    the two series."""
+@dataclass(frozen=True, slots=True)
+class LongPromptStep:
+    end: float
+    first_tokens: float
+    long: bool  # a long prompt got its first token in this step
+    slow: float  # first tokens over the threshold in it (0 without one)
+
+
+def long_prompt_steps(window: Window, long_tokens: float, slow_seconds: float | None = None) -> list[LongPromptStep]:
+    """Per step, oldest first: whether a long prompt got its first token in it (prompt tokens per first token at
+    or above ``long_tokens``: vLLM counts both when a prefill completes), and how many of its first tokens took
+    longer than ``slow_seconds``. Empty without the two series."""
     if not window.present(vllm.PROMPT_TOKENS_TOTAL):
         return []
     out = []
     for step in window.steps:
-        first_tokens = sum(delta.count for delta in step.histograms.get(vllm.TIME_TO_FIRST_TOKEN_SECONDS, {}).values())
+        ttft = step.histograms.get(vllm.TIME_TO_FIRST_TOKEN_SECONDS, {}).values()
+        first_tokens = sum(delta.count for delta in ttft)
         prompt_tokens = sum(step.counters.get(vllm.PROMPT_TOKENS_TOTAL, {}).values())
-        if first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens:
-            out.append(step.end)
+        slow = sum(_over(delta, slow_seconds) for delta in ttft) if slow_seconds is not None else 0.0
+        long = first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens
+        out.append(LongPromptStep(step.end, first_tokens, long, slow))
     return out
+
+
+def _over(delta: HistogramDelta, threshold: float) -> float:
+    counted = bad_share(delta, threshold)
+    return counted.bad if counted is not None else 0.0
 
 
 def first_token_prompt_mean(window: Window, first_tokens: HistogramDelta | None, recent: int) -> float | None:
@@ -1277,15 +1313,20 @@ def engines(window: Window, thresholds: Thresholds) -> Engines:
                    outlier=outlier, load_ratio=load_ratio, latency_ratio=latency_ratio)
 
 
-def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None) -> Signals:
+def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = None,
+            slow_first_token_seconds: float | None = None) -> Signals:
     """Derive every signal from the window (and optional host readings).
+
+    ``slow_first_token_seconds``: the first-token objective's threshold, when the target has one; long
+    prompts that came with a first token over it date a burst (long_prompt_arrivals).
 
     Under speculative decoding the latency group's ITL (quantiles, mean, the objective's histogram) is
     per token; the engine-step estimates (busy fraction, step wait) keep the per-event gaps.
     """
     host = host or HostInputs()
     recent = int(thresholds.recent_evaluations)
-    flow = replace(traffic(window, recent), **long_prompt_arrivals(window, thresholds.long_prompt_tokens))
+    flow = replace(traffic(window, recent), **long_prompt_arrivals(window, thresholds.long_prompt_tokens,
+                                                                    slow_first_token_seconds))
     itl = _histogram(window, vllm.INTER_TOKEN_LATENCY_SECONDS)
     spec = speculative(window, itl)
     times = latency(window, per_token(itl, spec.itl_scale), recent)

@@ -50,6 +50,10 @@ class Thresholds:
     evidence_min_requests: float = threshold(5, "requests",
         "Latency observations a latency rule needs in the window; with fewer it abstains. "
         "Raise it for noisy, low-traffic targets.", 1)
+    evidence_min_misses: float = threshold(2, "events",
+        "With fewer first tokens than evidence_min_requests, the first-token objective still counts as missed "
+        "when at least this many of them missed it, beyond chance (onset_confidence_z): a few 40k-token prompts "
+        "an hour that each wait seconds are an effect; one stray slow request is not.", 1)
     burn_rate_full: float = threshold(14.4, "ratio",
         "Burn rate (bad share / error budget) at which a missed latency objective weighs fully in a "
         "rule's strength; from 1 (the budget spent at its pace) it grows linearly. 14.4 is the SRE "

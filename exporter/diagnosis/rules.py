@@ -139,6 +139,11 @@ def ttft_breach(ctx: Context) -> Breach:
     if status.events is None or s.traffic.first_tokens is None:
         return Breach(False, False, missing=(vllm.TIME_TO_FIRST_TOKEN_SECONDS,))
     if s.traffic.first_tokens < ctx.thresholds.evidence_min_requests:
+        t = ctx.thresholds
+        if objectives.few_missed_beyond_chance(status, t.onset_confidence_z, t.evidence_min_misses):
+            return Breach(True, True, status.burn_rate or 0.0,
+                          f"{status.evidence()}: few first tokens, but {status.events * (status.bad_share or 0):.0f} "
+                          f"of them slow, a miss beyond chance")
         return Breach(False, False, missing=("traffic: too few first tokens in the window",))
     return _judged(status, "traffic: too few first tokens in the window")
 
@@ -427,7 +432,10 @@ def rule_a1(ctx: Context) -> Finding:
         return abstain(vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_PROMPT_TOKENS)
     # A queue is a cause of its own (A2) when requests wait for capacity in most scrapes, or in every recent one;
     # a wait in a few scrapes behind prefill-bound first tokens is the wait behind those long prefills.
-    queue_of_its_own = lat.ttft_queue_share >= t.ttft_queue_share and (queue_sustained(ctx) or queue_building(ctx))
+    # ... unless the slow first tokens all came with long prompts' first tokens: then the wait is behind them.
+    behind = behind_long_prompts(ctx)
+    queue_of_its_own = (lat.ttft_queue_share >= t.ttft_queue_share and (queue_sustained(ctx) or queue_building(ctx))
+                        and behind is None)
     if queue_of_its_own:
         return clear(f"TTFT waits in a queue of its own (queue {_pct(lat.ttft_queue_share)} of mean TTFT): A2")
     # The long prompts arriving now count before they lift the window's mean (a burst starting).
@@ -447,19 +455,20 @@ def rule_a1(ctx: Context) -> Finding:
     # Without a queue of its own, and with KV not full (a wait for KV room is the pool's, C3/D), the wait is
     # the wait behind long prefills: at most as long as the prefills themselves (a longer wait is a backlog,
     # such as a preemption storm leaves, not these prompts' cost).
-    behind = 0.0 if kv_full(ctx) else min(lat.ttft_queue_share, lat.ttft_prefill_share + unrecorded)
-    prefill_bound = lat.ttft_prefill_share + unrecorded + behind
+    waiting = 0.0 if kv_full(ctx) else min(lat.ttft_queue_share, lat.ttft_prefill_share + unrecorded)
+    prefill_bound = lat.ttft_prefill_share + unrecorded + waiting
     if prefill_bound < t.ttft_prefill_share:
         return clear(f"TTFT is not prefill-bound (prefill {_pct(lat.ttft_prefill_share)}, "
                      f"queue {_pct(lat.ttft_queue_share)})")
     # A few long prompts among many short ones: when the window's slow first tokens are no more than its long
     # prompts, every one of them can be a long prompt's own (sparse long prompts, 0.1/s, miss one at a time).
-    status = objective_status(ctx, "ttft")
-    slow = (status.bad_share or 0.0) * (status.events or 0.0)
+    # Or, time-aligned, when they all came with a long prompt's first token or just after it (behind_long_prompts).
+    slow = slow_first_tokens(ctx)
     long_count = s.traffic.long_prompts or 0.0
     # ... and "a few" means a minority of the first tokens: when most prompts pass the long mark, the count says
     # nothing about which first tokens are slow.
-    few_long = long_count >= 1 and slow <= long_count and 2 * long_count <= (s.traffic.first_tokens or 0.0)
+    few_long = behind is not None or (long_count >= 1 and slow <= long_count
+                                      and 2 * long_count <= (s.traffic.first_tokens or 0.0))
     computed = _uncached(s.traffic.prompt_length_mean, s.kv.prefix_hit_ratio) or 0.0
     if computed < t.long_prompt_tokens and not long_now and not few_long:
         served = (f", {computed:.0f} computed after prefix-cache hits" if computed < s.traffic.prompt_length_mean
@@ -474,14 +483,15 @@ def rule_a1(ctx: Context) -> Finding:
         0.5 + 0.4 * _excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"prefill is {_pct(lat.ttft_prefill_share)} of mean TTFT {_s(lat.ttft_mean or 0)}"
-        + (f", the wait behind long prefills {_pct(behind)} (no queue of its own)" if behind >= 0.005 else
+        + (f", the wait behind long prefills {_pct(waiting)} (no queue of its own)" if waiting >= 0.005 else
            f", queue {_pct(lat.ttft_queue_share)}")
         + (f", first tokens of long prompts whose prefill time is recorded when they finish {_pct(unrecorded)}"
            if unrecorded >= 0.005 else ""),
         f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens (p95 {s.traffic.prompt_length_p95 or 0:.0f})"
         + (f", {recent_mean:.0f} over {_recent(ctx)}" if recent_mean is not None else "")
-        + (f"; {long_count:.0f} long prompts in the window, {slow:.0f} first tokens over the objective"
-           if few_long else ""),
+        + (f"; {behind}" if behind is not None else
+           f"; {long_count:.0f} long prompts in the window, {slow:.0f} first tokens over the objective" if few_long
+           else ""),
     )
     if (quiet := long_prompts_ended(ctx)) is not None:
         return recovering(finding, f"no long prompt for {quiet}: the long prompts have stopped, their first tokens "
@@ -508,6 +518,24 @@ def long_prompts_ended(ctx: Context) -> str | None:
     if age <= max(t.sparse_cause_quiet_intervals * interval, horizon):
         return None
     return f"{age:.0f} s ({age / max(interval, 1e-9):.1f} of their mean interval in the window, {interval:.0f} s)"
+
+
+def slow_first_tokens(ctx: Context) -> float:
+    """First tokens of the window over the first-token objective's threshold."""
+    status = objective_status(ctx, "ttft")
+    return (status.bad_share or 0.0) * (status.events or 0.0)
+
+
+def behind_long_prompts(ctx: Context) -> str | None:
+    """Time-aligned: every slow first token of the window came in the step of a long prompt's first token or the
+    step after (the long prompt's own, and the requests that waited behind its prefill), and long prompts are a
+    minority of the first tokens. Requests that wait then wait for those prefills, not for capacity (A1, not
+    A2). None otherwise."""
+    s = ctx.signals
+    beside, slow = s.traffic.long_prompt_slow_first_tokens or 0.0, slow_first_tokens(ctx)
+    if beside < 1 or slow > beside + 0.5 or 2 * (s.traffic.long_prompts or 0.0) > (s.traffic.first_tokens or 0.0):
+        return None
+    return f"all {slow:.0f} first tokens over the objective came with a long prompt's first token or just after it"
 
 
 def rule_a2(ctx: Context) -> Finding:
@@ -539,6 +567,8 @@ def rule_a2(ctx: Context) -> Finding:
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")
     if kv_full(ctx):
         return clear(f"the queue is explained by KV pressure ({kv_evidence(s)}): see C3/D")
+    if (behind := behind_long_prompts(ctx)) is not None:
+        return clear(f"{behind}: requests wait behind long prefills (A1)")
     evidence = [
         breach.evidence,
         f"queue is {_pct(s.latency.ttft_queue_share)} of mean TTFT "

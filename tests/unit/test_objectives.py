@@ -9,7 +9,7 @@ import pytest
 from exporter.catalog.metrics import WATCHED_INPUTS
 from exporter.config import Objective, Slo, load_settings
 from exporter.inputs import available
-from exporter.objectives import bad_share, bucket_edges, judge, missed_beyond_chance
+from exporter.objectives import bad_share, bucket_edges, few_missed_beyond_chance, judge, missed_beyond_chance
 from exporter.parse import parse
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
@@ -75,6 +75,22 @@ def test_a_miss_beyond_chance_needs_a_share_a_sample_cannot_explain():
     assert not beyond(18, 300)  # 6 %: missed, within what 300 first tokens at the budget's pace can show
     assert not beyond(2, 45)  # met
     assert not missed_beyond_chance(judge("ttft", five_percent, hist([3, 0, 0, 1, 0]), 5), 1.645)  # not judged
+
+
+def test_a_few_events_miss_only_with_several_slow_ones_beyond_chance():
+    """Under the minimum of events the share is not judged, yet two slow first tokens of four against a 1 %
+    budget are a miss no sample explains; one slow of two is one stray request, and two slow of four against
+    a 50 % budget are within it."""
+    one_percent = Objective(threshold_seconds=2.5, target=0.99)
+
+    def few(bad: float, events: float, objective: Objective = one_percent) -> bool:
+        return few_missed_beyond_chance(judge("ttft", objective, hist([events - bad, 0, 0, bad, 0]), 5), 1.645, 2)
+
+    assert few(2, 4) and few(2, 2) and few(3, 3)
+    assert not few(1, 2) and not few(1, 4)  # one slow first token, whatever its share
+    assert not few(2, 4, Objective(threshold_seconds=2.5, target=0.5))  # within a 50 % budget
+    assert not few(0, 3)
+    assert not few(3, 10)  # enough events: judged as a share (missed_beyond_chance), not here
 
 
 def test_too_few_events_are_not_a_judgement():

@@ -628,3 +628,39 @@ def test_when_the_model_needs_its_gpus_the_stutter_keeps_its_own_cause():
     ctx = _ctx(SLOW_WITH_TAIL, facts)
     assert RULE_BY_ID["G"](ctx).status == "clear"
     assert RULE_BY_ID["B1"](ctx).status == "fired"
+
+
+def test_a_few_long_prompts_that_each_wait_seconds_are_named_one_stray_slow_one_is_not():
+    """Four 40k-token prompts in the window, two of them over the 2.5 s objective: too few first tokens for a
+    share, but two slow of four is no chance against a 1 % budget (A1 names it); one slow of three abstains."""
+    def sparse(slow: int, first_tokens: int) -> Context:
+        buckets = [0, 0, first_tokens - slow, 0, 0, slow, 0, 0]  # 0.25-0.5 s, 2.5-5 s
+        return _ctx({"prompt_length_mean": 40000, "ttft_prefill_share": 0.9, "ttft_queue_share": 0.0,
+                     "first_tokens": first_tokens, "ttft_histogram": hist(TTFT_BOUNDS, buckets)}, {})
+
+    named = RULE_BY_ID["A1"](sparse(2, 4))
+    assert named.status == "fired" and any("beyond chance" in line for line in named.evidence), named
+    assert RULE_BY_ID["A1"](sparse(1, 3)).status == "abstain"
+
+
+def test_requests_that_wait_behind_long_prefills_are_the_long_prompts_not_a_queue():
+    """Chat with a 28k-token document now and then: requests wait in every recent scrape while the long prefills
+    run, and every slow first token of the window came with a long prompt's first token or just after it. The
+    wait is behind those prefills (A1); A2 defers. One slow first token more, away from any long prompt, and the
+    queue is a cause of its own again."""
+    def window(beside: float) -> Context:
+        return _ctx({"ttft_histogram": hist(TTFT_BOUNDS, [0, 80, 12, 2, 0, 6, 0, 0]), "first_tokens": 100,
+                     "ttft_quantiles": {0.5: 0.3, 0.95: 2.6, 0.99: 4.0}, "ttft_mean": 0.9,
+                     "ttft_queue_share": 0.4, "ttft_prefill_share": 0.35, "prompt_length_mean": 900,
+                     "queued_recent_fraction": 1.0, "queued_fraction": 0.2, "waiting_fraction": 0.2,
+                     "long_prompts": 3, "long_prompt_age_seconds": 5, "long_prompt_interval_seconds": 10,
+                     "long_prompt_slow_first_tokens": beside}, {})
+
+    aligned = window(6)
+    assert RULE_BY_ID["A2"](aligned).status == "clear", RULE_BY_ID["A2"](aligned)
+    a1 = RULE_BY_ID["A1"](aligned)
+    assert a1.status == "fired" and any("came with a long prompt" in line for line in a1.evidence), a1
+    assert diagnose(aligned, VerdictTracker(), 0.0).verdict.layer == "request"
+    apart = window(5)
+    assert RULE_BY_ID["A2"](apart).status == "fired"
+    assert RULE_BY_ID["A1"](apart).status == "clear"

@@ -319,11 +319,13 @@ def test_recent_prompt_mean_counts_prompts_at_their_first_token_not_at_their_fin
     assert s.traffic.prompt_length_mean == pytest.approx(300)  # the window's, from the finished requests
 
 
-def _long_prompt_scrape(t: float, prompt_tokens: float, first_tokens: float, finished_long: float) -> str:
-    """One scrape: the prompt-token counter, first tokens in one bucket, long prompts finished so far."""
+def _long_prompt_scrape(t: float, prompt_tokens: float, first_tokens: float, finished_long: float,
+                        slow: float = 0.0) -> str:
+    """One scrape: the prompt-token counter, first tokens (``slow`` of them over 1 s), long prompts finished so
+    far."""
     lines = [f"vllm:prompt_tokens_total {prompt_tokens}"]
-    for le in ("1.0", "+Inf"):
-        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le}"}} {first_tokens}')
+    for le, count in (("1.0", first_tokens - slow), ("+Inf", first_tokens)):
+        lines.append(f'vllm:time_to_first_token_seconds_bucket{{le="{le}"}} {count}')
     lines += [f"vllm:time_to_first_token_seconds_count {first_tokens}",
               f"vllm:time_to_first_token_seconds_sum {first_tokens * 0.5}"]
     for le, count in (("1000.0", 0.0), ("+Inf", finished_long)):
@@ -353,3 +355,34 @@ def test_a_long_prompt_arrives_at_its_first_token_not_at_its_finish():
     assert arrivals["long_prompts"] == 2  # counted when they finished
     assert arrivals["long_prompt_age_seconds"] == 80  # but they came at their first tokens
     assert arrivals["long_prompt_interval_seconds"] == 10
+
+
+def test_the_newest_long_prompt_that_hurt_dates_a_burst_not_a_chat_prompt_just_over_the_mark():
+    """Two 28k-token prompts came with first tokens over a 1 s objective (steps ending at 10 and 20 s); at 60 s
+    a lone 1100-token chat prompt, over the 1024-token mark, met it. With the objective's threshold the burst
+    last hurt 80 s ago; without it the chat prompt reads as a long prompt 40 s ago. The pace counts every long
+    prompt, and with no slow one in the window the newest long one sets the age."""
+    from exporter.signals import long_prompt_arrivals
+
+    def window_of(slow_burst: bool) -> Window:
+        window = Window(600, COUNTERS)
+        prompt, firsts, slow = 0.0, 0.0, 0.0
+        for t in range(0, 105, 5):
+            if t in (10, 20):
+                prompt, firsts, slow = prompt + 28000 + 300, firsts + 2, slow + (1 if slow_burst else 0)
+            elif t == 60:
+                prompt, firsts = prompt + 1100, firsts + 1
+            elif t > 0:
+                prompt, firsts = prompt + 300, firsts + 1
+            window.push(parse(_long_prompt_scrape(float(t), prompt, firsts, 0.0, slow), float(t)))
+        return window
+
+    hurt = long_prompt_arrivals(window_of(True), 1024, slow_seconds=1.0)
+    assert (hurt["long_prompt_age_seconds"], hurt["long_prompt_interval_seconds"]) == (80, 25)
+    every = long_prompt_arrivals(window_of(True), 1024)
+    assert every["long_prompt_age_seconds"] == 40
+    none_hurt = long_prompt_arrivals(window_of(False), 1024, slow_seconds=1.0)
+    assert none_hurt["long_prompt_age_seconds"] == 40
+    # the slow first tokens beside a long prompt's: one in each long step (the step after holds none slow)
+    assert hurt["long_prompt_slow_first_tokens"] == 2 and none_hurt["long_prompt_slow_first_tokens"] == 0
+    assert every["long_prompt_slow_first_tokens"] is None  # no threshold, no judgement

@@ -102,6 +102,19 @@ def test_a_long_prompt_burst_that_ended_stays_ended_and_is_released_within_a_win
     long prompt alone read as a burst that may be starting). Seed 54: a long answer finishes well after the
     burst; its prompt came at its first token, not at that finish (released 190 s after the end when the
     finish read as a new long prompt)."""
-    result = run_transition("long-prompt-burst", seed)
+    result = run_transition("long-prompt-trickle", seed)
     assert result["release_s"] is not None and result["release_s"] <= 180, result["verdicts"]
     assert result["other"] == 0, result["verdicts"]
+
+
+@pytest.mark.parametrize("seed", [24, 40])
+def test_first_tokens_that_wait_behind_a_long_prefill_are_the_long_prompts(seed: int) -> None:
+    """Document QA joins chat under a 1 s first-token objective. Seed 24: one long prompt in the window, its own
+    first token and two chat requests behind it over the objective (three slow, one long: `unknown` for 25 s
+    when A1 needed a long prompt per slow first token). Seed 40: two long prefills back to back keep requests
+    waiting in every recent scrape (`scheduler` twice, A2 reading the wait as a queue of its own). In both every
+    slow first token came with a long prompt's first token or just after it: the long prompts are named within
+    a minute of the start and nothing else is named."""
+    result = run_transition("long-prompt-burst", seed)
+    assert result["other"] == 0, result["verdicts"]
+    assert passes(result, 180.0), result
