@@ -9,12 +9,15 @@ probe over a simulated ``schedstat`` (so a change of CPU share reaches it at the
 
 Per transition and seed:
 
-* ``name``: seconds from the cause's start to the first evaluation whose verdict is the cause's layer;
+* ``name``: seconds from the cause's start to the first evaluation whose verdict is the cause's layer. A
+  condition (the CPU share, the kernels' path) starts when it is switched; a cause made of traffic starts
+  with the first request of the classes it adds (``onset``, after the nominal start by the arrival draw:
+  a long prompt at 0.1 req/s can first come 50 s in);
 * ``other``: evaluations (from the first full window to the end) whose verdict names another layer
   (anything but ``none`` and the cause's layer, ``unknown`` included);
 * ``release``: seconds from the cause's end to the first evaluation from which every later one is
   released: verdict ``none``, or the cause's layer with ``recovering`` set;
-* ``effect``: seconds from the cause's start to the first evaluation whose recent steps (the last
+* ``effect``: seconds from the cause's start (as for ``name``) to the first evaluation whose recent steps (the last
   ``recent_evaluations`` scrapes) miss a latency objective: when users first feel the cause. The rules
   name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
   slow to hurt, not a slow diagnosis. Reported beside the target, not part of it.
@@ -53,7 +56,7 @@ from exporter.poll import ScrapeResult
 from exporter.simulator.engine import CostModel, Engine, EngineConfig
 from exporter.simulator.exposition import render_vllm
 from exporter.simulator.hostcpu import SimulatedSchedstat
-from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
+from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload, first_arrival
 
 RENDER_STEP_S = 5.0
 START_UNIX = 1_800_000_000.0
@@ -216,11 +219,24 @@ def recent_effect(pipeline: TargetPipeline) -> bool:
     return any(status.met is False for status in judged.values())
 
 
+def cause_onset(tr: Transition, workload: Workload, seed: int, start: float) -> float:
+    """When the cause begins: the switch for a condition (``during``); for traffic, the first request of the
+    classes that begin at ``start`` (long prompts at 0.1 req/s may first come tens of seconds after their
+    rate is switched on)."""
+    if tr.during is not None:
+        return start
+    firsts = [first_arrival(workload, i, seed) for i, cls in enumerate(workload.classes)
+              if cls.arrivals.start_s == start]
+    return max(start, min((t for t in firsts if t is not None), default=start))
+
+
 def run_transition(name: str, seed: int, window: float | None = None) -> dict[str, Any]:
     tr = BY_NAME[name]
     start = WARMUP_S + QUIET_S
     end = start + CAUSE_S
-    engine = Engine(tr.engine, Workload(classes=tr.classes(start, end)), seed)
+    workload = Workload(classes=tr.classes(start, end))
+    onset = cause_onset(tr, workload, seed, start)
+    engine = Engine(tr.engine, workload, seed)
     engine.advance_to(WARMUP_S)
     target: dict[str, Any] = {"name": tr.name, "url": "http://127.0.0.1:8000/metrics",
                               "scrape_interval": RENDER_STEP_S, "timeout": 3.0, "engine": tr.facts(),
@@ -251,7 +267,8 @@ def run_transition(name: str, seed: int, window: float | None = None) -> dict[st
             continue
         verdict = state.diagnosis.verdict
         evaluations.append(Evaluation(t, verdict.layer, verdict.recovering, recent_effect(pipeline)))
-    out = score(evaluations, tr.layer, start, end)
+    out = score(evaluations, tr.layer, onset, end)
+    out["onset_s"] = onset - start  # the verdicts' times count from the nominal start
     out["verdicts"] = [(e.t - start, e.layer + ("~" if e.recovering else "")) for e in evaluations]
     return out
 

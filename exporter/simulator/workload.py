@@ -264,16 +264,23 @@ class ClassStream:
         return len(self.cum_weights) - 1
 
 
+def class_rng(seed: int, index: int) -> random.Random:
+    """The RNG of the workload's class ``index``: its arrival times first, then its requests' draws."""
+    return random.Random(seed * 1_000_003 + index)
+
+
+def first_arrival(workload: Workload, index: int, seed: int) -> float | None:
+    """When class ``index`` sends its first request under ``seed`` (None: never), as generate() draws it."""
+    return next(workload.classes[index].arrivals.times(class_rng(seed, index)), None)
+
+
 def generate(workload: Workload, seed: int, max_model_len: int) -> Iterator[RequestSpec]:
     """All requests of the workload in arrival order, forever (or until every class ends).
 
     Each class draws from its own RNG derived from ``seed``, so adding a class does not change
     the requests of the others.
     """
-    streams = [
-        ClassStream(i, cls, random.Random(seed * 1_000_003 + i), max_model_len)
-        for i, cls in enumerate(workload.classes)
-    ]
+    streams = [ClassStream(i, cls, class_rng(seed, i), max_model_len) for i, cls in enumerate(workload.classes)]
     heap: list[tuple[float, int]] = []
     for i, stream in enumerate(streams):
         t = stream.next_arrival()

@@ -118,3 +118,19 @@ def test_first_tokens_that_wait_behind_a_long_prefill_are_the_long_prompts(seed:
     result = run_transition("long-prompt-burst", seed)
     assert result["other"] == 0, result["verdicts"]
     assert passes(result, 180.0), result
+
+
+def test_a_traffic_cause_starts_with_its_first_request_a_condition_when_switched() -> None:
+    """Seed 9 draws the long-prompt burst's first document 48.5 s after its rate is switched on (0.1 req/s):
+    that request is the cause's start. The CPU share is a condition: it starts at the switch."""
+    from benchmarks.transitions import BY_NAME, CAUSE_S, QUIET_S, WARMUP_S, cause_onset
+    from exporter.simulator.workload import Workload, generate
+
+    start = WARMUP_S + QUIET_S
+    burst = BY_NAME["long-prompt-burst"]
+    workload = Workload(classes=burst.classes(start, start + CAUSE_S))
+    onset = cause_onset(burst, workload, 9, start)
+    first_document = next(r.arrival for r in generate(workload, 9, 65536) if r.prompt_len > 4000)
+    assert onset == pytest.approx(first_document) and 45 < onset - start < 50
+    cpu = BY_NAME["cpu-starvation"]
+    assert cause_onset(cpu, Workload(classes=cpu.classes(start, start + CAUSE_S)), 9, start) == start
