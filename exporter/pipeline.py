@@ -72,7 +72,8 @@ class TargetPipeline:
         self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         # ... the long prompts' pace each evaluation measured: a burst's last two leave the window one at a time,
         # and the last one alone still has the pace the window measured while it held more
-        self._long_intervals: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._long_intervals: TimeBuffer[tuple[float, float]] = TimeBuffer(settings.window_seconds,
+                                                                           keep_baseline=False)
         # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds
         self._gpu_read: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
@@ -184,14 +185,17 @@ class TargetPipeline:
             self._queued, now, signals.scheduler.queued_recent_fraction, max)))
         signals = replace(signals, kv=replace(signals.kv, prefix_hit_ratio_recent_low=_held(
             self._prefix_hits, now, signals.kv.prefix_hit_ratio_recent, min)))
+        # A burst's pace is the one measured on the largest sample the window's evaluations saw (the newest of
+        # equals): as its last prompts leave the window, the few left stretch the mean interval.
         traffic = signals.traffic
         if traffic.long_prompt_interval_seconds is not None:
-            self._long_intervals.push(now, traffic.long_prompt_interval_seconds)
+            self._long_intervals.push(now, (traffic.long_prompt_first_token_steps or 0.0,
+                                            traffic.long_prompt_interval_seconds))
         else:
             self._long_intervals.trim(now)
-            if traffic.long_prompts and self._long_intervals:
-                signals = replace(signals, traffic=replace(traffic, long_prompt_interval_seconds=(
-                    self._long_intervals.latest)))
+        if traffic.long_prompts and self._long_intervals:
+            _, pace = max(self._long_intervals.newest_first(), key=lambda sample: sample[0])
+            signals = replace(signals, traffic=replace(traffic, long_prompt_interval_seconds=pace))
         low_since = _run_start(self._prefix_hits, lambda ratio: ratio < self.thresholds.prefix_hit_ratio_low)
         if low_since is not None and signals.kv.prefix_hit_ratio_recent is not None:
             signals = replace(signals, latency=replace(signals.latency, ttft_histogram_prefix_low=(

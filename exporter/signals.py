@@ -88,9 +88,12 @@ class Traffic:
     # Their pace: seconds between the first and the newest step in which one got its first token, over the
     # gaps between such steps (so never below the scrape interval; by finish and per prompt where the window
     # lacks the prompt-token counter): the burst's own rate, not the window's, which empties as the burst
-    # leaves it. With one left in the window, the pace the newest evaluation that saw two or more measured
-    # (set by the pipeline); None with none measured.
+    # leaves it. The pipeline sets the pace measured on the largest sample of the evaluations the window
+    # covers (the most such steps), so the last prompts of a burst, or one chat prompt just over the mark
+    # after it, do not stretch it; None with none measured.
     long_prompt_interval_seconds: float | None = None
+    # Steps of the window in which a long prompt got its first token: the sample that pace is measured on.
+    long_prompt_first_token_steps: float | None = None
     # First tokens over the first-token objective's threshold in the steps in which a long prompt got its
     # first token, or the step after (the requests that waited behind its prefill): the slow first tokens
     # the long prompts explain, aligned in time. None without the threshold or the series, or when long
@@ -790,7 +793,7 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
     at their finishes without those series; and the slow first tokens beside them (Traffic fields)."""
     if not window.present(vllm.REQUEST_PROMPT_TOKENS):
         return {"long_prompts": None, "long_prompt_age_seconds": None, "long_prompt_interval_seconds": None,
-                "long_prompt_slow_first_tokens": None}
+                "long_prompt_first_token_steps": None, "long_prompt_slow_first_tokens": None}
     count, oldest, newest = 0.0, None, None
     for end, delta in window.histogram_by_step(vllm.REQUEST_PROMPT_TOKENS):
         edge = max((i for i, bound in enumerate(delta.bounds) if bound <= long_tokens), default=None)
@@ -817,6 +820,7 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
     if slow_seconds is not None and steps and 2 * len(starts) <= sum(1 for step in steps if step.first_tokens >= 1):
         beside = sum(step.slow for i, step in enumerate(steps) if step.long or (i > 0 and steps[i - 1].long))
     return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval,
+            "long_prompt_first_token_steps": float(len(starts)) if steps else None,
             "long_prompt_slow_first_tokens": beside}
 
 
