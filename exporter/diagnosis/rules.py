@@ -228,6 +228,14 @@ def queue_building(ctx: Context) -> bool:
     return recent is not None and recent >= 1.0
 
 
+def queue_forming(ctx: Context) -> bool:
+    """Requests waited for capacity in most recent scrapes, and the first tokens of the recent steps spent at
+    least the queue's share of their TTFT waiting: a queue forming, before it holds every recent scrape."""
+    s, t = ctx.signals, ctx.thresholds
+    recent, share = s.scheduler.queued_recent_fraction, s.latency.ttft_queue_share_recent
+    return recent is not None and recent > 0.5 and share is not None and share >= t.ttft_queue_share
+
+
 def ttft_breach_now(ctx: Context) -> Breach | None:
     """The first tokens of the recent steps alone, when they miss their objective (an effect beside recent
     evidence); None when they meet it or are too few to judge."""
@@ -558,11 +566,14 @@ def rule_a2(ctx: Context) -> Finding:
     # vLLM records a request's queue time when it finishes, its first token when it comes: at a queue's onset
     # the slow first tokens are in before their queue times. A queue in every recent scrape beside first tokens
     # that miss now, with prefill not the bulk of TTFT and the CPU not starved, is the onset of this cause.
-    onset = (queue_building(ctx) and ttft_missed_now(ctx) and not cpu_starving(ctx)
+    # A queue in most recent scrapes counts too when the first tokens of those steps spent its share waiting
+    # (their own queue times, time-aligned): a surge's first scrapes, before every one of them holds a queue.
+    forming = queue_building(ctx) or queue_forming(ctx)
+    onset = (forming and ttft_missed_now(ctx) and not cpu_starving(ctx)
              and (s.latency.ttft_prefill_share or 0.0) < t.ttft_prefill_share)
     if onset and share < t.ttft_queue_share:
         share = t.ttft_queue_share
-    if share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or drained):
+    if share < t.ttft_queue_share or not (queue_sustained(ctx) or queue_building(ctx) or onset or drained):
         return clear(f"queue is {_pct(share)} of TTFT, requests wait for capacity in "
                      f"{_pct(s.scheduler.queued_fraction)} of scrapes")
     if kv_full(ctx):

@@ -207,6 +207,20 @@ def test_a_queue_building_now_owns_first_tokens_that_miss_before_their_queue_tim
     assert prefill["A2"].status == "clear"
 
 
+def test_a_queue_in_most_recent_scrapes_owns_first_tokens_that_spent_its_share_waiting() -> None:
+    """A surge's first scrapes: requests wait in two of the last three, the first tokens of those steps miss
+    their objective and spent 35 % of their TTFT queued; the window's share is still small. A2 names the onset
+    (it read `unknown`, A0, until every recent scrape held a queue). With the recent first tokens waiting
+    10 % of their TTFT, the queue is not theirs."""
+    forming = {**SLOW_TTFT, "waiting_fraction": 0.08, "queued_fraction": 0.08, "queued_recent_fraction": 2 / 3,
+               "ttft_queue_share": 0.1, "ttft_prefill_share": 0.1, "ttft_queue_share_recent": 0.35,
+               "ttft_histogram_recent": hist(TTFT_BOUNDS, [0, 0, 10, 10, 10, 20, 10, 0])}
+    fired, _ = evaluate_rules(_ctx(forming, {}))
+    assert fired["A2"].status == "fired" and fired["A0"].status == "clear", fired["A2"]
+    idle, _ = evaluate_rules(_ctx({**forming, "ttft_queue_share_recent": 0.1}, {}))
+    assert idle["A2"].status == "clear"
+
+
 class _Counter:
     """A cumulative schedstat-like source: wait share 0.9 for the first reads, then 0.1."""
 
