@@ -826,6 +826,8 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
 
 @dataclass(frozen=True, slots=True)
 class LongPromptStep:
+    """One step of the window as the long-prompt signals read it."""
+
     end: float
     first_tokens: float
     long: bool  # a long prompt got its first token in this step
