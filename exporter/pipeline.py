@@ -70,8 +70,8 @@ class TargetPipeline:
         self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
         # Each evaluation's recent prefix hit ratio: was the prefix broken at some time the window holds
         self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
-        # ... the long prompts' pace each evaluation measured: a burst's last two leave the window one at a time,
-        # and the last one alone still has the pace the window measured while it held more
+        # ... the long prompts' pace each evaluation measured, with the steps it was measured on: as a burst's
+        # last prompts leave the window, the pace of the largest sample holds
         self._long_intervals: TimeBuffer[tuple[float, float]] = TimeBuffer(settings.window_seconds,
                                                                            keep_baseline=False)
         # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds

@@ -81,8 +81,9 @@ class Traffic:
     prompt_length_mean_recent: float | None = None
     # Finished requests whose prompt passed the long mark (the bucket edge at or below long_prompt_tokens),
     # and seconds from the newest step in which one got its first token (prompt tokens per first token of
-    # the step at the mark; the newest that finished one without vllm:prompt_tokens_total) to the window's
-    # end: long prompts still arriving, or a burst that has ended while its first tokens are still in it.
+    # the step at the mark; of those, the newest with a first token over the first-token objective when the
+    # window holds one; the newest that finished one without vllm:prompt_tokens_total) to the window's end:
+    # long prompts still arriving, or a burst that has ended while its first tokens are still in it.
     long_prompts: float | None = None
     long_prompt_age_seconds: float | None = None
     # Their pace: seconds between the first and the newest step in which one got its first token, over the
