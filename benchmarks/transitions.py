@@ -16,7 +16,10 @@ Per transition and seed:
 * ``other``: evaluations (from the first full window to the end) whose verdict names another layer
   (anything but ``none`` and the cause's layer, ``unknown`` included);
 * ``release``: seconds from the cause's end to the first evaluation from which every later one is
-  released: verdict ``none``, or the cause's layer with ``recovering`` set;
+  released: verdict ``none``, or the cause's layer with ``recovering`` set. A condition ends when it is
+  switched back; a cause made of traffic when its last request leaves the engine (``end``, after the nominal
+  end: long generations admitted before their rate stops keep the pool full and preempting for minutes).
+  Results written before commit a0d40a3 (included) measured every end from the switch;
 * ``effect``: seconds from the cause's start (as for ``name``) to the first evaluation whose recent steps (the last
   ``recent_evaluations`` scrapes) miss a latency objective: when users first feel the cause. The rules
   name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
@@ -53,10 +56,18 @@ from exporter.config import load_settings
 from exporter.hostcpu.probe import HostProbe
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
-from exporter.simulator.engine import CostModel, Engine, EngineConfig
+from exporter.simulator.engine import CostModel, Engine, EngineConfig, Request
 from exporter.simulator.exposition import render_vllm
 from exporter.simulator.hostcpu import SimulatedSchedstat
-from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload, first_arrival
+from exporter.simulator.workload import (
+    Arrivals,
+    LengthDist,
+    PrefixSpec,
+    RequestClass,
+    Workload,
+    arrival_times,
+    first_arrival,
+)
 
 RENDER_STEP_S = 5.0
 START_UNIX = 1_800_000_000.0
@@ -230,13 +241,53 @@ def cause_onset(tr: Transition, workload: Workload, seed: int, start: float) -> 
     return max(start, min((t for t in firsts if t is not None), default=start))
 
 
+class CauseRequests:
+    """An ``EngineObserver`` that sees the cause's own requests leave the engine: a cause made of traffic acts
+    until its last request has (long generations admitted before their rate stops keep preempting)."""
+
+    def __init__(self, arrivals: list[float]) -> None:
+        self.pending = set(arrivals)  # the cause's requests that have not finished yet, by arrival time
+        self.last_finished: float | None = None
+
+    def admitted(self, request: Request, step: int) -> None:
+        pass
+
+    def token_gap(self, now: float, value: float, n: int) -> None:
+        pass
+
+    def finished(self, request: Request, seen: float) -> None:
+        if request.spec.arrival in self.pending:
+            self.pending.discard(request.spec.arrival)
+            self.last_finished = seen if self.last_finished is None else max(self.last_finished, seen)
+
+
+def cause_requests(tr: Transition, workload: Workload, seed: int, start: float) -> CauseRequests | None:
+    """The observer of a traffic cause's requests (the classes that begin at ``start``); None for a condition."""
+    if tr.during is not None:
+        return None
+    arrivals = [t for i, cls in enumerate(workload.classes) if cls.arrivals.start_s == start
+                for t in arrival_times(workload, i, seed, tr.engine.max_model_len)]
+    return CauseRequests(arrivals)
+
+
+def cause_end(requests: CauseRequests | None, end: float, run_end: float) -> float:
+    """When the cause stops acting: the switch for a condition; for traffic, when its last request left the
+    engine (``run_end`` when one is still inside: the cause never ended within the run)."""
+    if requests is None:
+        return end
+    if requests.pending:
+        return run_end
+    return max(end, requests.last_finished or end)
+
+
 def run_transition(name: str, seed: int, window: float | None = None) -> dict[str, Any]:
     tr = BY_NAME[name]
     start = WARMUP_S + QUIET_S
     end = start + CAUSE_S
     workload = Workload(classes=tr.classes(start, end))
     onset = cause_onset(tr, workload, seed, start)
-    engine = Engine(tr.engine, workload, seed)
+    requests = cause_requests(tr, workload, seed, start)
+    engine = Engine(tr.engine, workload, seed, observer=requests)
     engine.advance_to(WARMUP_S)
     target: dict[str, Any] = {"name": tr.name, "url": "http://127.0.0.1:8000/metrics",
                               "scrape_interval": RENDER_STEP_S, "timeout": 3.0, "engine": tr.facts(),
@@ -267,8 +318,10 @@ def run_transition(name: str, seed: int, window: float | None = None) -> dict[st
             continue
         verdict = state.diagnosis.verdict
         evaluations.append(Evaluation(t, verdict.layer, verdict.recovering, recent_effect(pipeline)))
-    out = score(evaluations, tr.layer, onset, end)
+    ended = cause_end(requests, end, t)
+    out = score(evaluations, tr.layer, onset, ended)
     out["onset_s"] = onset - start  # the verdicts' times count from the nominal start
+    out["end_s"] = ended - end  # after the nominal end: the cause's last request still inside the engine
     out["verdicts"] = [(e.t - start, e.layer + ("~" if e.recovering else "")) for e in evaluations]
     return out
 

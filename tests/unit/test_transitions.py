@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import takewhile
 
 import pytest
 
@@ -146,3 +147,32 @@ def test_a_queue_surge_is_named_at_its_onset_not_read_as_an_effect_without_a_cau
     result = run_transition("queue-surge", 49)
     assert result["other"] == 0, result["verdicts"]
     assert passes(result, 180.0), result
+
+
+def test_a_traffic_cause_ends_when_its_last_request_leaves_the_engine() -> None:
+    """Seed 50's long generations stop arriving at the nominal end, but the ones admitted keep preempting for
+    minutes: the storm ends when the last of them leaves, and the verdict is released soon after that (195 s
+    after the nominal end, 70 s after the real one). A condition ends at its switch."""
+    from benchmarks.transitions import CauseRequests, cause_end
+
+    storm = run_transition("preemption-storm", 50)
+    assert storm["end_s"] > 100
+    assert storm["release_s"] is not None and storm["release_s"] + storm["end_s"] > 180 >= storm["release_s"]
+    assert run_transition("gpu-bound", 50)["end_s"] == 0
+    still_inside = CauseRequests([1.0, 2.0])
+    still_inside.pending.discard(1.0)
+    assert cause_end(still_inside, end=100.0, run_end=900.0) == 900.0  # never ended within the run
+    assert cause_end(None, end=100.0, run_end=900.0) == 100.0
+
+
+def test_arrival_times_are_the_classs_own_as_generate_draws_them() -> None:
+    from benchmarks.transitions import BY_NAME, CAUSE_S, QUIET_S, WARMUP_S
+    from exporter.simulator.workload import arrival_times, generate
+
+    start = WARMUP_S + QUIET_S
+    burst = BY_NAME["long-prompt-burst"]
+    workload = Workload(classes=burst.classes(start, start + CAUSE_S))
+    arrived = takewhile(lambda r: r.arrival < start + CAUSE_S, generate(workload, 9, 65536))  # the chat goes on
+    documents = [r.arrival for r in arrived if r.prompt_len > 4000]
+    assert arrival_times(workload, 1, 9, 65536) == documents and len(documents) > 10
+    assert arrival_times(workload, 0, 9, 65536) == []  # the chat never stops: no end to wait for
