@@ -1195,7 +1195,17 @@ def rule_e(ctx: Context) -> Finding:
         if (note := offload_note(s)) is not None:
             strength -= 0.1  # the cap costs copies, not recomputes
             evidence.append(note)
-        return fired(strength, *evidence)
+        finding = fired(strength, *evidence)
+        # The fragility is a pool at its cap with requests waiting for capacity and preempted: with the pool
+        # below the high mark now and neither in the recent scrapes, the pressure has passed (a storm's
+        # aftermath, whose window ratio no longer makes D frequent).
+        usage_now = s.kv.usage
+        if (usage_now is not None and usage_now < t.kv_usage_high and queue_ended(ctx)
+                and s.kv.preemptions_recent == 0):
+            return recovering(finding, f"KV usage {_pct(usage_now)} now, no request waited for capacity and no "
+                                       f"preemption in {_recent(ctx)}: the pressure has passed, its effect is "
+                                       "still in the window")
+        return finding
     return info(ctx, usage, "saturated but within objectives and without preemption: efficient, with no spare "
                             "room for a burst")
 

@@ -324,3 +324,21 @@ def test_sparse_long_prompts_own_the_few_first_tokens_they_make_slow() -> None:
     assert findings["A1"].status == "fired" and findings["A0"].status == "clear"
     # more slow first tokens than long prompts: the long prompts cannot be all of it
     assert evaluate_rules(_ctx({**few, "long_prompts": 1}, {}))[0]["A1"].status == "clear"
+
+
+def test_headroom_risk_whose_queue_and_preemptions_ended_is_recovering() -> None:
+    """E's fragility is a queue waiting for capacity and preemptions on a pool at its cap. When neither shows
+    in the recent scrapes and the pool has slack now, the pressure has passed (a storm's aftermath, whose rare
+    window ratio no longer makes D frequent): E must not be named as acting."""
+    at_cap = {**SLOW_TTFT, **QUEUE, "kv_cache_usage_mean": 0.95, "kv_cache_usage_max": 1.0, "kv_full_fraction": 0.9,
+              "preemptions": 3, "preemptions_per_request": 0.004}
+    acting, _ = evaluate_rules(_ctx({**at_cap, "queued_recent_fraction": 1.0, "preemptions_recent": 0}, {}))
+    assert acting["E"].status == "fired" and not acting["E"].recovering
+    preempting, _ = evaluate_rules(_ctx({**at_cap, "queued_recent_fraction": 0.0, "preemptions_recent": 1}, {}))
+    assert preempting["E"].status == "fired" and not preempting["E"].recovering
+    full_now, _ = evaluate_rules(_ctx({**at_cap, "queued_recent_fraction": 0.0, "preemptions_recent": 0,
+                                       "kv_cache_usage": 0.97}, {}))
+    assert full_now["E"].status == "fired" and not full_now["E"].recovering  # a lull on a pool still at its cap
+    ended, _ = evaluate_rules(_ctx({**at_cap, "queued_recent_fraction": 0.0, "preemptions_recent": 0,
+                                    "kv_cache_usage": 0.5}, {}))
+    assert ended["E"].status == "fired" and ended["E"].recovering
