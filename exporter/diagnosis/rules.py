@@ -1473,8 +1473,21 @@ def _brief(missing: tuple[str, ...]) -> str:
     return first.split(" (", 1)[0] + (" ..." if len(missing) > 1 else "")
 
 
+def queue_starting(ctx: Context) -> bool:
+    """Requests wait for capacity in a recent scrape of a window whose queue is not sustained, while the recent
+    first tokens miss: a queue starting now, whose wait vLLM has not measured yet (a request's queue time is
+    recorded when it finishes)."""
+    recent = ctx.signals.scheduler.queued_recent_fraction
+    return recent is not None and recent > 0 and not queue_sustained(ctx) and ttft_missed_now(ctx)
+
+
 def rule_a0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
-    return _unexplained(ctx, findings, "ttft", ttft_breach(ctx))
+    finding = _unexplained(ctx, findings, "ttft", ttft_breach(ctx))
+    if finding.status == "fired" and queue_starting(ctx):
+        # A2 judges this queue once its wait is recorded: no "unknown cause" before that.
+        return abstain(f"the queue time of the requests waiting now ({vllm.REQUEST_QUEUE_TIME_SECONDS} is "
+                       "recorded when they finish)")
+    return finding
 
 
 def rule_b0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:

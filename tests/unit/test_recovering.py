@@ -342,3 +342,20 @@ def test_headroom_risk_whose_queue_and_preemptions_ended_is_recovering() -> None
     ended, _ = evaluate_rules(_ctx({**at_cap, "queued_recent_fraction": 0.0, "preemptions_recent": 0,
                                     "kv_cache_usage": 0.5}, {}))
     assert ended["E"].status == "fired" and ended["E"].recovering
+
+
+def test_a_queue_starting_now_is_not_an_effect_without_a_known_cause() -> None:
+    """A surge's first seconds: requests wait in one or two of the recent scrapes and the recent first tokens miss,
+    but their queue times are recorded only when they finish, so A2 cannot judge the wait yet. A0 abstains
+    instead of naming an unknown cause; a window whose queue was sustained (judged by A2) is not starting."""
+    missed_now = hist(TTFT_BOUNDS, [0, 10, 10, 10, 0, 10, 10, 0])  # 20 of 50 over 2.5 s
+    starting = {**SLOW_TTFT, "ttft_queue_share": 0.05, "ttft_queue_share_recent": 0.1, "waiting_fraction": 0.05,
+                "queued_fraction": 0.05, "queued_recent_fraction": 1 / 3, "ttft_histogram_recent": missed_now}
+    findings, _ = evaluate_rules(_ctx(starting, {}))
+    assert findings["A2"].status == "clear"
+    assert findings["A0"].status == "abstain" and "recorded when they finish" in findings["A0"].missing[0]
+    assert diagnose(_ctx(starting, {}), VerdictTracker(), 0.0).verdict.layer == "none"
+    no_queue_now, _ = evaluate_rules(_ctx({**starting, "queued_recent_fraction": 0.0}, {}))
+    assert no_queue_now["A0"].status == "fired"
+    sustained, _ = evaluate_rules(_ctx({**starting, "waiting_fraction": 0.9, "queued_fraction": 0.9}, {}))
+    assert sustained["A0"].status != "abstain"
