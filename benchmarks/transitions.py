@@ -356,21 +356,24 @@ def _seconds(value: float | None, never: str) -> str:
 
 
 def render_table(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
-    rows = ["| transition | layer | seed | name (s) | other | release (s) | effect (s) | |",
-            "|---|---|---|---|---|---|---|---|"]
+    rows = ["| transition | layer | seed | name (s) | other | ends (s) | release (s) | effect (s) | |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, by_seed in results.items():
         for seed, r in sorted(by_seed.items()):
             other = f"{r['other']}" + (f" ({', '.join(r['other_layers'])})" if r["other_layers"] else "")
             rows.append(f"| {name} | {BY_NAME[name].layer} | {seed} | {_seconds(r['name_s'], 'never')} | {other} | "
-                        f"{_seconds(r['release_s'], 'not released')} | {_seconds(r.get('effect_s'), 'none')} | "
+                        f"{_seconds(r.get('end_s'), '-')} | {_seconds(r['release_s'], 'not released')} | "
+                        f"{_seconds(r.get('effect_s'), 'none')} | "
                         f"{'' if meets_target(name, r, window) else '**MISS**'} |")
     return "\n".join(rows)
 
 
 def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float) -> str:
-    """One row per transition, the seeds' values in seed order ("-": never named / not released)."""
-    rows = ["| transition | layer | seeds | name (s) | other | release (s) | effect (s) | runs meeting the target |",
-            "|---|---|---|---|---|---|---|---|"]
+    """One row per transition, the seeds' values in seed order ("-": never named / not released; ``ends``: after
+    the nominal end, when the cause's last request left the engine, "-" in results written before it)."""
+    rows = ["| transition | layer | seeds | name (s) | other | ends (s) | release (s) | effect (s) | runs meeting the "
+            "target |",
+            "|---|---|---|---|---|---|---|---|---|"]
     for name, by_seed in results.items():
         runs = [by_seed[s] for s in sorted(by_seed)]
         seeds = sorted(by_seed)
@@ -379,6 +382,7 @@ def render_summary(results: dict[str, dict[int, dict[str, Any]]], window: float)
         rows.append(f"| {name} | {BY_NAME[name].layer} | {span} | "
                     f"{', '.join(_seconds(r['name_s'], '-') for r in runs)} | "
                     f"{', '.join(str(r['other']) for r in runs)} | "
+                    f"{', '.join(_seconds(r.get('end_s'), '-') for r in runs)} | "
                     f"{', '.join(_seconds(r['release_s'], '-') for r in runs)} | "
                     f"{', '.join(_seconds(r.get('effect_s'), '-') for r in runs)} | "
                     f"{sum(meets_target(name, r, window) for r in runs)}/{len(runs)}"
