@@ -17,9 +17,9 @@ Per transition and seed:
   (anything but ``none`` and the cause's layer, ``unknown`` included);
 * ``release``: seconds from the cause's end to the first evaluation from which every later one is
   released: verdict ``none``, or the cause's layer with ``recovering`` set. A condition ends when it is
-  switched back; a cause made of traffic when its last request leaves the engine (``end``, after the nominal
+  switched back; a cause made of traffic when its last request leaves the engine (``end_s``, after the nominal
   end: long generations admitted before their rate stops keep the pool full and preempting for minutes).
-  Results written before commit a0d40a3 (included) measured every end from the switch;
+  Results written before commit 588069e measured every end from the switch, and have no ``end_s``;
 * ``effect``: seconds from the cause's start (as for ``name``) to the first evaluation whose recent steps (the last
   ``recent_evaluations`` scrapes) miss a latency objective: when users first feel the cause. The rules
   name no cause without an effect, so a ``name`` long after the start but close to ``effect`` is a cause
