@@ -230,14 +230,18 @@ def recent_effect(pipeline: TargetPipeline) -> bool:
     return any(status.met is False for status in judged.values())
 
 
+def _cause_classes(workload: Workload, start: float) -> list[int]:
+    """The classes a traffic cause adds: those that begin at ``start``."""
+    return [i for i, cls in enumerate(workload.classes) if cls.arrivals.start_s == start]
+
+
 def cause_onset(tr: Transition, workload: Workload, seed: int, start: float) -> float:
     """When the cause begins: the switch for a condition (``during``); for traffic, the first request of the
     classes that begin at ``start`` (long prompts at 0.1 req/s may first come tens of seconds after their
     rate is switched on)."""
     if tr.during is not None:
         return start
-    firsts = [first_arrival(workload, i, seed) for i, cls in enumerate(workload.classes)
-              if cls.arrivals.start_s == start]
+    firsts = [first_arrival(workload, i, seed) for i in _cause_classes(workload, start)]
     return max(start, min((t for t in firsts if t is not None), default=start))
 
 
@@ -265,7 +269,7 @@ def cause_requests(tr: Transition, workload: Workload, seed: int, start: float) 
     """The observer of a traffic cause's requests (the classes that begin at ``start``); None for a condition."""
     if tr.during is not None:
         return None
-    arrivals = [t for i, cls in enumerate(workload.classes) if cls.arrivals.start_s == start
+    arrivals = [t for i in _cause_classes(workload, start)
                 for t in arrival_times(workload, i, seed, tr.engine.max_model_len)]
     return CauseRequests(arrivals)
 

@@ -236,6 +236,14 @@ def queue_forming(ctx: Context) -> bool:
     return recent is not None and recent > 0.5 and share is not None and share >= t.ttft_queue_share
 
 
+def queue_starting(ctx: Context) -> bool:
+    """Requests wait for capacity in a recent scrape of a window whose queue is not sustained, while the recent
+    first tokens miss: a queue starting now, whose wait vLLM has not measured yet (a request's queue time is
+    recorded when it finishes)."""
+    recent = ctx.signals.scheduler.queued_recent_fraction
+    return recent is not None and recent > 0 and not queue_sustained(ctx) and ttft_missed_now(ctx)
+
+
 def ttft_breach_now(ctx: Context) -> Breach | None:
     """The first tokens of the recent steps alone, when they miss their objective (an effect beside recent
     evidence); None when they meet it or are too few to judge."""
@@ -1471,14 +1479,6 @@ def _unexplained(ctx: Context, findings: Mapping[str, Finding], objective: str, 
 def _brief(missing: tuple[str, ...]) -> str:
     first = missing[0] if missing else "an input"
     return first.split(" (", 1)[0] + (" ..." if len(missing) > 1 else "")
-
-
-def queue_starting(ctx: Context) -> bool:
-    """Requests wait for capacity in a recent scrape of a window whose queue is not sustained, while the recent
-    first tokens miss: a queue starting now, whose wait vLLM has not measured yet (a request's queue time is
-    recorded when it finishes)."""
-    recent = ctx.signals.scheduler.queued_recent_fraction
-    return recent is not None and recent > 0 and not queue_sustained(ctx) and ttft_missed_now(ctx)
 
 
 def rule_a0(ctx: Context, findings: Mapping[str, Finding]) -> Finding:
