@@ -377,6 +377,18 @@ def test_queue_rules_count_only_capacity_waiting_not_deferred():
     assert RULE_BY_ID["C3"](ctx).status == "clear"
 
 
+def test_a6_takes_a_sparse_deferred_wait_when_no_scrape_saw_a_wait_for_capacity():
+    """Seven 30 s scrapes, one of them holding a deferred request: under the deferred share, yet the only wait
+    any scrape saw, so the queue time is the adapters'. A wait for capacity seen beside it keeps A6 clear."""
+    sparse = {**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 2, "deferred_fraction": 1 / 7}
+    finding = RULE_BY_ID["A6"](_ctx(sparse, {}))
+    assert finding.status == "fired", finding
+    assert any("deferred (not for capacity) in 14% of scrapes" in e and "for capacity in none" in e
+               for e in finding.evidence)
+    assert RULE_BY_ID["A6"](_ctx({**sparse, "queued_fraction": 1 / 7}, {})).status == "clear"
+    assert RULE_BY_ID["A6"](_ctx({**sparse, "deferred_fraction": 0.0}, {})).status == "clear"
+
+
 def test_cpu_rules_without_a_cpu_source_abstain_and_name_it():
     ctx = _ctx({**SLOW_TTFT, "cpu_starvation_score": None, "cpu_inputs": {}, "ttft_frontend_mean": 0.0}, {})
     for cause in ("A3", "C1"):
