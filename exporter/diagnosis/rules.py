@@ -1386,11 +1386,12 @@ def rule_a6(ctx: Context) -> Finding:
     if lora.adapters_seen <= lora.max_adapters and not lora.waiting_adapters:
         return clear(slots + ": every adapter fits")
     deferred = s.scheduler.deferred_fraction
-    if deferred < t.lora_deferred_fraction and not (deferred > 0 and s.scheduler.queued_fraction == 0.0):
+    # Under its share a deferred wait still counts when it is the only wait seen: the scrapes (a handful at slow
+    # intervals) sample a gauge that empties between them, and with no scrape ever seeing a wait for capacity the
+    # queue time checked below is the adapters' (A2 has no wait to claim it; A0 would say unknown).
+    only_wait_seen = deferred > 0 and s.scheduler.queued_fraction == 0.0
+    if deferred < t.lora_deferred_fraction and not only_wait_seen:
         return clear(f"{slots}, but requests wait deferred in only {_pct(deferred)} of scrapes")
-    # Below the share, the deferred wait is still the only one seen: the scrapes (a handful at slow intervals)
-    # sample a waiting gauge that empties between them, and no scrape ever saw a request wait for capacity, so
-    # the queue time checked below is the adapters' (A2 has no wait to claim it; A0 would say unknown).
     if kv_full(ctx):
         return clear(f"the wait is KV's ({kv_evidence(s)}): see C3/D")
     if s.latency.ttft_queue_share < t.ttft_queue_share:
