@@ -77,10 +77,6 @@ def all_expressions() -> dict[str, list[str]]:
     }
 
 
-def used_names() -> frozenset[str]:
-    return frozenset(n for exprs in all_expressions().values() for e in exprs for n in metric_names(e))
-
-
 def lint(expressions: dict[str, list[str]] | None = None, known: Iterable[str] | None = None) -> list[str]:
     """One line per unknown series name: ``<source>: <name> in <expr>``. Empty when clean."""
     known_set = frozenset(known) if known is not None else known_names()

@@ -47,32 +47,3 @@ def host_probes_for(engines: Mapping[str, Callable[[], object]]) -> HostProbeFac
         return lambda now: simulated_host_inputs(get())  # type: ignore[arg-type]
 
     return factory
-
-
-class SimulatedSchedstat:
-    """Cumulative run and run-queue wait of a simulated engine's threads, as ``/proc/<pid>/schedstat``
-    would count them: each read adds the time since the last read at the engine's current CPU share.
-
-    Fed to the sidecar's own host probe, it gives the same window arithmetic a real CPU source gets
-    (a change of CPU share reaches the probe's shares only as fast as its span lets it).
-    """
-
-    name = "schedstat"
-
-    def __init__(self, engine: Callable[[], Engine | DataParallelEngine], busy_cores: float = 1.0) -> None:
-        self._engine = engine
-        self._busy = busy_cores
-        self._last: float | None = None
-        self._run_ns = 0.0
-        self._wait_ns = 0.0
-
-    def read(self) -> dict[str, float]:
-        engine = self._engine()
-        now = engine.now
-        if self._last is not None and now > self._last:
-            run = (now - self._last) * self._busy * 1e9
-            share = run_queue_wait_share(engine)
-            self._run_ns += run
-            self._wait_ns += run * share / (1.0 - share)
-        self._last = now
-        return {"run_ns": self._run_ns, "wait_ns": self._wait_ns}

@@ -269,27 +269,6 @@ def class_rng(seed: int, index: int) -> random.Random:
     return random.Random(seed * 1_000_003 + index)
 
 
-def first_arrival(workload: Workload, index: int, seed: int) -> float | None:
-    """When class ``index`` sends its first request under ``seed`` (None: never), as generate() draws it."""
-    return next(workload.classes[index].arrivals.times(class_rng(seed, index)), None)
-
-
-def arrival_times(workload: Workload, index: int, seed: int, max_model_len: int) -> list[float]:
-    """Every arrival of class ``index`` under ``seed``, as generate() draws them (the class's arrival times and
-    its requests' draws share one RNG, so each request is built in turn). Empty for a class without an end."""
-    cls = workload.classes[index]
-    if math.isinf(cls.arrivals.stop_s):
-        return []
-    stream = ClassStream(index, cls, class_rng(seed, index), max_model_len)
-    times = []
-    t = stream.next_arrival()
-    while t is not None:
-        stream.build(0, t)
-        times.append(t)
-        t = stream.next_arrival()
-    return times
-
-
 def generate(workload: Workload, seed: int, max_model_len: int) -> Iterator[RequestSpec]:
     """All requests of the workload in arrival order, forever (or until every class ends).
 

@@ -203,7 +203,7 @@ def prefetch(names: list[str], workers: int = 2) -> None:
 
 
 # The fleet cases longer than FLEET_DURATION_S (the burst, which needs an hour of history before it)
-# play only when this is "1": `python -m benchmarks.fleet_pages` sets it; the suite leaves them out.
+# play only when this is "1": `python -m lab.fleet_pages` sets it; the suite leaves them out.
 FLEET_ALL_ENV = "VLLM_DIAG_FLEET_ALL"
 
 

@@ -18,7 +18,7 @@ What an on-call SRE must get (issue: pages an on-call SRE trusts):
 * a model load shorter than the startup grace, a rolling restart, a 3-minute burst: no page.
 
 The burst needs an hour of history before it (80 simulated minutes); the suite leaves it out and
-``python -m benchmarks.fleet_pages`` plays every case. The table is printed (``-s``, and
+``python -m lab.fleet_pages`` plays every case. The table is printed (``-s``, and
 test-artifacts/fleet-pages.md) and kept in docs/alerting.md.
 """
 
@@ -106,7 +106,7 @@ ALL_CASES: tuple[FleetCase, ...] = (
                    "~3 minutes of first tokens over 2.5 s, ~7x over the hour"),
 )
 # The suite plays the 36-minute cases (36 s of playback); the burst's 80 minutes (and its replay, the
-# longest) run with `python -m benchmarks.fleet_pages`, which plays every case.
+# longest) run with `python -m lab.fleet_pages`, which plays every case.
 CASES: tuple[FleetCase, ...] = tuple(
     c for c in ALL_CASES if all(r.timeline in replay.fleet_variant_names() for r in c.replicas))
 

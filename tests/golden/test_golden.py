@@ -26,8 +26,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.config import Settings
 from exporter.publish import document
 from exporter.publish.collector import DiagnosisCollector
-from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
+from tests.judged import judge_scenario
 
 GOLDEN = Path(__file__).resolve().parent
 # One scenario per verdict family: healthy, a KV-cache storm, CPU starvation, a scheduler stutter; and a

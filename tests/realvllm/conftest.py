@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.realvllm import descendant_pids
+from tests.realvllm.engine import descendant_pids
 
 from . import loads
 from .harness import RealVLLM, ensure_installed, unavailable_reason, vllm_available

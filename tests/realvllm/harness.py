@@ -1,6 +1,6 @@
 """Project-owned harness for a REAL vLLM (CPU build) serving a tiny local model: the test suite's
-load phases, on the engine and streaming client of benchmarks/realvllm.py (shared with
-``python -m benchmarks.advisor``).
+load phases, on the engine and streaming client of tests/realvllm/engine.py (shared with
+``python -m lab.advisor``).
 
 Imported by pytest in the PROJECT venv (aiohttp, no vllm/torch): vLLM runs from its own venv
 (made by install.sh) as a subprocess, and this module only talks HTTP to it on 127.0.0.1.
@@ -24,7 +24,7 @@ from typing import Any
 
 import aiohttp
 
-from benchmarks.realvllm import (
+from tests.realvllm.engine import (
     INSTALL_SH,
     RealVLLM,
     RequestResult,

@@ -7,7 +7,7 @@ Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
 Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
 generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
 
-The tokenizer learns the words of `benchmarks.realvllm.corpus_words()` (stdlib-only), the words
+The tokenizer learns the words of `tests.realvllm.engine.corpus_words()` (stdlib-only), the words
 the harness and the advisor benchmark build prompts from (project venv, no torch).
 """
 
@@ -25,7 +25,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 
 # Run as a script by install.sh (vLLM venv): the repository root is not on sys.path by itself.
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from benchmarks.realvllm import corpus_words  # noqa: E402 - after the path and the offline variables
+from tests.realvllm.engine import corpus_words  # noqa: E402 - after the path and the offline variables
 
 SEED = 1234
 VOCAB_SIZE = 2048

@@ -1,6 +1,6 @@
 """The what-if advisor on the simulator: its prediction against the simulator's own answer, the CLI,
 and the sidecar worker. The simulated scenario is the truth here (the real engine's: the benchmark
-`python -m benchmarks.advisor` and its kept run in tests/integration/test_advisor_kept_run.py)."""
+`python -m lab.advisor` and its kept run in tests/integration/test_advisor_kept_run.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ defaults (window, no DCGM, the CPU source the shipped deployments configure), gi
 layer, symptoms and causes documented in docs/scenarios.md.
 
 Scrapes are 15 s apart and each scenario runs 7 minutes (the state after its last scrape is judged:
-a full window past the first four minutes) to keep the suite fast; ``python -m benchmarks.accuracy``
+a full window past the first four minutes) to keep the suite fast; ``python -m lab.accuracy``
 scores every evaluation at 5, 15 and 30 s and with DCGM.
 """
 
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from exporter.simulator import SCENARIOS
-from exporter.simulator.judged import judge_captured
 from exporter.state import TargetState
+from tests.judged import judge_captured
 from tests.scenario_captures import capture_files, shared_captures
 
 pytestmark = pytest.mark.slow  # every scenario judged over minutes of simulated traffic
@@ -118,11 +118,11 @@ def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path_factory):
 
 
 def test_docs_profile_table_lists_every_scenario_with_its_expected_verdict():
-    """docs/scenarios.md's generated table (benchmarks.profile) is current: every scenario, and the
+    """docs/scenarios.md's generated table (lab.profile) is current: every scenario, and the
     verdict the sidecar gave there is the one the scenario expects."""
     doc = (Path(__file__).resolve().parents[2] / "docs" / "scenarios.md").read_text()
     table = doc.split("<!-- profile-table:begin -->", 1)[1].split("<!-- profile-table:end -->", 1)[0]
     rows = [line.split("|") for line in table.splitlines() if line.startswith("| `")]
     verdicts = {row[1].strip().strip("`"): row[-2].strip().strip("`") for row in rows}
     assert verdicts == {name: s.expected.verdict for name, s in SCENARIOS.items()}, \
-        "rerun `python -m benchmarks.profile --write`"
+        "rerun `python -m lab.profile --write`"

@@ -11,8 +11,8 @@ from exporter.advisor.worker import AdvisorWorker
 from exporter.config import ADVICE_MAX_AGE_SECONDS, Advisor
 from exporter.pipeline import TargetPipeline, replay
 from exporter.simulator.capture import write_captures
-from exporter.simulator.judged import scenario_settings
 from exporter.simulator.scenarios import SCENARIOS
+from tests.judged import scenario_settings
 
 
 def _judged(name: str, out: Path, seconds: float = 210) -> TargetPipeline:

@@ -16,8 +16,8 @@ from exporter.config import Settings, load_settings
 from exporter.publish.collector import DiagnosisCollector
 from exporter.publish.exposition import Exposition
 from exporter.server import Sidecar
-from exporter.simulator.judged import judge_scenario
 from exporter.state import TargetState
+from tests.judged import judge_scenario
 
 
 def reference(states: list[TargetState], settings: Settings | None) -> bytes:

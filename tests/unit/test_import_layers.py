@@ -86,8 +86,6 @@ LAYERS: Mapping[str, Layer] = {
                         "the same pipeline over a Prometheus store, and the central diagnoser's server"),
     "render": Layer(("exporter.render.*",), ("publish",),
                     "generated rules, runbooks, dashboards and docs from the catalog and the exported families"),
-    "judged scenario": Layer(("exporter.simulator.judged",), ("pipeline", "simulated host"),
-                             "a simulated scenario replayed through the sidecar (tests, benchmarks)"),
     "demo": Layer(("exporter.demo",), ("server", "simulated host"), "simulated engines plus the sidecar"),
     "cli": Layer(("exporter.cli",), ("demo", "promsource", "render", "host cpu"), "every command"),
 }

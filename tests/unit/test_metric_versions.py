@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.realvllm import unavailable_reason, vllm_venv
 from exporter.catalog import metrics as vllm
 from exporter.catalog import versions
 from exporter.catalog.metrics import Kind
 from exporter.catalog.versions import BY_WIRE, HISTORY, SUPPORTED, exported_in, version_key
 from exporter.render import lint
+from tests.realvllm.engine import unavailable_reason, vllm_venv
 
 VLLM_NAMES = [m for m in (*vllm.METRICS, *vllm.UNREAD_METRICS) if m.name.startswith(vllm.NAMESPACE)]
 
@@ -125,7 +125,7 @@ def test_every_name_in_the_installed_vllm_source_is_in_the_map() -> None:
     names: set[str] = set()
     for path in root.rglob("*.py"):
         rel = path.relative_to(root).as_posix()
-        if rel.startswith(("benchmarks/", "config/")) or rel in {"v1/metrics/reader.py",
+        if rel.startswith(("lab/", "config/")) or rel in {"v1/metrics/reader.py",
                                                                   "entrypoints/serve/utils/orca_metrics.py"}:
             continue  # prose, a reader of the registry, or an external scorer's mapping: no registration
         data = path.read_bytes()

@@ -1,4 +1,0 @@
-"""vllm-diag benchmarks: every figure next to a baseline measured in the same run, as a ratio.
-
-Run ``.venv/bin/python -m benchmarks [--quick]``; see ``benchmarks/README.md``.
-"""

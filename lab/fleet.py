@@ -1,0 +1,230 @@
+"""Fleet benchmark: ``serve --prometheus`` (the central diagnoser) over 10, 50 and 200 targets.
+
+    .venv/bin/python -m lab.fleet            # about 3-4 minutes on 2 cores
+    .venv/bin/python -m lab.fleet --sizes 10 50
+
+200 simulated targets in one real Prometheus 2.42: eight scenarios' captures (``write_captures``,
+15 s apart) are backfilled with ``promtool tsdb create-blocks-from openmetrics``, each scenario
+25 times under its own ``instance`` (same data, same cost). For each fleet size a fresh process
+runs :class:`CentralDiagnoser` cycles on a replayed clock, 15 s apart: the first cycle reads a
+whole window per target (cold start), the next ones one new scrape per target (steady state),
+exactly what a cycle of the live loop reads. Printed per size: cycle time, queries and bytes
+per cycle, RSS, and that every target was diagnosed in every cycle; next to them the sidecar's
+per-target cost measured in the same run (one scrape through the same pipeline: bytes, time).
+Prometheus runs on 127.0.0.1 and is stopped by its PID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from lab.common import SHIPPED_WINDOW
+
+SCENARIOS = ("healthy", "kv-pressure", "cpu-starved", "queue-backlog", "itl-stutter", "long-prompts",
+             "preemption-storm", "sparse-traffic")
+INTERVAL = 15.0
+DURATION = 420.0  # 28 scrapes per target: the shipped 180 s window plus 16 cycles of steady state
+WINDOW = SHIPPED_WINDOW
+STEADY_CYCLES = 8
+
+
+def rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return math.nan
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def instance(i: int) -> str:
+    return f"vllm-{i:03d}"
+
+
+def build_store(root: Path, targets: int, start: float) -> Path:
+    """Captures for each scenario, backfilled under ``targets`` instances; returns the TSDB folder."""
+    from exporter.promsource import backfill
+    from exporter.simulator import write_captures
+
+    captures: dict[str, list[tuple[float, str]]] = {}
+    for name in SCENARIOS:
+        write_captures(name, root / name, DURATION, INTERVAL)
+        captures[name] = backfill.folder(root / name, start, INTERVAL)
+    source = root / "fleet.om"
+    with source.open("w") as out:
+        stream = ((at, text, {"instance": instance(i), "job": "vllm", "scenario": name})
+                  for index in range(len(captures[SCENARIOS[0]]))
+                  for i in range(targets)
+                  for name in [SCENARIOS[i % len(SCENARIOS)]]
+                  for at, text in [captures[name][index]])
+        backfill.write(out, stream)
+    storage = root / "tsdb"
+    subprocess.run(["/usr/bin/promtool", "tsdb", "create-blocks-from", "openmetrics", str(source), str(storage)],
+                   check=True, capture_output=True, timeout=900)
+    source.unlink()
+    return storage
+
+
+def start_prometheus(root: Path, storage: Path) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    (root / "prometheus.yml").write_text("global:\n  scrape_interval: 15s\n")
+    process = subprocess.Popen(
+        ["/usr/bin/prometheus", f"--config.file={root / 'prometheus.yml'}", f"--web.listen-address=127.0.0.1:{port}",
+         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                return process, url
+        except OSError:
+            time.sleep(0.3)
+    stop(process)
+    raise SystemExit("prometheus did not become ready")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    os.kill(process.pid, signal.SIGTERM)
+    try:
+        process.wait(20)
+    except subprocess.TimeoutExpired:
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait(5)
+
+
+def worker(url: str, size: int, start: float) -> dict[str, Any]:
+    """One fleet size in this (fresh) process: cycles on a replayed clock; the figures as a dict."""
+    from exporter.config import load_settings
+    from exporter.promsource.central import CentralDiagnoser
+    from exporter.promsource.client import PromClient
+    from exporter.promsource.settings import PrometheusSource
+
+    names = "|".join(instance(i) for i in range(size))
+    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{names}"}}', interval=INTERVAL)
+    settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
+    central = CentralDiagnoser(settings, source)
+    baseline = rss_mb()
+
+    async def run() -> list[dict[str, Any]]:
+        cycles = []
+        async with PromClient(source) as client:
+            central.client = client
+            first = start + INTERVAL + WINDOW  # the first instant with a full window stored
+            for k in range(1 + STEADY_CYCLES):
+                stats = await central.cycle(now=first + k * INTERVAL)
+                cycles.append({"seconds": stats.duration_seconds, "queries": stats.queries,
+                               "bytes": stats.bytes_read, "targets": stats.targets, "diagnosed": stats.diagnosed,
+                               "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
+        return cycles
+
+    cycles = asyncio.run(run())
+    steady = cycles[1:]
+    return {
+        "targets": size,
+        "cold": cycles[0],
+        "cycle_seconds": statistics.median(c["seconds"] for c in steady),
+        "queries": statistics.median(c["queries"] for c in steady),
+        "bytes": statistics.median(c["bytes"] for c in steady),
+        "every_target_every_cycle": all(c["diagnosed"] == size and c["targets"] == size for c in cycles),
+        "rss_mb": rss_mb(),
+        "rss_before_mb": baseline,
+        "verdicts": sorted({v for c in cycles for v in c["verdicts"]}),
+    }
+
+
+def sidecar_per_target(root: Path) -> dict[str, float]:
+    """One scrape through the sidecar's pipeline (parse, window, signals, diagnosis): bytes and time."""
+    from exporter.config import load_settings
+    from exporter.pipeline import TargetPipeline
+    from exporter.poll import ScrapeResult
+
+    times, sizes = [], []
+    for name in SCENARIOS:
+        settings = load_settings(None, {"window_seconds": WINDOW,
+                                        "targets": [{"name": name, "url": "http://127.0.0.1:1/metrics",
+                                                     "scrape_interval": INTERVAL}]})
+        pipeline = TargetPipeline(settings.targets[0], settings)
+        for index, path in enumerate(sorted((root / name).glob("capture-*.txt"))):
+            body = path.read_bytes()
+            began = time.perf_counter()
+            pipeline.ingest(ScrapeResult(started_at=index * INTERVAL, duration=0.0, body=body))
+            if index * INTERVAL >= WINDOW:
+                times.append(time.perf_counter() - began)
+                sizes.append(len(body))
+    return {"seconds": statistics.median(times), "bytes": statistics.median(sizes)}
+
+
+def table(results: list[dict[str, Any]], sidecar: dict[str, float]) -> str:
+    lines = [
+        "| targets | cycle time | per target | queries / cycle | bytes read / cycle | per target | RSS | "
+        "all diagnosed every cycle | cold first cycle (reads a window) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        n = r["targets"]
+        lines.append(
+            f"| {n} | {r['cycle_seconds'] * 1000:.0f} ms | {r['cycle_seconds'] / n * 1000:.2f} ms | "
+            f"{r['queries']:.0f} | {r['bytes'] / 1e6:.2f} MB | {r['bytes'] / n / 1e3:.1f} KB | {r['rss_mb']:.0f} MB | "
+            f"{'yes' if r['every_target_every_cycle'] else 'NO'} | {r['cold']['seconds']:.2f} s, "
+            f"{r['cold']['bytes'] / 1e6:.1f} MB |")
+    lines.append(
+        f"| sidecar, per target | {sidecar['seconds'] * 1000:.2f} ms per scrape | | 1 scrape | "
+        f"{sidecar['bytes'] / 1e3:.1f} KB | {sidecar['bytes'] / 1e3:.1f} KB | see README: 56.5 MB for 1 target, "
+        "105.7 MB for 100 | | |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.fleet", description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 200])
+    parser.add_argument("--worker", nargs=3, metavar=("URL", "SIZE", "START"), help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        url, size, start = args.worker
+        print(json.dumps(worker(url, int(size), float(start))))
+        return 0
+    started = time.perf_counter()
+    start = math.floor(time.time() / 3600) * 3600 - 2 * 3600  # inside retention, whole hours
+    with tempfile.TemporaryDirectory(prefix="vllm-diag-fleet-") as tmp:
+        root = Path(tmp)
+        storage = build_store(root, max(args.sizes), start)
+        built = time.perf_counter() - started
+        sidecar = sidecar_per_target(root)
+        process, url = start_prometheus(root, storage)
+        try:
+            results = []
+            for size in args.sizes:
+                out = subprocess.run([sys.executable, "-m", "lab.fleet", "--worker", url, str(size), str(start)],
+                                     check=True, capture_output=True, text=True, timeout=900)
+                results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+                print(f"{size} targets: {json.dumps(results[-1])}", file=sys.stderr)
+        finally:
+            stop(process)
+    print(table(results, sidecar))
+    print(f"\n(store built in {built:.0f} s; whole run {time.perf_counter() - started:.0f} s; "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f})")
+    return 0 if all(r["every_target_every_cycle"] for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
