@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from lab.advisor import (
+from lab.advisor_cases import (
     KV_BYTES,
     LONG_OUTPUTS,
     LONG_PROMPTS,
@@ -469,7 +469,7 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
     (every first start before any second one, so a base's two runs are minutes and engine starts apart, as
     its after is), skipping those already on disk (a folder with its run.json): a campaign interrupted
     resumes. Seconds per phase."""
-    from lab.advisor import _warm_up
+    from lab.advisor_cases import _warm_up
     from tests.realvllm.engine import RealVLLM
 
     todo = [s for s in specs if not (captures / s.name / "run.json").exists()]

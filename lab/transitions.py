@@ -33,7 +33,7 @@ objective); theirs counts from the first effect (:func:`passes_from_effect`), si
 before users feel it. Results written before that split (commit 02980b8 and earlier) ran ``preemption-storm`` and
 ``long-prompt-burst`` as those late-effect definitions. Tune on seeds 0-4 and the spent held-out rounds; each
 round's fresh seeds are scored once at a named commit (docs/accuracy.md lists them: 5-9 first, 90-94 the
-latest). ``--live`` runs
+latest). ``python -m lab.transitions_live`` runs
 CPU starvation and a preemption storm on/off on the real vLLM CPU build instead
 (lab/transitions_live.py). Exit status 0 either way (the table says MISS); 2 on a usage error.
 """
@@ -402,12 +402,10 @@ def parse_seeds(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if "--live" in argv:  # the same transitions on the real vLLM CPU build: lab/transitions_live.py
-        from lab import transitions_live
-        return transitions_live.main([a for a in argv if a != "--live"])
+    if "--live" in argv:  # lab/transitions_live.py reads this module's scoring: it is its own command
+        print("lab.transitions: the runs on the real vLLM are `python -m lab.transitions_live`", file=sys.stderr)
+        return 2
     parser = argparse.ArgumentParser(prog="python -m lab.transitions", description=__doc__.split("\n")[0])
-    parser.add_argument("--live", action="store_true",
-                        help="on the real vLLM CPU build instead (see python -m lab.transitions --live --help)")
     parser.add_argument("--transition", action="append", help="only these transitions (default: all)")
     parser.add_argument("--seed", default="0..4", help="seeds: 3, 0..4 or 0,2 (default 0..4, the tuning half)")
     parser.add_argument("--jobs", type=int, default=2)

@@ -1,4 +1,4 @@
-"""``python -m lab.transitions --live``: none -> cause -> none on the real vLLM CPU build.
+"""``python -m lab.transitions_live``: none -> cause -> none on the real vLLM CPU build.
 
 The simulated matrix (``lab.transitions``) is checked here on a real engine, at the settings a
 new user gets: the shipped window and scrape interval, no configuration but the target's URL and a
@@ -53,7 +53,7 @@ def _seconds(value: float | None, never: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m lab.transitions --live",
+    parser = argparse.ArgumentParser(prog="python -m lab.transitions_live",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--cause", action="append", choices=("cpu", "cpu-quota", "kv"),
                         help="only these causes (default: cpu and kv)")
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     from tests.realvllm.loads import watch_transition
 
     if not vllm_available():
-        print(f"lab.transitions --live: {unavailable_reason()}", file=sys.stderr)
+        print(f"lab.transitions_live: {unavailable_reason()}", file=sys.stderr)
         return 2
     causes = args.cause or ["cpu", "kv"]
     rows: list[dict[str, Any]] = []

@@ -171,7 +171,7 @@ def calm_cpu_load(vllm: RealVLLM) -> WatchedLoad:
         return asyncio.run(watch_load(vllm, "steady", CALM_S, settings))
 
 
-# -- none -> cause -> none on the real engine (lab.transitions --live, and the suite's short version) ------
+# -- none -> cause -> none on the real engine (lab.transitions_live, and the suite's short version) ------
 
 # Each cause switched on and off beside a light load (one stream at a time) that runs throughout.
 # cause -> the layer a right diagnosis names. cpu: busy loops beside the engine (a noisy neighbour on the

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.advisor import CASES, Case, Score, score
+from lab.advisor_cases import CASES, Case, Score, score
 
 RUN = Path(__file__).resolve().parents[2] / "data" / "advisor-validation-run24"
 PARAMS = [pytest.param(case, id=case.cause) for case in CASES]
