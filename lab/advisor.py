@@ -14,7 +14,7 @@ from tests.realvllm.engine import unavailable_reason, vllm_available
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m lab.advisor [--runs DIR] [--reuse] [--write docs/advisor.md]: exit 0 when every
+    """python -m lab.advisor [--runs DIR] [--reuse] [--write docs/data/advisor-kept-run.json]: exit 0 when every
     case meets the acceptance, 1 when one misses (the table says which), 2 without a real vLLM."""
     import argparse
     import tempfile
@@ -23,7 +23,8 @@ def main(argv: list[str] | None = None) -> int:
                                      description="The advisor against a real vLLM: before/after runs per change.")
     parser.add_argument("--runs", help="folder for the captures (default: a temporary one)")
     parser.add_argument("--reuse", action="store_true", help="score captures already in --runs, run nothing")
-    parser.add_argument("--write", metavar="FILE", help="write the table into FILE (docs/advisor.md)")
+    parser.add_argument("--write", metavar="FILE",
+                        help="write the table as docs/advisor.md renders it: docs/data/advisor-kept-run.json")
     parser.add_argument("--manifest", metavar="FILE", help="score the real before/after pairs of this manifest "
                         "(lab/advisor_pairs.py) instead of the four cases")
     parser.add_argument("--split", default="validation",

@@ -1,6 +1,6 @@
 """The what-if advisor against a real vLLM (CPU build, tiny model): before/after runs per change.
 
-``python -m lab.advisor [--runs DIR] [--reuse] [--write docs/advisor.md]`` (about 8 minutes on
+``python -m lab.advisor [--runs DIR] [--reuse] [--write docs/data/advisor-kept-run.json]`` (about 8 minutes on
 2 cores; needs ``bash tests/realvllm/install.sh`` first) prints the validation table of
 docs/advisor.md. The suite keeps the kept run's score (lab/tests/integration/test_advisor_kept_run.py) on
 this module's code; a live pair in the suite was tried and left out (docs/advisor.md says why).
@@ -511,23 +511,23 @@ def table(scores: list[Score]) -> str:
 
 
 def write_docs(scores: list[Score], timings: dict[str, float], path: Path) -> None:
-    """Replace the validation table between its markers in docs/advisor.md."""
-    begin, end = "<!-- validation:begin -->", "<!-- validation:end -->"
+    """Write the validation table and its summary as the block docs/advisor.md's kept-run table is rendered
+    from (``path``: docs/data/advisor-kept-run.json; then ``vllm-diag render docs``)."""
     passed = sum(s.passed for s in scores)
     steady = [s for s in scores if s.comparable]
     phases = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in timings.items())
-    block = "\n".join([
-        begin, table(scores), "",
+    lines = [
+        *table(scores).split("\n"), "",
         f"{passed} of {len(scores)} changes pass (direction right for every metric that moved by more than 15 %, "
         "TTFT p95, ITL p95 and preemptions/s within +/-35 %); "
         + (f"{sum(s.passed for s in steady)} of the {len(steady)} whose runs had the machine at one speed"
            if steady else "no case had both its runs with the machine at one speed")
         + f" (decode step within {SPEED_TOLERANCE:.0%}).", "",
-        f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())}: {phases}.", end,
-    ])
-    text = path.read_text(encoding="utf-8")
-    start, stop = text.index(begin), text.index(end) + len(end)
-    path.write_text(text[:start] + block + text[stop:], encoding="utf-8")
+        f"Measured on {time.strftime('%Y-%m-%d', time.gmtime())}: {phases}.",
+    ]
+    by = f"python -m lab.advisor --write {path}"
+    path.write_text(json.dumps({"generated_by": by, "lines": lines}, indent=1, sort_keys=True) + "\n",
+                    encoding="utf-8")
 
 
 def checks(s: Score) -> str:

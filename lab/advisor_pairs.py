@@ -5,7 +5,7 @@
 
 A pair is one knob move on one workload: its base captured twice (two runs of the same engine and
 traffic: the run-to-run noise), its after once, each a folder of sidecar-style captures under the
-manifest's ``captures`` folder (``lab.advisor.record_run``). The manifest fixes each pair's
+manifest's ``captures`` folder (``lab.advisor_cases.record_run``). The manifest fixes each pair's
 ``split`` (``dev`` or ``validation``; ``smoke`` for a pair that only proves the capture command and
 is in neither half) before any model change is scored on it.
 

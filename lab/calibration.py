@@ -1,6 +1,6 @@
 """Calibration error of the what-if advisor on every simulated scenario (the table in docs/advisor.md).
 
-    .venv/bin/python -m lab.calibration [--duration 180] [--interval 15] [--write docs/advisor.md]
+    .venv/bin/python -m lab.calibration [--duration 180] [--interval 15] [--write docs/data/advisor-calibration.json]
 
 For each scenario: capture ``--duration`` simulated seconds as ``vllm-diag simulate --out`` does,
 judge them as one window (``vllm-diag advise DIR``'s path), calibrate the engine model and run it
@@ -11,6 +11,7 @@ and generation throughput, whether the model counts as reproducing the window, a
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 import tempfile
@@ -23,7 +24,6 @@ from exporter.cli import _diagnosed, build_parser
 from exporter.facts.resolve import engine_facts
 from exporter.simulator import SCENARIOS, write_captures
 
-BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 SHORT = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s",
          "generation_tokens_per_second": "gen tok/s"}
 
@@ -60,7 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--duration", type=float, default=180.0)
     parser.add_argument("--interval", type=float, default=15.0)
     parser.add_argument("--only", action="append", help="scenario name (repeatable)")
-    parser.add_argument("--write", metavar="FILE", help="replace the table between the markers in FILE")
+    parser.add_argument("--write", metavar="FILE",
+                        help="write the table as docs/advisor.md renders it: docs/data/advisor-calibration.json")
     args = parser.parse_args(argv)
     names = args.only or list(SCENARIOS)
     head = ["| scenario | traffic | " + " | ".join(SHORT[k] for k in METRIC_KEYS) + " | reproduces | CPU s |",
@@ -74,12 +75,10 @@ def main(argv: list[str] | None = None) -> int:
     summary = (f"{ok} of {len(names)} scenarios reproduced within the calibration limit "
                f"(`python -m lab.calibration --duration {args.duration:g} --interval {args.interval:g}`).")
     print(summary)
-    if args.write:
-        path = Path(args.write)
-        text = path.read_text(encoding="utf-8")
-        block = "\n".join([BEGIN, *lines, "", summary, END])
-        text = re.sub(re.escape(BEGIN) + r".*?" + re.escape(END), lambda _: block, text, flags=re.S)
-        path.write_text(text, encoding="utf-8")
+    if args.write:  # the block docs/advisor.md's calibration table is rendered from (`vllm-diag render docs`)
+        by = f"python -m lab.calibration --write {args.write}"
+        Path(args.write).write_text(json.dumps({"generated_by": by, "lines": [*lines, "", summary]}, indent=1,
+                                               sort_keys=True) + "\n", encoding="utf-8")
     return 0
 
 

@@ -110,6 +110,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"render: {exc}", file=sys.stderr)
         return 2
     outputs = render(args.what, options)
+    if args.what in ("all", "docs"):
+        # The accuracy reports' tables, from the results summaries committed under the root's docs/data/.
+        from exporter.render.reports import ReportError, render_files
+
+        try:
+            outputs.update(render_files(root))
+        except ReportError as exc:
+            print(f"render: {exc}", file=sys.stderr)
+            return 2
     # A query naming a series nobody emits is a bug in the generator, whichever mode runs.
     problems = [f"lint: {line}" for line in lint()]
     # ... and so is one that reads a vLLM name some supported release lacks, with no fallback for it.

@@ -1,0 +1,36 @@
+"""The results summaries the user docs' tables are rendered from (docs/data/) are what lab/results say, and
+pool every held-out round at its first scoring (lab/summary.py)."""
+
+from __future__ import annotations
+
+import json
+
+from lab import summary
+from lab.advisor_pairs import load_manifest
+
+
+def test_the_committed_summaries_are_what_the_results_say() -> None:
+    for path, text in summary.summaries().items():
+        assert path.read_text(encoding="utf-8") == text, f"rerun `python -m lab.summary --write` ({path.name})"
+
+
+def test_every_held_out_round_is_pooled_misses_included() -> None:
+    data = json.loads(summary.dump(summary.accuracy()))
+    rounds = data["rounds"]
+    seeds = [tuple(map(int, r["seeds"].split("-"))) for r in rounds]
+    # consecutive five-seed rounds from 5 on: none left out of the pool
+    assert seeds[0][0] == 5 and all(b - a == 4 for a, b in seeds)
+    assert all(seeds[i + 1][0] == seeds[i][1] + 1 for i in range(len(seeds) - 1))
+    assert data["pooled"]["cells"] == sum(r["cells"] for r in rounds)
+    assert data["pooled"]["cells_met"] < data["pooled"]["cells"]  # the misses are in it
+    assert data["pooled"]["runs_met"] == sum(r["runs_met"] for r in rounds)
+
+
+def test_every_validation_half_is_pooled_once() -> None:
+    _, pairs = load_manifest(summary.REPO / "lab/data/advisor-pairs/manifest.yaml")
+    halves = {p.split for p in pairs if p.split.startswith("validation")}
+    data = summary.advisor_pairs()
+    splits = [h["split"] for h in data["halves"]]
+    assert sorted(splits) == sorted(halves)  # each half once, none left out
+    assert data["pooled"]["pairs"] == sum(h["pairs"] for h in data["halves"]) == len(
+        [p for p in pairs if p.split in halves])
