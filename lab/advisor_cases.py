@@ -3,7 +3,7 @@
 ``python -m lab.advisor [--runs DIR] [--reuse] [--write docs/data/advisor-kept-run.json]`` (about 8 minutes on
 2 cores; needs ``bash tests/realvllm/install.sh`` first) prints the validation table of
 docs/advisor.md. The suite keeps the kept run's score (lab/tests/integration/test_advisor_kept_run.py) on
-this module's code; a live pair in the suite was tried and left out (docs/advisor.md says why).
+this module's code; a live pair in the suite was tried and left out (lab/HISTORY-advisor.md says why).
 
 Each case changes one thing (an engine flag or the gateway's max_tokens). Its "before" run is
 recorded as sidecar-style captures; the advisor sees only those (``vllm-diag advise DIR

@@ -32,7 +32,7 @@ a minute or more after they begin (``late_effect``: a pool that fills slowly, lo
 objective); theirs counts from the first effect (:func:`passes_from_effect`), since the rules name no cause
 before users feel it. Results written before that split (commit 02980b8 and earlier) ran ``preemption-storm`` and
 ``long-prompt-burst`` as those late-effect definitions. Tune on seeds 0-4 and the spent held-out rounds; each
-round's fresh seeds are scored once at a named commit (docs/accuracy.md lists them: 5-9 first, 90-94 the
+round's fresh seeds are scored once at a named commit (lab/summary.py lists them: 5-9 first, 90-94 the
 latest). ``python -m lab.transitions_live`` runs
 CPU starvation and a preemption storm on/off on the real vLLM CPU build instead
 (lab/transitions_live.py). Exit status 0 either way (the table says MISS); 2 on a usage error.
