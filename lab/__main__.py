@@ -14,6 +14,7 @@ import platform
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from lab import cycle, process
 from lab.common import table
@@ -74,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.time()
     load_before = os.getloadavg()
-    figures, raw = [], {}
+    figures: list[Any] = []
+    raw: dict[str, Any] = {}
     if args.only in (None, "cycle"):
         figures += cycle.run(args.quick)
     if args.only in (None, "process"):

@@ -37,6 +37,7 @@ import time
 from collections import deque
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from exporter.config import Settings, load_settings
@@ -171,6 +172,11 @@ def _settings(scenario: Scenario, column: Column, base: Settings) -> Settings:
     return load_settings(overrides=overrides)
 
 
+def _host_of(host_now: dict[str, HostInputs], column: str, _now: float) -> HostInputs:
+    """The column's host inputs at this step (the scenario's CPU share, set before each evaluation)."""
+    return host_now[column]
+
+
 def run_scenario(name: str, duration_s: float, warmup_s: float, seed: int | None = None,
                  base_overrides: dict | None = None) -> dict[str, dict]:
     """Simulate one scenario and score every column on it."""
@@ -183,7 +189,7 @@ def run_scenario(name: str, duration_s: float, warmup_s: float, seed: int | None
     for column in COLUMNS:
         settings = _settings(scenario, column, base)
         pipelines[column.name] = TargetPipeline(settings.targets[0], settings,
-                                                host_probe=lambda _now, c=column.name: host_now[c])
+                                                host_probe=partial(_host_of, host_now, column.name))
     cells = {column.name: Cell() for column in COLUMNS}
     expected = scenario.expected
     allowed = set(expected.symptoms) | {x for x in expected.also_possible if len(x) == 1}

@@ -78,7 +78,7 @@ SPEED_TOLERANCE = 0.2
 LARGE = 0.5  # a move by more than half (TTFT and preemptions under these changes: -75 % to +600 %)
 
 KV_BYTES = 3 * 1024 * 1024  # the harness default: 96 blocks of 32 tokens for the tiny model
-ENGINES: dict[str, dict[str, int]] = {
+ENGINES: dict[str, dict[str, Any]] = {
     "small": {"max_num_batched_tokens": 32, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES},
     "big": {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES},
     "bigkv": {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": 8 * 1024 * 1024},

@@ -40,12 +40,11 @@ from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.record import CAPTURE_HEADER
 from exporter.snapshot import Snapshot, label_value
+from lab.captures import capture_every, judge_captures
 from lab.features import TTFT_THRESHOLD_S
 from tests.realvllm.engine import (
     RealVLLM,
-    capture_every,
     fetch_metrics_async,
-    judge_captures,
     make_text,
     one_request,
     tokens_per_word,

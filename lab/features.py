@@ -44,11 +44,10 @@ import aiohttp
 from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.state import TargetState
+from lab.captures import capture_every, judge_captures
 from tests.realvllm.engine import (
     MODEL_NAME,
     RealVLLM,
-    capture_every,
-    judge_captures,
     make_text,
     model_dir,
     one_request,

@@ -26,7 +26,7 @@ from lab.fleet import start_prometheus, stop
 INTERVAL = 15.0
 
 
-def scenario(incident_from: float, incident_to: float):  # type: ignore[no-untyped-def]
+def scenario(incident_from: float, incident_to: float):
     storm = get_scenario("kv-pressure")
     long_generations = storm.workload.classes[0]
     light = RequestClass("chat", Arrivals("steady", rate=0.3), LengthDist("lognormal", 300, 0.6, 10, 4000),

@@ -26,7 +26,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, cast
 
 from lab.common import (
     SHIPPED_INTERVAL,
@@ -61,7 +63,7 @@ def _wait(url: str, deadline_s: float, proc: subprocess.Popen) -> None:
     end = time.monotonic() + deadline_s
     while time.monotonic() < end:
         if proc.poll() is not None:
-            raise RuntimeError(f"{proc.args[:3]} exited with {proc.returncode}")
+            raise RuntimeError(f"{list(cast(Sequence[str], proc.args))[:3]} exited with {proc.returncode}")
         if _get(url, 2.0)[0] == 200:
             return
         time.sleep(0.2)
@@ -289,7 +291,7 @@ def _recording_pair(bench: Bench, window: float, seconds: float, index: int, roo
              for mode in order}
     time.sleep(window + 2)
     served0 = bench.served()
-    measured = _measure(procs, seconds)
+    measured: dict[str, dict[str, Any]] = {k: dict(v) for k, v in _measure(procs, seconds).items()}
     served1 = bench.served()
     for mode, prefix in (("off", "s"), ("on", "r")):
         measured[mode]["scrapes"] = served1.get(prefix, 0) - served0.get(prefix, 0)
@@ -379,7 +381,7 @@ def _descendants_cpu_ns(pid: int) -> dict[int, int]:
 def _advice_runs(port: int) -> dict[str, tuple[object, ...]]:
     """Each target's published advice, by the end of the window it was computed from."""
     body = _get(f"http://127.0.0.1:{port}/api/v1/diagnosis", 30)[1] or b"{}"
-    out = {}
+    out: dict[str, tuple[object, ...]] = {}
     for target in json.loads(body).get("targets", []):
         calibration = target.get("calibration") or {}
         if "window_end" in calibration:

@@ -32,7 +32,8 @@ from exporter import objectives
 from exporter.config import Objective
 from exporter.signals import per_token
 from exporter.state import TargetState
-from tests.realvllm.engine import RealVLLM, capture_every, judge_captures, make_text, one_request, tokens_per_word
+from lab.captures import capture_every, judge_captures
+from tests.realvllm.engine import RealVLLM, make_text, one_request, tokens_per_word
 
 NUM_SPECULATIVE_TOKENS = 3
 SPECULATIVE_CONFIG = {"method": "ngram", "num_speculative_tokens": NUM_SPECULATIVE_TOKENS,

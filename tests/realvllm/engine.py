@@ -13,7 +13,6 @@ the vLLM venv.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import os
@@ -33,8 +32,6 @@ from typing import Any
 from urllib.parse import urlparse
 
 import aiohttp
-
-from exporter.state import TargetState
 
 REPO = Path(__file__).resolve().parents[2]
 INSTALL_SH = REPO / "tests" / "realvllm" / "install.sh"  # run as a command, never imported
@@ -427,43 +424,6 @@ async def fetch_metrics_async(metrics_url: str, session: aiohttp.ClientSession |
     finally:
         if own:
             await sess.close()
-
-
-async def capture_every(metrics_url: str, out: Path, stop: asyncio.Event, name: str, interval_s: float) -> int:
-    """Capture ``/metrics`` every ``interval_s`` into ``out/<name>-NNNNN.txt`` (the sidecar's capture format)
-    until ``stop`` is set, one last capture after it; returns the count."""
-    from exporter.record import CAPTURE_HEADER
-
-    out.mkdir(parents=True, exist_ok=True)
-    count = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as session:
-        while True:
-            started = time.time()
-            text = await fetch_metrics_async(metrics_url, session)
-            (out / f"{name}-{count:05d}.txt").write_text(f"{CAPTURE_HEADER} target={name} scraped_at={started!r}\n"
-                                                         + text)
-            count += 1
-            if stop.is_set():
-                return count
-            await asyncio.sleep(max(0.0, interval_s - (time.time() - started)))
-
-
-def judge_captures(directory: Path, name: str, interval_s: float, slo: Mapping[str, Any]) -> TargetState:
-    """The captures of ``capture_every`` judged as one window at the shipped defaults, with objectives ``slo``."""
-    from exporter.config import load_settings
-    from exporter.pipeline import TargetPipeline, replay
-
-    files = sorted(directory.glob(f"{name}-*.txt"))
-
-    def scraped_at(path: Path) -> float:
-        return float(path.read_text().split("scraped_at=", 1)[1].split()[0])
-
-    settings = load_settings(overrides={
-        "listen": "127.0.0.1:1", "window_seconds": int(scraped_at(files[-1]) - scraped_at(files[0])) + 10,
-        "slo": dict(slo), "targets": [{"name": name, "url": "http://127.0.0.1:1/metrics"}],
-    })
-    return replay(files, TargetPipeline(settings.targets[0], settings), interval_s)
-
 
 
 # --------------------------------------------------------------------------------------------
