@@ -62,9 +62,10 @@ def median(values: list[float]) -> float:
 
 
 def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (every server the lab starts binds there)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        return int(s.getsockname()[1])
 
 
 def proc_cpu_seconds(pid: int) -> float:

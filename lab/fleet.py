@@ -31,7 +31,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from lab.common import SHIPPED_WINDOW
+from lab.common import SHIPPED_WINDOW, free_port
 
 SCENARIOS = ("healthy", "kv-pressure", "cpu-starved", "queue-backlog", "itl-stutter", "long-prompts",
              "preemption-storm", "sparse-traffic")
@@ -46,14 +46,6 @@ def rss_mb() -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return math.nan
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def instance(i: int) -> str:
