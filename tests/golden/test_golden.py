@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from exporter.config import Settings
 from exporter.publish import document
 from exporter.publish.exported import EXPORTED
