@@ -273,7 +273,8 @@ class Recorder:
         self._prune(now)
 
     def write(self, scraped_at: float, text: str) -> None:
-        """Write one capture atomically, then prune; an OSError is counted and logged on change only."""
+        """Write one capture atomically, then prune (after a failed write too); an OSError is counted and logged
+        on change only."""
         if not self._scanned:
             self.scan(scraped_at)
         path = self.directory / capture_name(self.target, scraped_at)
@@ -287,6 +288,8 @@ class Recorder:
                 write_atomically(path, data)
         except OSError as exc:
             self._failed(exc)
+            # Retention still runs: a folder that filled its disk frees itself as its captures age out.
+            self._prune(scraped_at)
             return
         if self._failing:
             self._recovered()
