@@ -104,7 +104,7 @@ def rule_a1(ctx: Context) -> Finding:
         return clear("prompts share a prefix the cache misses, and their first tokens pay for it (F): the prefill "
                      "and the wait behind it are not intrinsic")
     finding = fired(
-        0.5 + 0.4 * excess(breach.ratio, 1, t.burn_rate_full),
+        t.a1_strength + t.a1_strength_weight * excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"prefill is {pct(lat.ttft_prefill_share)} of mean TTFT {seconds(lat.ttft_mean or 0)}"
         + (f", the wait behind long prefills {pct(waiting)} (no queue of its own)" if waiting >= 0.005 else
@@ -206,7 +206,7 @@ def rule_a2(ctx: Context) -> Finding:
     if s.scheduler.waiting_deferred:
         evidence.append(f"{s.scheduler.waiting_deferred:.0f} more wait deferred (LoRA slot, KV transfer), "
                         "not counted here")
-    finding = fired(0.5 + 0.4 * excess(share, t.ttft_queue_share, 0.9), *evidence)
+    finding = fired(t.a2_strength + t.a2_strength_weight * excess(share, t.ttft_queue_share, 0.9), *evidence)
     if queue_ended(ctx):
         return recovering(finding, f"no request waited for capacity in {recent_horizon(ctx)}: the queue has drained, "
                                    "its first tokens are still in the window")
@@ -245,8 +245,9 @@ def rule_a3(ctx: Context) -> Finding:
     if starving:
         evidence.append(f"CPU-starvation score {score:.2f} from {', '.join(sorted(s.cpu.inputs))}")
     peak = starved_score(s) or 0.0
-    finding = fired(0.5 + 0.5 * max(excess(peak if ended else score or 0, t.cpu_starvation_score, 1.0),
-                                    excess(share or 0, t.frontend_share, 0.8)), *evidence)
+    degree = max(excess(peak if ended else score or 0, t.cpu_starvation_score, 1.0),
+                 excess(share or 0, t.frontend_share, 0.8))
+    finding = fired(t.a3_strength + t.a3_strength_weight * degree, *evidence)
     if ended:
         return recovering(finding, f"the CPU starvation has ended (score {score or 0:.2f} over {recent_horizon(ctx)}, "
                                    f"up to {peak:.2f} earlier in the window): its effect is still in the window")
@@ -274,7 +275,8 @@ def rule_a4(ctx: Context) -> Finding:
                      f"{starved_score(s) or 0:.2f} in the window): see A3")
     engine_share = (s.latency.ttft_prefill_share or 0) + (s.latency.ttft_queue_share or 0)
     return fired(
-        0.55 + 0.4 * excess(chunks, t.budget_chunks_per_prompt, 4 * t.budget_chunks_per_prompt),
+        t.a4_strength
+        + t.a4_strength_weight * excess(chunks, t.budget_chunks_per_prompt, 4 * t.budget_chunks_per_prompt),
         breach.evidence,
         f"mean prompt {s.traffic.prompt_length_mean:.0f} tokens needs {chunks:.1f} chunks of "
         f"max_num_batched_tokens {budget}",
@@ -348,7 +350,7 @@ def rule_a6(ctx: Context) -> Finding:
         evidence.append(f"every adapter slot in use in {pct(lora.slots_full_fraction)} of scrapes")
     if ctx.facts.max_lora_rank:
         evidence.append(f"max_lora_rank {ctx.facts.max_lora_rank}: the memory each slot reserves")
-    return fired(0.55 + 0.35 * excess(deferred, t.lora_deferred_fraction, 1.0), *evidence)
+    return fired(t.a6_strength + t.a6_strength_weight * excess(deferred, t.lora_deferred_fraction, 1.0), *evidence)
 
 
 def loads_kv(ctx: Context) -> str | None:
@@ -407,7 +409,8 @@ def rule_a7(ctx: Context) -> Finding:
     if s.scheduler.queued_fraction is not None:
         evidence.append(f"requests wait for capacity in only {pct(s.scheduler.queued_fraction)} of scrapes: "
                         "the wait is for KV, not for the scheduler")
-    return fired(0.55 + 0.35 * excess(kt.deferred_ttft_share, t.kv_transfer_ttft_share, 0.9), *evidence)
+    return fired(t.a7_strength + t.a7_strength_weight * excess(kt.deferred_ttft_share, t.kv_transfer_ttft_share, 0.9),
+                 *evidence)
 
 
 @rule("A8")
@@ -440,5 +443,5 @@ def rule_a8(ctx: Context) -> Finding:
         effects.append(breach.evidence)
     if not effects:
         return info(ctx, *evidence, "no request errored and first tokens meet their objective")
-    return fired(0.6 + 0.3 * excess(kt.failure_share or 0, t.kv_transfer_failure_share,
+    return fired(t.a8_strength + t.a8_strength_weight * excess(kt.failure_share or 0, t.kv_transfer_failure_share,
                                      10 * t.kv_transfer_failure_share), *effects, *evidence)

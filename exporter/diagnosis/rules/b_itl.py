@@ -100,8 +100,8 @@ def rule_b1(ctx: Context) -> Finding:
     breach = itl_breach(ctx)
     # Strength follows both the stutter's shape and how far users are from their objective.
     return fired(
-        0.5 + 0.2 * excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio)
-        + 0.2 * excess(breach.ratio, 1, t.burn_rate_full),
+        t.b1_strength + t.b1_strength_shape_weight * excess(tail, t.itl_tail_ratio, 3 * t.itl_tail_ratio)
+        + t.b1_strength_burn_weight * excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"{tail_text(s)}: most steps are fast, some are held by prefill",
         f"prompt tokens are {pct(s.traffic.prefill_token_share)} of computed tokens",
@@ -137,8 +137,8 @@ def rule_b2(ctx: Context) -> Finding:
     over = budget / s.traffic.prompt_length_mean
     breach = itl_breach(ctx)
     return fired(
-        0.5 + 0.2 * excess(s.scheduler.tokens_per_step_p99, big, 4 * big)
-        + 0.2 * excess(breach.ratio, 1, t.burn_rate_full),
+        t.b2_strength + t.b2_strength_shape_weight * excess(s.scheduler.tokens_per_step_p99, big, 4 * big)
+        + t.b2_strength_burn_weight * excess(breach.ratio, 1, t.burn_rate_full),
         breach.evidence,
         f"the largest steps (p99) carry {s.scheduler.tokens_per_step_p99:.0f} tokens = {pct(step_share)} of "
         f"max_num_batched_tokens {budget}, which holds {over:.1f} mean prompts "
@@ -168,7 +168,7 @@ def rule_b3(ctx: Context) -> Finding:
                 f"running mean {s.scheduler.running_mean:.1f} = {pct(fill)} of max_num_seqs {ctx.facts.max_num_seqs}"]
     if s.gpu.utilization is not None:
         evidence.append(f"GPU utilisation {pct(s.gpu.utilization)}")
-    return fired(0.55, *evidence)
+    return fired(t.b3_strength, *evidence)
 
 
 @rule("B4")
@@ -217,8 +217,10 @@ def rule_b4(ctx: Context) -> Finding:
                         f"{sheet.hbm_bandwidth / 1e12:.2f} TB/s (vLLM's MFU estimate)")
     if s.gpu.utilization is not None:
         evidence.append(f"GPU utilisation {pct(s.gpu.utilization)} (DCGM)")
-    strength = 0.6 + 0.3 * (excess(t.bandwidth_use_low - bandwidth_use, 0, t.bandwidth_use_low)
-                            if bandwidth_use is not None else 0.5)
+    # How slow the kernels are: half-way when only DCGM's utilisation says the GPU is busy.
+    degree = (excess(t.bandwidth_use_low - bandwidth_use, 0, t.bandwidth_use_low) if bandwidth_use is not None
+              else 0.5)
+    strength = t.b4_strength + t.b4_strength_weight * degree
     if ended:
         return recovering(fired(strength, *evidence), f"the kernels keep pace again over {recent_horizon(ctx)}: the "
                                                       "slow gaps are still in the window")
@@ -253,5 +255,6 @@ def rule_b5(ctx: Context) -> Finding:
         return info(ctx, *evidence, breach.evidence if breach.known else "ITL objective not judged (too few gaps)")
     if (reason := stutter_explained(ctx)) is not None:
         return info(ctx, *evidence, reason)
-    return fired(0.55 + 0.35 * excess(t.spec_acceptance_low - spec.acceptance_rate, 0, t.spec_acceptance_low),
+    return fired(t.b5_strength + t.b5_strength_weight * excess(t.spec_acceptance_low - spec.acceptance_rate, 0,
+                                                               t.spec_acceptance_low),
                  breach.evidence, *evidence)

@@ -72,7 +72,7 @@ def rule_c1(ctx: Context) -> Finding:
         evidence.append(f"engine output batches {s.scheduler.steps_per_second:.1f}/s")
     if s.gpu.utilization is not None:
         evidence.append(f"GPU utilisation {pct(s.gpu.utilization)}")
-    finding = fired(0.55 + 0.45 * excess(peak if ended and peak is not None else score,
+    finding = fired(t.c1_strength + t.c1_strength_weight * excess(peak if ended and peak is not None else score,
                                           t.cpu_starvation_score, 1.0), *evidence)
     if ended:
         return recovering(finding, f"the CPU starvation has ended (score {score:.2f} over {recent_horizon(ctx)}, "
@@ -118,7 +118,8 @@ def rule_c3(ctx: Context) -> Finding:
         if s.scheduler.running_mean >= seqs * t.batch_fill_high:
             return clear(f"running {s.scheduler.running_mean:.1f} is at max_num_seqs {seqs}: the cap, not KV, binds")
         evidence.append(f"running mean {s.scheduler.running_mean:.1f} below max_num_seqs {seqs}")
-    finding = fired(0.6 + 0.3 * excess(s.scheduler.queued_fraction, t.waiting_sustained_fraction, 1.0), *evidence)
+    queued = excess(s.scheduler.queued_fraction, t.waiting_sustained_fraction, 1.0)
+    finding = fired(t.c3_strength + t.c3_strength_weight * queued, *evidence)
     if queue_ended(ctx):
         return recovering(finding, f"no request waited for capacity in {recent_horizon(ctx)}: the queue has drained")
     return finding

@@ -27,10 +27,10 @@ def rule_d(ctx: Context) -> Finding:
         return abstain(vllm.REQUEST_SUCCESS_TOTAL)
     if not frequent_preemption(ctx):
         return clear(f"{s.kv.preemptions:.0f} preemptions, {s.kv.preemptions_per_request:.2f} per admitted request")
-    strength = 0.65 + 0.25 * excess(s.kv.preemptions_per_request, t.preemptions_per_request,
+    strength = t.d_strength + t.d_strength_weight * excess(s.kv.preemptions_per_request, t.preemptions_per_request,
                                      10 * t.preemptions_per_request)
     if s.kv.usage_max is not None and s.kv.usage_max >= t.kv_usage_high:
-        strength += 0.1  # corroborated by usage at the high mark
+        strength += t.d_strength_corroborated  # corroborated by usage at the high mark
     evidence = [f"{s.kv.preemptions:.0f} preemptions in {s.window_seconds:.0f} s = {s.kv.preemption_rate or 0:.2f}/s, "
                 f"{s.kv.preemptions_per_request:.2f} per admitted request (threshold {t.preemptions_per_request:g})",
                 kv_evidence(s)]
@@ -42,7 +42,7 @@ def rule_d(ctx: Context) -> Finding:
                              f"{s.kv.preemptions_per_request_recent or 0:.2f} per first token there, while those "
                              "steps' first tokens miss their objective: a storm starting")
     if (note := offload_note(s)) is not None:
-        strength -= 0.15  # a cheaper miss: the recompute is partly a copy
+        strength -= t.d_strength_offload_discount  # a cheaper miss: the recompute is partly a copy
         evidence.append(note)
     finding = fired(strength, *evidence)
     if s.kv.preemptions_recent == 0:

@@ -36,7 +36,8 @@ def rule_e(ctx: Context) -> Finding:
     usage = (f"KV usage mean {pct(s.kv.usage_mean)} over {s.window_seconds:.0f} s "
              f"(max {pct(s.kv.usage_max or 0)}, at the high mark in {pct(s.kv.full_fraction)} of scrapes)")
     if s.restarts and at_cap:
-        return fired(0.8, f"{s.restarts} engine restart(s) in the window with KV at its cap (OOM?)", usage)
+        return fired(t.e_strength_restart, f"{s.restarts} engine restart(s) in the window with KV at its cap (OOM?)",
+                     usage)
     if not at_cap:
         return clear(usage)
     tail = next((b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached), None)
@@ -48,9 +49,9 @@ def rule_e(ctx: Context) -> Finding:
             evidence.append(tail.evidence)
         if s.cache.gpu_memory_utilization is not None:
             evidence.append(f"gpu_memory_utilization {s.cache.gpu_memory_utilization:g}")
-        strength = 0.6 + 0.2 * excess(s.kv.full_fraction, t.kv_full_fraction, 1.0)
+        strength = t.e_strength + t.e_strength_weight * excess(s.kv.full_fraction, t.kv_full_fraction, 1.0)
         if (note := offload_note(s)) is not None:
-            strength -= 0.1  # the cap costs copies, not recomputes
+            strength -= t.e_strength_offload_discount  # the cap costs copies, not recomputes
             evidence.append(note)
         finding = fired(strength, *evidence)
         # The fragility is a pool at its cap with requests waiting for capacity and preempted: with the pool

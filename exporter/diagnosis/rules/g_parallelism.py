@@ -55,7 +55,7 @@ def rule_g(ctx: Context) -> Finding:
     if not fits:
         return clear(f"the model needs the GPUs to fit ({fit_text}): TP is not optional here")
     return fired(
-        0.6,
+        t.g_strength,
         itl_breach(ctx).evidence,
         f"TP {tp or 1} x PP {pp or 1} while KV usage mean is only {pct(s.kv.usage_mean)}",
         f"the model fits on one GPU ({fit_text}): the parallelism buys room that is not used",
@@ -96,5 +96,5 @@ def rule_g2(ctx: Context) -> Finding:
     breaches = [b for b in (ttft_breach(ctx), itl_breach(ctx)) if b.known and b.breached]
     if not breaches:
         return info(ctx, *evidence, "every objective is met over the merged engines")
-    return fired(0.55 + 0.35 * excess(worst, t.dp_imbalance_ratio, 2 * t.dp_imbalance_ratio),
+    return fired(t.g2_strength + t.g2_strength_weight * excess(worst, t.dp_imbalance_ratio, 2 * t.dp_imbalance_ratio),
                  *(b.evidence for b in breaches), *evidence)

@@ -71,12 +71,14 @@ def low_prefix_hit(ctx: Context) -> Finding:
     if ratio >= t.prefix_hit_ratio_low:
         if earlier is None or earlier >= t.prefix_hit_ratio_low:
             return clear(f"prefix hit ratio {pct(ratio)} over {recent_horizon(ctx)}{window}")
-        strength = 0.5 + 0.4 * excess(t.prefix_hit_ratio_low - earlier, 0, t.prefix_hit_ratio_low)
+        below = excess(t.prefix_hit_ratio_low - earlier, 0, t.prefix_hit_ratio_low)
+        strength = t.prefix_strength + t.prefix_strength_weight * below
         return recovering(
             fired(strength, f"prefix hit ratio {pct(earlier)} earlier in the window "
                             f"(low mark {pct(t.prefix_hit_ratio_low)})", blocks_text),
             f"the prefix hits again ({pct(ratio)} over {recent_horizon(ctx)}): its misses are still in the window")
-    strength = 0.5 + 0.4 * excess(t.prefix_hit_ratio_low - ratio, 0, t.prefix_hit_ratio_low)
+    below = excess(t.prefix_hit_ratio_low - ratio, 0, t.prefix_hit_ratio_low)
+    strength = t.prefix_strength + t.prefix_strength_weight * below
     return fired(strength, f"prefix hit ratio {pct(ratio)} over {recent_horizon(ctx)}{window} "
                            f"(low mark {pct(t.prefix_hit_ratio_low)})", blocks_text)
 

@@ -55,7 +55,9 @@ def _unexplained(ctx: Context, findings: Mapping[str, Finding], objective: str, 
         looked.append(f"requests wait deferred in {pct(s.scheduler.deferred_fraction)} of scrapes "
                       f"({vllm.NUM_REQUESTS_WAITING_BY_REASON}, reason deferred: a LoRA adapter slot or a KV "
                       "transfer), a wait no rule attributes")
-    return fired(0.5 + 0.4 * excess(breach.ratio, 1, ctx.thresholds.burn_rate_full), *looked)
+    t = ctx.thresholds
+    return fired(t.unexplained_strength + t.unexplained_strength_weight * excess(breach.ratio, 1, t.burn_rate_full),
+                 *looked)
 
 
 def _brief(missing: tuple[str, ...]) -> str:
