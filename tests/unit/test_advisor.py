@@ -15,13 +15,12 @@ from exporter.advisor.calibrate import (
     fit_step_cost,
     frontend_seconds,
     lengths_from_histogram,
-    relative_error,
-    sampling_band,
     tail_bound,
 )
 from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
+from exporter.advisor.reproduce import relative_error, sampling_band
 from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
