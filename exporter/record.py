@@ -148,7 +148,9 @@ def remove_stale_temporaries(directory: Path, target: str) -> int:
     """Delete the temporary files a crash left behind for this target; how many were removed."""
     removed = 0
     try:
-        for path in directory.glob(f".{glob_escape(target)}-*{TEMP_SUFFIX}"):
+        temporaries = [*directory.glob(f".{glob_escape(target)}-*{TEMP_SUFFIX}"),
+                       *directory.glob(f".{glob_escape(target_config_name(target))}{TEMP_SUFFIX}")]
+        for path in temporaries:
             try:
                 path.unlink()
                 removed += 1

@@ -84,6 +84,7 @@ def test_stale_temporaries_of_this_target_are_removed_at_start(tmp_path: Path, s
     rec.mkdir()
     (rec / ".vllm-0-5.000.txt.gz.tmp").write_bytes(b"half a capt")
     (rec / ".other-5.000.txt.gz.tmp").write_bytes(b"another sidecar's write in flight")
+    (rec / ".vllm-0.vllm-diag.yaml.tmp").write_bytes(b"targets: [")  # its configuration, cut short
     recorder = Recorder("vllm-0", rec, RecordRetention())
     recorder.scan(10.0)
     assert sorted(p.name for p in rec.iterdir()) == [".other-5.000.txt.gz.tmp"]
