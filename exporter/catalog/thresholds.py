@@ -308,11 +308,9 @@ class Thresholds:
     unexplained_strength_weight: float = threshold(0.4, "score",
         "A0, B0: strength added as the burn rate grows from 1 to burn_rate_full.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
-    verdict_enter_score: float = threshold(0.5, "score",
-        "Layer score a layer needs to become the verdict (its strongest active cause's strength). Every cause's "
-        "strength floor (*_strength) is at least 0.5, so any cause that fires with an effect can win; raised, only "
-        "stronger evidence makes the verdict, and a value above what a cause can ever reach (STRENGTHS) is refused.",
-        0, 1)
+    # How it relates to the causes' strengths: see "rule strengths" above and docs/method.md (the text below is
+    # also the dashboards' panel description).
+    verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",
         "Layer score below which the current verdict layer is released (hysteresis band).", 0, 1)
     verdict_hold_evaluations: float = threshold(2, "evaluations",
