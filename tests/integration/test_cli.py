@@ -183,6 +183,9 @@ def test_a_record_dir_holds_the_targets_objectives_and_facts_and_diagnose_reads_
     # discovered by the sidecar (cache_config_info), recorded: configured for diagnose
     assert offline["engine"]["block_size"]["value"] == state.to_dict()["engine"]["block_size"]["value"]
     assert offline["verdict"]["layer"] == state.diagnosis.verdict.layer
+    # The shell's DIR/* passes the configuration as one more file: recognised by its name, not a capture.
+    each = diagnose_json(capsys, *sorted(str(p) for p in recorded.iterdir()), "--window", "3600")
+    assert each["objectives"] == offline["objectives"] and each["engine"] == offline["engine"]
 
 
 def test_diagnose_never_writes_even_with_record_dir_configured(tmp_path, capsys, fixtures_dir):
