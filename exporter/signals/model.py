@@ -49,6 +49,10 @@ class CacheFacts:
     enable_prefix_caching: bool | None = None
 
 
+# Each group names its fields for what they are inside the group (``kv.usage_max``); ``FLAT``
+# maps the fields whose JSON key differs (``kv_cache_usage_max``). Unmapped fields keep their name.
+
+
 @dataclass(frozen=True, slots=True)
 class Traffic:
     """Requests and tokens through the engine over the window."""

@@ -17,6 +17,8 @@ from exporter.simulator.workload import (
     RequestClass,
 )
 
+# The five worked cases of the method.
+
 _CASE1 = Scenario(
     name="case1-slow-first-token",
     description=(
@@ -148,6 +150,8 @@ _CASE5 = Scenario(
 )
 
 
+# Healthy-like scenarios: a correct diagnosis says `none` (informational findings at most).
+
 _LOW_TRAFFIC = Scenario(
     name="low-traffic",
     description=(
@@ -229,6 +233,8 @@ _DP_RESTART = Scenario(
 )
 
 
+# Faulty scenarios added with the structured rules.
+
 _PREEMPTION_STORM = Scenario(
     name="preemption-storm",
     description=(
@@ -274,6 +280,8 @@ _COMPUTE_BOUND = Scenario(
     case="B4 (gpu_compute)",
 )
 
+
+# An effect without a known cause: what the catalog does not model must read `unknown`, never `none`.
 
 _LORA_SLOTS = Scenario(
     name="lora-slots",

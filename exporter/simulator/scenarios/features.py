@@ -103,6 +103,8 @@ _OFFLOAD = Scenario(
 )
 
 
+# LoRA, data parallel and sleep (issue 29): healthy variants and the faults each feature adds.
+
 _LORA_HEALTHY = Scenario(
     name="lora-healthy",
     description=(
