@@ -161,12 +161,19 @@ def _diagnosed_and_skipped(args: argparse.Namespace) -> tuple[TargetPipeline, tu
         for skipped in captures.skipped:  # one line each, and the rest is diagnosed
             sys.stderr.write(f"vllm-diag: warning: skipped {skipped.file}: {skipped.reason}\n")
         base = _settings(config, {})
-        interval = _capture_interval(args.interval, captures, base, from_folder=args.config is None)
+        # The folder's own configuration says how its captures were taken, whatever --config judges them by.
+        folder = None
+        if captures.config is not None:
+            folder = base if config == str(captures.config) else _settings(str(captures.config), {})
+        interval = _capture_interval(args.interval, captures, folder)
         span = captures.span if captures.span is not None else interval * max(1, len(captures.files) - 1)
         window = overrides.get("window_seconds", max(base.window_seconds, span + interval))
         _check_window(window, interval)
         target = _diagnose_target(base, str(captures.files[0]), name=captures.target or "captures")
         target.update(scrape_interval=interval, timeout=min(target.get("timeout", 3.0), interval))
+        if folder is not None and folder is not base and folder.targets:  # the engine's facts, --config's first
+            recorded = folder.targets[0].engine.model_dump(exclude_none=True)
+            target["engine"] = {**recorded, **{k: v for k, v in target.get("engine", {}).items() if v is not None}}
         settings = _settings(config, {**overrides, "window_seconds": window, "targets": [target]}, DIAGNOSE_FLAGS)
         pipeline = TargetPipeline(settings.targets[0], settings)
         state = replay(list(captures.files), pipeline, interval, dcgm_dir=dcgm)
@@ -193,14 +200,14 @@ def _diagnose_prometheus(args: argparse.Namespace) -> int:
         raise BadInput(str(exc)) from None
 
 
-def _capture_interval(flag: float | None, captures: CaptureSet, base: Settings, from_folder: bool) -> float:
+def _capture_interval(flag: float | None, captures: CaptureSet, folder: Settings | None) -> float:
     """Seconds between captures: the flag, else the recorded scrape times, else the folder's config."""
     if flag is not None:
         return flag
     if captures.spacing is not None and captures.spacing > 0:
         return captures.spacing
-    if from_folder and captures.config is not None and base.targets:
-        return base.targets[0].scrape_interval  # `simulate --out` writes its capture interval there
+    if folder is not None and folder.targets:
+        return folder.targets[0].scrape_interval  # `simulate --out` writes its capture interval there
     return DEFAULT_INTERVAL
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -93,15 +93,18 @@ class CpuSource(_Strict):
         return self
 
 
-def redact(url: str) -> str:
-    """The URL without its credentials, for logs and pages."""
+def redact(url: str, mark: str | None = "***") -> str:
+    """The URL without its credentials: ``mark@`` in their place for logs and pages, or nothing with ``mark``
+    None (a URL to request, whose credentials travel in a header). The one place credentials are stripped."""
     parts = urlsplit(url)
     if parts.username is None and parts.password is None:
         return url
     host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal keeps its brackets
+        host = f"[{host}]"
     if parts.port is not None:
         host = f"{host}:{parts.port}"
-    return parts._replace(netloc=f"***@{host}").geturl()
+    return urlunsplit(parts._replace(netloc=host if mark is None else f"{mark}@{host}"))
 
 
 def _check_url(value: str) -> str:

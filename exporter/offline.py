@@ -1,10 +1,11 @@
 """What ``vllm-diag diagnose`` reads offline: capture files or a folder, in scrape order.
 
 A folder is what ``vllm-diag simulate --out`` or a target's ``record_dir`` writes: ``*.txt``
-or gzip-compressed ``*.txt.gz`` captures, and beside them possibly ``vllm-diag.yaml`` (the engine
-facts) and ``dcgm/`` (GPU readings at the same instants). Hidden files (a recorder's temporary
-files) are not captures. The same companions passed one by one (``diagnose DIR/*``) are
-recognised by name. A capture that cannot be read or parsed is skipped with its reason, so one
+or gzip-compressed ``*.txt.gz`` captures, and beside them possibly the configuration they were taken
+under (``vllm-diag.yaml`` from ``simulate --out``, ``<target>.vllm-diag.yaml`` from a recorder: the
+interval, engine facts and objectives) and ``dcgm/`` (GPU readings at the same instants). Hidden
+files (a recorder's temporary files) are not captures. The same companions passed one by one
+(``diagnose DIR/*``) are recognised by name. A capture that cannot be read or parsed is skipped with its reason, so one
 damaged file never blocks the diagnosis of the rest. Nothing here writes.
 """
 
@@ -13,22 +14,23 @@ from __future__ import annotations
 import re
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from exporter.catalog import metrics as vllm
 from exporter.parse import ParseError, parse
 from exporter.record import (
     CAPTURE_HEADER,
+    CONFIG_NAME,
     GZIP_SUFFIX,
     PLAIN_SUFFIX,
     capture_timestamp,
     is_capture_name,
     read_capture,
     read_first_line,
+    target_config_name,
 )
 
-CONFIG_NAME = "vllm-diag.yaml"  # written by `simulate --out` beside its captures
 DCGM_DIR = "dcgm"
 IGNORED_NAMES = frozenset({"scenario.json"})  # the simulator's description of a folder: not a capture
 
@@ -53,7 +55,7 @@ class CaptureSet:
     files: tuple[Path, ...]  # in scrape order
     stamps: tuple[float, ...] | None  # scrape times from the capture headers, when every capture has one
     target: str | None  # the target named in the headers (recorded captures)
-    config: Path | None  # a vllm-diag.yaml found beside the captures
+    config: Path | None  # the configuration the captures were taken under (given, or found beside them)
     dcgm: Path | None  # a dcgm/ folder found beside the captures
     skipped: tuple[Skipped, ...] = ()  # damaged or unreadable captures, left out
 
@@ -74,6 +76,7 @@ def resolve(paths: Sequence[str]) -> CaptureSet:
     captures: list[Path] = []
     config: Path | None = None
     dcgm: Path | None = None
+    folder: Path | None = None
     folders = 0
     for raw in paths:
         path = Path(raw)
@@ -86,9 +89,9 @@ def resolve(paths: Sequence[str]) -> CaptureSet:
             if not found:
                 raise CaptureError(f"{path}: no captures (*{PLAIN_SUFFIX}, *{GZIP_SUFFIX}) in this folder")
             captures += found
-            config = config or _if_file(path / CONFIG_NAME)
+            folder = path
             dcgm = dcgm or (path / DCGM_DIR if (path / DCGM_DIR).is_dir() else None)
-        elif path.is_file() and path.name == CONFIG_NAME:
+        elif path.is_file() and (path.name == CONFIG_NAME or path.name.endswith("." + CONFIG_NAME)):
             config = path
         elif path.is_file() and path.name in IGNORED_NAMES:
             continue
@@ -101,7 +104,11 @@ def resolve(paths: Sequence[str]) -> CaptureSet:
     if not captures:
         raise CaptureError("no capture files among the arguments")
     readable, skipped = _readable(captures)
-    return _in_scrape_order(readable, config, dcgm, tuple(skipped))
+    ordered = _in_scrape_order(readable, config, dcgm, tuple(skipped))
+    if config is None and folder is not None:  # a given file wins; else the target's own, else the folder's
+        own = _if_file(folder / target_config_name(ordered.target)) if ordered.target else None
+        ordered = replace(ordered, config=own or _if_file(folder / CONFIG_NAME))
+    return ordered
 
 
 def _readable(captures: list[Path]) -> tuple[list[Path], list[Skipped]]:

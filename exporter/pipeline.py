@@ -21,11 +21,11 @@ from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.diagnosis.rules import Context
 from exporter.facts import cache_info
 from exporter.facts.base import METRICS as METRICS_SOURCE
-from exporter.facts.base import FactValue
+from exporter.facts.base import Fact, FactValue
 from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
-from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture
+from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture, recorded_config
 from exporter.signals import HostInputs, compute
 from exporter.state import (
     SCRAPE_ERROR_REASONS,
@@ -86,6 +86,7 @@ class TargetPipeline:
         self.advice: Advice | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.advice_track: AdviceTrack | None = None  # set by the same worker (exporter/advisor/track.py)
         self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
+        self._recorded_facts: Mapping[str, Fact] | None = None  # the facts the recorder last wrote beside its captures
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
             window_seconds=settings.window_seconds, evaluated_at=time.time(), health=self._health,
@@ -213,6 +214,9 @@ class TargetPipeline:
         if latest is not None:
             observed[METRICS_SOURCE] = cache_info.facts(latest.info.get(vllm.CACHE_CONFIG_INFO, ()))
         facts = resolve(self.target.engine, observed)
+        if self.recorder is not None and facts != self._recorded_facts:  # the folder says what the captures were
+            self._recorded_facts = facts
+            self.recorder.describe(recorded_config(self.target, self.settings, engine_facts(facts)))
         if ready and signals.engines.asleep:
             # vLLM's engine_sleep_state says every engine sleeps (/sleep): no latency rule judges an engine
             # that serves nothing on purpose, and nothing it left in the window pages anyone. The verdict

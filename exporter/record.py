@@ -24,7 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from exporter.config import RecordRetention
+import yaml
+
+from exporter.config import EngineFacts, RecordRetention, Settings, Target, redact
 
 try:
     from isal import igzip as fast_gzip
@@ -38,6 +40,7 @@ PLAIN_SUFFIX = ".txt"
 GZIP_SUFFIX = ".txt.gz"
 CAPTURE_SUFFIXES = (PLAIN_SUFFIX, GZIP_SUFFIX)
 TEMP_SUFFIX = ".tmp"
+CONFIG_NAME = "vllm-diag.yaml"  # the configuration captures were taken under (`simulate --out` writes one too)
 # gzip level 1: ~7.7x smaller than the scrape; level 6 costs 2.5x the CPU for ~15 % less
 GZIP_LEVEL = 1
 # Captures waiting for the writer: a slow disk delays at most this many, later ones are dropped
@@ -68,6 +71,28 @@ def capture_timestamp(text: str) -> float | None:
 def is_capture_name(name: str) -> bool:
     """A name ``diagnose DIR`` reads: ``*.txt`` or ``*.txt.gz``, never a hidden (temporary) one."""
     return not name.startswith(".") and name.endswith(CAPTURE_SUFFIXES)
+
+
+def target_config_name(target: str) -> str:
+    """The configuration a recorder writes beside its captures: one per target (targets may share a folder)."""
+    return f"{target}.{CONFIG_NAME}"
+
+
+def recorded_config(target: Target, settings: Settings, facts: EngineFacts | None = None) -> str:
+    """The target as ``diagnose DIR`` needs it to judge its captures as the sidecar did: its interval, engine
+    facts (configured, or ``facts`` as resolved with what was discovered) and objectives, the thresholds the
+    deployment overrides. Credentials never leave the configuration."""
+    engine = (facts or target.engine).model_dump(exclude_none=True)
+    entry: dict[str, Any] = {"name": target.name, "url": redact(target.url, mark=None),
+                             "scrape_interval": target.scrape_interval, "timeout": target.timeout,
+                             "slo": settings.slo_for(target).model_dump(exclude_none=True)}
+    if engine:
+        entry["engine"] = engine
+    tree: dict[str, Any] = {"window_seconds": settings.window_seconds, "targets": [entry]}
+    if settings.thresholds:
+        tree["thresholds"] = dict(settings.thresholds)
+    return (f"# The configuration target {target.name}'s captures were recorded under: "
+            "`vllm-diag diagnose DIR` judges them with it.\n" + yaml.safe_dump(tree, sort_keys=False))
 
 
 def capture_name(target: str, scraped_at: float) -> str:
@@ -123,7 +148,9 @@ def remove_stale_temporaries(directory: Path, target: str) -> int:
     """Delete the temporary files a crash left behind for this target; how many were removed."""
     removed = 0
     try:
-        for path in directory.glob(f".{glob_escape(target)}-*{TEMP_SUFFIX}"):
+        temporaries = [*directory.glob(f".{glob_escape(target)}-*{TEMP_SUFFIX}"),
+                       *directory.glob(f".{glob_escape(target_config_name(target))}{TEMP_SUFFIX}")]
+        for path in temporaries:
             try:
                 path.unlink()
                 removed += 1
@@ -175,7 +202,8 @@ class Recorder:
     thread runs for each capture and what tests drive directly."""
 
     def __init__(self, target: str, directory: Path, retention: RecordRetention,
-                 queue_size: int = QUEUE_CAPTURES) -> None:
+                 queue_size: int = QUEUE_CAPTURES, config: str | None = None) -> None:
+        """``config``: the target's configuration (``recorded_config``), written beside the captures."""
         self.target = target
         self.directory = directory
         self.retention = retention
@@ -192,6 +220,8 @@ class Recorder:
         self._name = re.compile(rf"^{re.escape(target)}-(\d+(?:\.\d+)?)\.txt(?:\.gz)?$")
         self._thread: threading.Thread | None = None
         self._scanned = False
+        self._config = config  # what the folder should say the captures were taken under
+        self._config_written: str | None = None  # what it says (None: not written yet)
 
     # -- the scrape path's side ---------------------------------------------------------------
     def start(self) -> None:
@@ -216,6 +246,11 @@ class Recorder:
                 self._dropping = False
             log.info("recording of %s keeps up again", self.target)
         return True
+
+    def describe(self, config: str) -> None:
+        """A new configuration for the captures to come (facts discovered): written with the next capture."""
+        with self._lock:
+            self._config = config
 
     def close(self, timeout: float = 5.0) -> None:
         """Let the writer finish what is queued, then stop it."""
@@ -273,7 +308,8 @@ class Recorder:
         self._prune(now)
 
     def write(self, scraped_at: float, text: str) -> None:
-        """Write one capture atomically, then prune; an OSError is counted and logged on change only."""
+        """Write one capture atomically, then prune (after a failed write too); an OSError is counted and logged
+        on change only."""
         if not self._scanned:
             self.scan(scraped_at)
         path = self.directory / capture_name(self.target, scraped_at)
@@ -287,6 +323,8 @@ class Recorder:
                 write_atomically(path, data)
         except OSError as exc:
             self._failed(exc)
+            # Retention still runs: a folder that filled its disk frees itself as its captures age out.
+            self._prune(scraped_at)
             return
         if self._failing:
             self._recovered()
@@ -296,7 +334,18 @@ class Recorder:
                 self._captures.append(_Capture(scraped_at, path, len(data)))
                 self._bytes += len(data)
             self._written += 1
+            config = self._config
+        if config is not None and config != self._config_written:
+            self._write_config(config)
         self._prune(scraped_at)
+
+    def _write_config(self, config: str) -> None:
+        try:
+            write_atomically(self.directory / target_config_name(self.target), config.encode("utf-8"))
+        except OSError as exc:
+            self._failed(exc)
+            return
+        self._config_written = config
 
     def _prune(self, now: float) -> None:
         """Oldest first: drop what is older than max_age_seconds, then until under max_bytes."""

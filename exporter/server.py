@@ -31,7 +31,7 @@ from exporter.poll import fetch
 from exporter.publish import document, html, text, timeline
 from exporter.publish.exposition import Exposition
 from exporter.publish.timeline import VerdictHistory
-from exporter.record import Recorder
+from exporter.record import Recorder, recorded_config
 from exporter.state import TargetState
 from exporter.webconfig import load_web_config
 
@@ -62,7 +62,8 @@ class Sidecar:
         for target in settings.targets:
             if target.record_dir is not None:  # started and stopped with the polling (_resources)
                 self.pipelines[target.name].recorder = Recorder(target.name, target.record_dir,
-                                                                target.record_retention)
+                                                                target.record_retention,
+                                                                config=recorded_config(target, settings))
         self.discoveries = {t.name: FactDiscovery(t, local=None if read_processes else False)
                             for t in settings.targets}
         self.attempted: set[str] = set()

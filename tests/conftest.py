@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from pathlib import Path
 
 import pytest
@@ -29,13 +28,6 @@ def capture_times(fixtures_dir: Path) -> dict[str, float]:
 
 def read_capture(fixtures_dir: Path, phase: str) -> str:
     return (fixtures_dir / f"snapshot-{phase}.txt").read_text()
-
-
-def free_port() -> int:
-    """A free TCP port on 127.0.0.1 (every server a test starts binds there)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # The slow tier, left out by `pytest -m "not slow"` (the fast tier, under a minute), is one thing: the

@@ -2,12 +2,39 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import time
 from dataclasses import replace
 from typing import Any
+
+import pytest
 
 from exporter.advisor.calibrate import Empirical
 from exporter.signals import FLAT_FIELDS, Signals
 from exporter.simulator.scenarios import Scenario
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (every server a test starts binds there)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
+    """Return once something listens on ``port``; fail the test when ``proc`` exits first or time runs out."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"exited early with {proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+        except OSError:
+            time.sleep(0.05)
+    pytest.fail(f"nothing listens on {port} after {seconds} s")
 
 
 def signals_with(signals: Signals, **values: Any) -> Signals:

@@ -17,11 +17,9 @@ from exporter.advisor.calibrate import (
     METRIC_KEYS,
     Calibration,
     CannotCalibrate,
-    Check,
     Fitted,
     Outcome,
     calibrate,
-    check,
     observe,
 )
 from exporter.advisor.candidates import (
@@ -33,6 +31,7 @@ from exporter.advisor.candidates import (
     step_extrapolation,
 )
 from exporter.advisor.predict import predict, score
+from exporter.advisor.reproduce import Check, check
 from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds

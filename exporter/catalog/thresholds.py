@@ -212,7 +212,104 @@ class Thresholds:
     lora_deferred_fraction: float = threshold(0.2, "ratio",
         "LoRA: share of scrapes with requests waiting deferred (num_requests_waiting_by_reason) at which "
         "the wait for an adapter slot counts (A6), with more adapters in demand than --max-loras slots.", 0, 1)
+    # -- rule strengths (exporter/diagnosis/rules/) ---------------------------------------------
+    # A fired finding's strength is its floor (``*_strength``) plus weights times how far its evidence goes
+    # (0 at the cause's mark, 1 at the stated full mark). Every floor is at least the default
+    # verdict_enter_score, so any cause that fires with an effect can become the verdict; a cause's ceiling
+    # (floor plus weights, STRENGTHS) below verdict_enter_score would never win, and check_consistency refuses it.
+    a1_strength: float = threshold(0.5, "score",
+        "A1 (long prompts): strength of a fired finding at the burn rate of 1; see verdict_enter_score.", 0, 1)
+    a1_strength_weight: float = threshold(0.4, "score",
+        "A1: strength added as the first-token burn rate grows from 1 to burn_rate_full.", 0, 1)
+    a2_strength: float = threshold(0.5, "score",
+        "A2 (a queue while KV has room): strength at a queue share of ttft_queue_share.", 0, 1)
+    a2_strength_weight: float = threshold(0.4, "score",
+        "A2: strength added as the queue's share of TTFT grows to 90 %.", 0, 1)
+    a3_strength: float = threshold(0.5, "score",
+        "A3 (CPU short for the first tokens): strength at the starvation or frontend mark.", 0, 1)
+    a3_strength_weight: float = threshold(0.5, "score",
+        "A3: strength added as the starvation score grows to 1 (or the frontend share to 80 %).", 0, 1)
+    a4_strength: float = threshold(0.55, "score",
+        "A4 (token budget too small): strength at budget_chunks_per_prompt chunks a prompt.", 0, 1)
+    a4_strength_weight: float = threshold(0.4, "score",
+        "A4: strength added as the chunks per prompt grow to 4 x budget_chunks_per_prompt.", 0, 1)
+    prefix_strength: float = threshold(0.5, "score",
+        "A5, F, F6 (prefix cache): strength at a hit ratio just under prefix_hit_ratio_low.", 0, 1)
+    prefix_strength_weight: float = threshold(0.4, "score",
+        "A5, F, F6: strength added as the hit ratio falls to 0.", 0, 1)
+    a6_strength: float = threshold(0.55, "score",
+        "A6 (LoRA adapter slots): strength at a deferred share of lora_deferred_fraction.", 0, 1)
+    a6_strength_weight: float = threshold(0.35, "score",
+        "A6: strength added as the deferred share grows to every scrape.", 0, 1)
+    a7_strength: float = threshold(0.55, "score",
+        "A7 (KV transfer slow): strength at a transfer share of kv_transfer_ttft_share.", 0, 1)
+    a7_strength_weight: float = threshold(0.35, "score",
+        "A7: strength added as the transfer's share of TTFT grows to 90 %.", 0, 1)
+    a8_strength: float = threshold(0.6, "score",
+        "A8 (KV transfer failing): strength at a failure share of kv_transfer_failure_share.", 0, 1)
+    a8_strength_weight: float = threshold(0.3, "score",
+        "A8: strength added as the failure share grows to 10 x kv_transfer_failure_share.", 0, 1)
+    b1_strength: float = threshold(0.5, "score",
+        "B1 (prefill disturbs decode): strength at the stutter mark and the burn rate of 1.", 0, 1)
+    b1_strength_shape_weight: float = threshold(0.2, "score",
+        "B1: strength added as ITL p99/p50 grows to 3 x itl_tail_ratio.", 0, 1)
+    b1_strength_burn_weight: float = threshold(0.2, "score",
+        "B1: strength added as the ITL burn rate grows from 1 to burn_rate_full.", 0, 1)
+    b2_strength: float = threshold(0.5, "score",
+        "B2 (token budget too large): strength at the long-step mark and the burn rate of 1.", 0, 1)
+    b2_strength_shape_weight: float = threshold(0.2, "score",
+        "B2: strength added as the largest steps grow to 4 x the long-step mark.", 0, 1)
+    b2_strength_burn_weight: float = threshold(0.2, "score",
+        "B2: strength added as the ITL burn rate grows from 1 to burn_rate_full.", 0, 1)
+    b3_strength: float = threshold(0.55, "score",
+        "B3 (throughput-oriented batch): the strength of a fired finding (it has no degree).", 0, 1)
+    b4_strength: float = threshold(0.6, "score",
+        "B4 (slow GPU path): strength at a bandwidth use of bandwidth_use_low.", 0, 1)
+    b4_strength_weight: float = threshold(0.3, "score",
+        "B4: strength added as the bandwidth use falls to 0 (half of it when unmeasured).", 0, 1)
+    b5_strength: float = threshold(0.55, "score",
+        "B5 (drafts rejected): strength at an acceptance of spec_acceptance_low.", 0, 1)
+    b5_strength_weight: float = threshold(0.35, "score",
+        "B5: strength added as the acceptance falls to 0.", 0, 1)
+    c1_strength: float = threshold(0.55, "score",
+        "C1 (CPU cannot feed the GPU): strength at a starvation score of cpu_starvation_score.", 0, 1)
+    c1_strength_weight: float = threshold(0.45, "score",
+        "C1: strength added as the starvation score grows to 1.", 0, 1)
+    c3_strength: float = threshold(0.6, "score",
+        "C3 (KV caps concurrency): strength at a queued share of waiting_sustained_fraction.", 0, 1)
+    c3_strength_weight: float = threshold(0.3, "score",
+        "C3: strength added as the queued share grows to every scrape.", 0, 1)
+    d_strength: float = threshold(0.65, "score",
+        "D (frequent preemption): strength at preemptions_per_request.", 0, 1)
+    d_strength_weight: float = threshold(0.25, "score",
+        "D: strength added as preemptions per request grow to 10 x preemptions_per_request.", 0, 1)
+    d_strength_corroborated: float = threshold(0.1, "score",
+        "D: strength added when KV usage reached kv_usage_high in the window.", 0, 1)
+    d_strength_offload_discount: float = threshold(0.15, "score",
+        "D: strength taken off with KV offload on (a preempted block comes back by a copy, not a recompute).", 0, 1)
+    e_strength: float = threshold(0.6, "score",
+        "E (no headroom): strength at a full share of kv_full_fraction.", 0, 1)
+    e_strength_weight: float = threshold(0.2, "score",
+        "E: strength added as the full share grows to every scrape.", 0, 1)
+    e_strength_restart: float = threshold(0.8, "score",
+        "E: the strength of an engine restart with KV at its cap (OOM?).", 0, 1)
+    e_strength_offload_discount: float = threshold(0.1, "score",
+        "E: strength taken off with KV offload on (the cap costs copies).", 0, 1)
+    g_strength: float = threshold(0.6, "score",
+        "G (parallelism without memory pressure): the strength of a fired finding.", 0, 1)
+    g2_strength: float = threshold(0.55, "score",
+        "G2 (one data-parallel engine apart): strength at dp_imbalance_ratio.", 0, 1)
+    g2_strength_weight: float = threshold(0.35, "score",
+        "G2: strength added as the engine's ratio grows to 2 x dp_imbalance_ratio.", 0, 1)
+    unexplained_strength: float = threshold(0.5, "score",
+        "A0, B0 (an effect without a known cause): strength at the burn rate of 1. Their layer is unknown: it "
+        "never competes for the verdict (an unexplained miss reads unknown while no layer reaches "
+        "verdict_enter_score).", 0, 1)
+    unexplained_strength_weight: float = threshold(0.4, "score",
+        "A0, B0: strength added as the burn rate grows from 1 to burn_rate_full.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
+    # How it relates to the causes' strengths: see "rule strengths" above and docs/method.md (the text below is
+    # also the dashboards' panel description).
     verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",
         "Layer score below which the current verdict layer is released (hysteresis band).", 0, 1)
@@ -328,8 +425,42 @@ DEFAULTS: Mapping[str, float] = MappingProxyType({t.key: t.default for t in THRE
 BY_KEY: Mapping[str, Threshold] = MappingProxyType({t.key: t for t in THRESHOLDS})
 
 
+# What the strength of each cause that can become the verdict is built from (exporter/diagnosis/rules/): one
+# tuple of settings per way it fires, summed at their full marks. A0/B0 (layer unknown) never take the verdict.
+STRENGTHS: Mapping[str, tuple[tuple[str, ...], ...]] = MappingProxyType({
+    "A1": (("a1_strength", "a1_strength_weight"),),
+    "A2": (("a2_strength", "a2_strength_weight"),),
+    "A3": (("a3_strength", "a3_strength_weight"),),
+    "A4": (("a4_strength", "a4_strength_weight"),),
+    "A5": (("prefix_strength", "prefix_strength_weight"),),
+    "A6": (("a6_strength", "a6_strength_weight"),),
+    "A7": (("a7_strength", "a7_strength_weight"),),
+    "A8": (("a8_strength", "a8_strength_weight"),),
+    "B1": (("b1_strength", "b1_strength_shape_weight", "b1_strength_burn_weight"),),
+    "B2": (("b2_strength", "b2_strength_shape_weight", "b2_strength_burn_weight"),),
+    "B3": (("b3_strength",),),
+    "B4": (("b4_strength", "b4_strength_weight"),),
+    "B5": (("b5_strength", "b5_strength_weight"),),
+    "C1": (("c1_strength", "c1_strength_weight"),),
+    "C3": (("c3_strength", "c3_strength_weight"),),
+    "D": (("d_strength", "d_strength_weight", "d_strength_corroborated"),),
+    "E": (("e_strength", "e_strength_weight"), ("e_strength_restart",)),
+    "F": (("prefix_strength", "prefix_strength_weight"),),
+    "F6": (("prefix_strength", "prefix_strength_weight"),),
+    "G": (("g_strength",),),
+    "G2": (("g2_strength", "g2_strength_weight"),),
+})
+
+
+def strength_ceiling(cause: str, values: Mapping[str, float]) -> tuple[float, tuple[str, ...]]:
+    """The strongest finding ``cause`` can make under ``values``, and the settings it is the sum of."""
+    best = max(STRENGTHS[cause], key=lambda keys: sum(values[k] for k in keys))
+    return min(1.0, sum(values[k] for k in best)), best
+
+
 def check_consistency(values: Mapping[str, float]) -> list[str]:
-    """Cross-field rules: a hysteresis band that is a band, informational below the verdict bar."""
+    """Cross-field rules: a hysteresis band that is a band, informational below the verdict bar, every cause able
+    to reach the verdict bar."""
     problems = []
     if values["verdict_exit_score"] >= values["verdict_enter_score"]:
         problems.append(f"verdict_exit_score {values['verdict_exit_score']:g} must be below "
@@ -337,6 +468,13 @@ def check_consistency(values: Mapping[str, float]) -> list[str]:
     if values["info_strength"] >= values["verdict_enter_score"]:
         problems.append(f"info_strength {values['info_strength']:g} must be below "
                         f"verdict_enter_score {values['verdict_enter_score']:g}")
+    enter = values["verdict_enter_score"]
+    for cause in STRENGTHS:
+        ceiling, keys = strength_ceiling(cause, values)
+        if ceiling < enter:
+            problems.append(f"verdict_enter_score {enter:g} is above the strongest finding cause {cause} can make "
+                            f"({ceiling:g} = {' + '.join(keys)}): {cause} could never become the verdict; lower "
+                            f"verdict_enter_score to {ceiling:g} or less, or raise {keys[0]}")
     for low, high in (("cpu_wait_share_floor", "cpu_wait_share_full"), ("cpu_psi_floor", "cpu_psi_full"),
                       ("cpu_throttled_floor", "cpu_throttled_full")):
         if values[low] >= values[high]:

@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from exporter.config import Settings
@@ -32,7 +32,6 @@ from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, read_scrapes, target_for
-from exporter.publish.collector import new_family
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.state import TargetState
@@ -176,7 +175,8 @@ class _CentralCollector(Collector):
 
     def collect(self) -> Iterable[Metric]:
         for metric in CENTRAL_EXPORTED:  # exporter/publish/exported.py
-            family = new_family(metric)
+            kind = CounterMetricFamily if metric.type == "counter" else GaugeMetricFamily
+            family = kind(metric.name, metric.help, labels=list(metric.labels))
             family.add_metric([], metric.source(self.central))
             yield family
 

@@ -16,7 +16,7 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit
 
 import aiohttp
 
@@ -91,16 +91,6 @@ def basic_credentials(source: PrometheusSource) -> tuple[str, str] | None:
     return None
 
 
-def without_credentials(url: str) -> str:
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    return urlunsplit(parts._replace(netloc=f"{host}:{parts.port}" if parts.port is not None else host))
-
-
 def ssl_context(source: PrometheusSource) -> ssl.SSLContext | bool:
     tls = source.tls
     if tls.ca_file is None and tls.cert_file is None and not tls.insecure_skip_verify:
@@ -123,7 +113,7 @@ class PromClient:
     def __init__(self, source: PrometheusSource) -> None:
         self.source = source
         self.shown = redact(source.url.rstrip("/"))  # what messages name: never user:password@
-        self.base = without_credentials(source.url).rstrip("/")  # credentials travel in the header only
+        self.base = redact(source.url, mark=None).rstrip("/")  # credentials travel in the header only
         self.stats = QueryStats()
         self._headers = auth_headers(source)
         self._ssl = ssl_context(source)

@@ -1,1 +1,1 @@
-"""Renderers of the published state: Prometheus collector, JSON, HTML, CLI text."""
+"""Renderers of the published state: the /metrics text, JSON, HTML, CLI text."""

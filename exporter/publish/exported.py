@@ -1,8 +1,8 @@
 """Catalog of the metrics the sidecar EXPORTS (``vllm_diag_*``): name, type, unit, help, labels, source.
 
-It lives next to the collector, not in ``exporter.catalog``: each family's ``source`` reads the
+It lives next to its renderer, not in ``exporter.catalog``: each family's ``source`` reads the
 published state (``exporter.state``, ``exporter.signals``), and the catalog package is a leaf that
-imports nothing of the pipeline. The collector (``exporter.publish.collector``) is a loop over
+imports nothing of the pipeline. ``/metrics`` (``exporter.publish.exposition``) is a loop over
 ``EXPORTED``, in this order; the
 lint of generated rules and dashboards (``exporter.render.lint``) and the dashboard builders
 (``exporter.render.dashboards``) check every ``vllm_diag_*`` name they use against it. Names,

@@ -1,12 +1,13 @@
 """The ``vllm_diag_*`` part of ``/metrics`` as text, rendered once per evaluation per target.
 
-:class:`~exporter.publish.collector.DiagnosisCollector` plus prometheus_client's ``generate_latest``
-rebuild every family of every target on each request: at 1000 targets that is seconds of CPU
-for text that changed only where a target was evaluated since. Here each target's samples are
-formatted once per published state (a new :class:`TargetState` per evaluation; states are
-immutable, so the same object always gives the same text) and kept; a request only joins the
-kept fragments under each family's header. The bytes are those ``generate_latest`` writes for
-the same states (tests/unit/test_exposition.py compares them on real scenarios).
+This is the one path that serves the families of ``exporter.publish.exported`` (``Sidecar.metrics``).
+Rebuilding every family of every target through a prometheus_client collector on each request costs
+seconds of CPU at 1000 targets for text that changed only where a target was evaluated since. Here
+each target's samples are formatted once per published state (a new :class:`TargetState` per
+evaluation; states are immutable, so the same object always gives the same text) and kept; a request
+only joins the kept fragments under each family's header. The bytes are those prometheus_client's
+``generate_latest`` writes for the same families (tests/unit/test_exposition.py compares them on real
+scenarios; tests/golden pins them).
 """
 
 from __future__ import annotations

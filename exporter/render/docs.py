@@ -53,7 +53,7 @@ def metrics_page() -> str:
     groups = dict(GROUPS)
     lines = [
         *_opening(
-            "exporter/publish/exported.py and exporter/signals.py", "Metrics vllm-diag exports",
+            "exporter/publish/exported.py and exporter/signals/model.py", "Metrics vllm-diag exports",
             "Every `vllm_diag_*` family on the sidecar's `/metrics`, in the order it lists them. Names, labels "
             "and help texts are a contract with the generated alert rules, the dashboards and your queries. "
             "Counters carry `_total`; a unit of `ratio` is 0..1. Beside these, prometheus_client's standard "

@@ -23,7 +23,8 @@ from exporter.poll import fetch
 from exporter.server import SIDECAR, create_app
 from exporter.simulator.server import SIMS, build_app
 from tests.browser.cdp import Chromium
-from tests.conftest import free_port, read_capture
+from tests.conftest import read_capture
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.browser
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"

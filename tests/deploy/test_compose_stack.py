@@ -50,9 +50,9 @@ import yaml
 
 from exporter.config import DEFAULT_PORT, load_settings
 from exporter.simulator import get_scenario
-from tests.conftest import free_port
 from tests.deploy.dockerd import ROOT, TEST_LABEL, Docker, http_get, need, wait_for, write_timings
 from tests.e2e.conftest import alertmanager_config, write_rules
+from tests.helpers import free_port
 
 COMPOSE_FILE = ROOT / "docker-compose.yml"
 STACK_DIR = Path(__file__).resolve().parent / "stack"

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
 from tests.deploy.conftest import TIMINGS
 from tests.deploy.dockerd import Docker, http_get, wait_for
+from tests.helpers import free_port
 
 pytestmark = [pytest.mark.docker, pytest.mark.timeout(900)]
 

@@ -53,7 +53,7 @@ from exporter.server import create_app
 from exporter.simulator import get_scenario
 from exporter.simulator.hostcpu import host_probes_for
 from exporter.simulator.server import SIMS, build_app
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 RULES_DIR = REPO / "alert_rules"

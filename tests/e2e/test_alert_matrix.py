@@ -42,7 +42,6 @@ from aiohttp import web
 from exporter.catalog.symptoms import SYMPTOM_BY_ID
 from exporter.render import rules
 from exporter.simulator import SCENARIOS
-from tests.conftest import free_port
 from tests.e2e import replay
 from tests.e2e.conftest import (
     REPO,
@@ -56,6 +55,7 @@ from tests.e2e.conftest import (
     wait_alertmanager_discovered,
     wait_ready,
 )
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.prometheus
 

@@ -34,7 +34,6 @@ import yaml
 from aiohttp import web
 
 from exporter.render import rules
-from tests.conftest import free_port
 from tests.e2e import replay
 from tests.e2e.conftest import (
     REPO,
@@ -45,6 +44,7 @@ from tests.e2e.conftest import (
     wait_alertmanager_discovered,
     wait_ready,
 )
+from tests.helpers import free_port
 
 pytestmark = pytest.mark.prometheus
 

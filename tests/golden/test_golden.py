@@ -1,6 +1,8 @@
 """Golden files: the exact ``/metrics`` and JSON the sidecar publishes for a few scenarios.
 
-Each scenario is replayed (seed 0, 15 s scrapes, the shipped window) and its published state is
+Each scenario is replayed (seed 0, 15 s scrapes, the shipped window), its state published by the
+sidecar (``Sidecar.publish``) and what its ``/metrics`` serves (``Sidecar.metrics``: the ``vllm_diag_*``
+families, then the process metrics, which measure this process and are left out) and its JSON are
 compared byte for byte with ``tests/golden/<scenario>.prom`` and ``.json``; the exposition is also
 checked by the real ``promtool check metrics``. A change to a name, a label, a help text or a
 number shows up here as a diff to review. The files change only on request::
@@ -21,11 +23,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.config import Settings
 from exporter.publish import document
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exported import EXPORTED
+from exporter.server import Sidecar
 from exporter.state import TargetState
 from tests.judged import judge_scenario
 
@@ -46,9 +48,17 @@ def published_state(name: str, out: Path) -> tuple[TargetState, Settings]:
 
 
 def exposition(state: TargetState, settings: Settings) -> str:
-    registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: {state.target: state}, settings))
-    text = generate_latest(registry).decode()
+    """The ``vllm_diag_*`` families of the sidecar's ``/metrics`` body once ``state`` is published."""
+    sidecar = Sidecar(settings, read_processes=False)
+    sidecar.publish(state.target, state)
+    body = sidecar.metrics().decode()
+    # The exported catalog's families come first; what follows is the registry's (process metrics).
+    last = EXPORTED[-1].sample_name
+    cut = body.index("\n# HELP ", body.index(f"# TYPE {last} ")) + 1
+    text, rest = body[:cut], body[cut:]
+    assert rest.startswith("# HELP vllm_diag_process_"), rest[:200]
+    assert all(line.startswith(("# HELP vllm_diag_process_", "# TYPE vllm_diag_process_", "vllm_diag_process_"))
+               for line in rest.splitlines()), rest
     for family in MEASURED_FAMILIES:
         text = re.sub(rf"^({family}\{{[^}}]*\}}) \S+$", rf"\1 {MEASURED}", text, flags=re.M)
     return text

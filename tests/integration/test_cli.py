@@ -97,10 +97,27 @@ def test_diagnose_a_simulate_out_folder_uses_its_config_and_dcgm(tmp_path, capsy
     # The folder alone, and the shell's DIR/* (captures, dcgm/, vllm-diag.yaml, scenario.json), say the same.
     assert comparable(diagnose_json(capsys, str(folder))) == comparable(explicit)
     assert comparable(diagnose_json(capsys, *sorted(str(p) for p in folder.iterdir()))) == comparable(explicit)
-    # Flags win over what the folder holds: without its engine facts, the rules that need them abstain.
-    bare = tmp_path / "bare.yaml"
-    bare.write_text("window_seconds: 60\n")
-    assert diagnose_json(capsys, str(folder), "--config", str(bare))["abstained"] != explicit["abstained"]
+    # Flags win over what the folder holds: a window of 60 s judges less than the captures hold.
+    assert diagnose_json(capsys, str(folder), "--window", "60")["signals"]["window_seconds"] <= 60
+
+
+def test_diagnose_a_folder_with_another_config_keeps_the_folders_interval_and_facts(tmp_path, capsys):
+    """--config X judges by X's objectives, while how the captures were taken (30 s apart, not the default 15)
+    and the engine they came from (its facts) are the folder's."""
+    from exporter.simulator import write_captures
+
+    folder = tmp_path / "caps"
+    write_captures("cpu-starved", folder, 300, 30)  # 10 captures 30 s apart: 270 s of traffic
+    own = diagnose_json(capsys, str(folder))
+    objectives = tmp_path / "objectives.yaml"
+    objectives.write_text("slo:\n  ttft_p95_seconds: 9\n")
+    judged = diagnose_json(capsys, str(folder), "--config", str(objectives))
+    assert own["signals"]["window_seconds"] == judged["signals"]["window_seconds"] == 270  # not 9 x 15 s
+    assert judged["signals"]["requests_per_second"] == own["signals"]["requests_per_second"]
+    assert judged["objectives"]["ttft"]["threshold_seconds"] == 9  # --config's objectives
+    facts = {k: v["value"] for k, v in judged["engine"].items() if v["source"] == "config"}
+    assert facts == {k: v["value"] for k, v in own["engine"].items() if v["source"] == "config"}
+    assert facts["max_num_batched_tokens"] == 8192 and facts["gpu"] == "H100"  # the folder's engine
 
 
 def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sidecar(tmp_path, capsys, fixtures_dir,
@@ -123,7 +140,7 @@ def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sideca
         body = read_capture(fixtures_dir, phase).encode()
         state = live.ingest(ScrapeResult(started_at=capture_times[phase], duration=0.01, body=body))
     live.recorder.close()  # the writer thread drains its queue
-    files = sorted(recorded.iterdir(), key=lambda p: p.name)
+    files = sorted(recorded.glob("vllm-0-*"), key=lambda p: p.name)  # beside them: vllm-0.vllm-diag.yaml
     assert len(files) == len(phases)
     for index, path in enumerate(reversed(files)):  # the latest capture gets the first name
         path.rename(recorded / f"capture-{index}.txt.gz")
@@ -132,6 +149,43 @@ def test_diagnose_a_record_dir_orders_by_scrape_time_and_matches_the_live_sideca
     assert offline["target"] == "vllm-0"  # named in the capture headers
     assert offline["signals"] == {k: v for k, v in state.to_dict()["signals"].items()}
     assert offline["verdict"]["layer"] == state.diagnosis.verdict.layer != "unknown"
+
+
+def test_a_record_dir_holds_the_targets_objectives_and_facts_and_diagnose_reads_them(tmp_path, capsys, fixtures_dir,
+                                                                                      capture_times):
+    """The sidecar's recorder writes the target's configuration beside its captures: `diagnose DIR` alone judges
+    them against the deployment's objectives and engine facts, as the sidecar did, not the defaults."""
+    from exporter.config import load_settings
+    from exporter.poll import ScrapeResult
+    from exporter.server import Sidecar
+
+    recorded = tmp_path / "recorded"
+    settings = load_settings(overrides={"window_seconds": 3600, "targets": [
+        {"name": "vllm-0", "url": "http://user:secret@127.0.0.1:8000/metrics", "scrape_interval": 60, "timeout": 3,
+         "record_dir": str(recorded), "slo": {"ttft_p95_seconds": 0.25, "itl_p95_seconds": 0.025},
+         "engine": {"max_num_batched_tokens": 2048, "gpu": "H100"}}]})
+    sidecar = Sidecar(settings, read_processes=False)
+    pipeline = sidecar.pipelines["vllm-0"]
+    assert pipeline.recorder is not None
+    pipeline.recorder.start()
+    for phase in ("steady", "chunked", "pressure-during", "pressure"):
+        body = read_capture(fixtures_dir, phase).encode()
+        state = pipeline.ingest(ScrapeResult(started_at=capture_times[phase], duration=0.01, body=body))
+    pipeline.recorder.close()
+    config = recorded / "vllm-0.vllm-diag.yaml"
+    assert config.is_file() and "secret" not in config.read_text()  # credentials stay in the configuration
+
+    offline = diagnose_json(capsys, str(recorded), "--window", "3600")
+    assert offline["objectives"]["ttft"]["threshold_seconds"] == 0.25  # the deployment's, not the default 2.5
+    assert offline["objectives"]["itl"]["threshold_seconds"] == 0.025
+    assert offline["objectives"] == state.to_dict()["objectives"]
+    assert offline["engine"]["max_num_batched_tokens"]["value"] == 2048
+    # discovered by the sidecar (cache_config_info), recorded: configured for diagnose
+    assert offline["engine"]["block_size"]["value"] == state.to_dict()["engine"]["block_size"]["value"]
+    assert offline["verdict"]["layer"] == state.diagnosis.verdict.layer
+    # The shell's DIR/* passes the configuration as one more file: recognised by its name, not a capture.
+    each = diagnose_json(capsys, *sorted(str(p) for p in recorded.iterdir()), "--window", "3600")
+    assert each["objectives"] == offline["objectives"] and each["engine"] == offline["engine"]
 
 
 def test_diagnose_never_writes_even_with_record_dir_configured(tmp_path, capsys, fixtures_dir):

@@ -18,7 +18,7 @@ import pytest
 
 from exporter.demo import DEMO_SCENARIOS, WINDOW_SECONDS
 from exporter.simulator import SCENARIOS
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 VENV_BIN = Path(sys.executable).parent
 WATCH_SECONDS = 12  # six scrapes at the demo's 2 s interval

@@ -11,7 +11,7 @@ from aiohttp import web
 
 from exporter import demo
 from exporter.server import SIDECAR
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 
 async def test_the_demo_reads_every_engine_fact_source_it_asks_and_logs_no_complaint(caplog) -> None:

@@ -25,7 +25,7 @@ from aiohttp.test_utils import TestServer
 from exporter.config import load_settings
 from exporter.facts.discovery import ProcessFacts
 from exporter.server import create_app
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 SECRETS = ("sk-cmdline-7f3a9c1e55d04b2a", "hf_tokenOnTheCommandLine9d8e7f", "hf_envToken0a1b2c3d4e5f")
 

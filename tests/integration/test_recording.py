@@ -14,7 +14,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -29,8 +28,8 @@ from exporter.config import RecordRetention, load_settings
 from exporter.offline import capture_problem
 from exporter.record import Recorder, is_capture_name, read_capture
 from exporter.server import create_app
-from tests.conftest import free_port
 from tests.conftest import read_capture as fixture_text
+from tests.helpers import free_port, wait_for_port
 
 VLLM_DIAG = str(Path(sys.executable).with_name("vllm-diag"))
 
@@ -257,18 +256,6 @@ async def _until(condition: object, seconds: float = 10.0) -> None:
 
 
 # -- SIGKILL in a loop of writes ------------------------------------------------------------------
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"exited early with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.05)
-    pytest.fail(f"nothing listens on {port} after {seconds} s")
-
 
 def _watch_for_a_temporary(folders: list[Path], seconds: float) -> bool:
     """Return as soon as one of the folders holds a temporary file (a write under way)."""
@@ -306,13 +293,13 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_capture(
     kills, temporaries_seen = 10, 0  # five at a random moment, five mid-write
     log = (tmp_path / "sidecar.log").open("wb")  # a file, not a pipe nobody reads: a full pipe would block it
     try:
-        _wait_for_port(sim_port, simulator)
+        wait_for_port(sim_port, simulator)
         for kill in range(kills):
             port = free_port()
             sidecar = subprocess.Popen([VLLM_DIAG, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
                                        stdout=subprocess.DEVNULL, stderr=log)
             try:
-                _wait_for_port(port, sidecar)
+                wait_for_port(port, sidecar)
                 if kill % 2:
                     time.sleep(chance.uniform(0.3, 1.2))  # some writes, then a kill at a random moment
                 else:

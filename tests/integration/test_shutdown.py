@@ -11,24 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port
+from tests.helpers import free_port, wait_for_port
 
 VLLM_DIAG = str(Path(sys.executable).with_name("vllm-diag"))
 
 pytestmark = pytest.mark.timeout(60)
 
-
-def _wait_for_port(port: int, proc: subprocess.Popen[bytes], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"exited early with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
-                return
-        except OSError:
-            time.sleep(0.2)
-    pytest.fail(f"nothing listens on {port} after {seconds} s")
 
 
 def test_simulator_exits_zero_on_sigterm() -> None:
@@ -36,7 +24,7 @@ def test_simulator_exits_zero_on_sigterm() -> None:
     proc = subprocess.Popen([VLLM_DIAG, "simulate", "--scenario", "healthy", "--port", str(port)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for_port(port, proc)
+        wait_for_port(port, proc)
         # The default SIGTERM action would end it with -15 (and never, as PID 1 in a container).
         _stops_quietly(proc, timeout=10)
     finally:
@@ -58,7 +46,7 @@ def test_sidecar_stops_quietly_in_the_middle_of_a_scrape(tmp_path: Path) -> None
     proc = subprocess.Popen([VLLM_DIAG, "serve", "--config", str(config), "--listen", f"127.0.0.1:{port}"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for_port(port, proc)
+        wait_for_port(port, proc)
         listener.settimeout(10)
         conn, _ = listener.accept()  # the sidecar's scrape is now waiting for an answer
         # Before: apscheduler logged the cancelled scrape as 'Job ... raised an exception' with a traceback.
@@ -98,7 +86,7 @@ def test_demo_stops_quietly_while_the_advisor_works() -> None:
     proc = subprocess.Popen([VLLM_DIAG, "demo", "--scenario", "kv-pressure", "--listen", f"127.0.0.1:{port}",
                              "--simulator-port", str(simulator)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
-        _wait_for_port(port, proc)
+        wait_for_port(port, proc)
         deadline = time.monotonic() + 45
         while not _children(proc.pid):
             if time.monotonic() > deadline or proc.poll() is not None:

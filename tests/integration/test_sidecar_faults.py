@@ -16,7 +16,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import load_settings
 from exporter.server import create_app
-from tests.conftest import free_port, read_capture
+from tests.conftest import read_capture
+from tests.helpers import free_port
 
 
 def _samples(text: str) -> dict[tuple[str, tuple], float]:

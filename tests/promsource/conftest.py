@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 PROMETHEUS_BIN = "/usr/bin/prometheus"
 PROMTOOL_BIN = "/usr/bin/promtool"

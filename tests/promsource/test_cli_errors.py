@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from exporter.cli import main
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 URL = "http://127.0.0.1:9"  # never reached: every case fails before or at connect
 

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.settings import PrometheusSource
-from tests.conftest import free_port
+from tests.helpers import free_port
 
 TOKEN = "s3cr3t-t0ken-never-shown"
 PASSWORD = "hunter2-never-shown"

@@ -33,7 +33,7 @@ from exporter.promsource.central import CentralDiagnoser
 from exporter.promsource.client import PromClient
 from exporter.promsource.settings import PrometheusSource
 from exporter.simulator import write_captures
-from tests.conftest import free_port
+from tests.helpers import free_port
 from tests.promsource.conftest import backfill as promtool_backfill
 from tests.promsource.conftest import prometheus
 

@@ -3,18 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import ConfigError, load_settings
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exposition import Exposition
 
 
 def _samples(settings) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: {}, settings))
     out = {}
-    for family in text_string_to_metric_families(generate_latest(registry).decode()):
+    for family in text_string_to_metric_families(Exposition(settings).render([]).decode()):
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out

@@ -15,13 +15,12 @@ from exporter.advisor.calibrate import (
     fit_step_cost,
     frontend_seconds,
     lengths_from_histogram,
-    relative_error,
-    sampling_band,
     tail_bound,
 )
 from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
+from exporter.advisor.reproduce import relative_error, sampling_band
 from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
 from exporter.catalog.thresholds import Thresholds
 from exporter.snapshot import Snapshot
@@ -324,12 +323,10 @@ def test_validated_knobs_and_what_a_replica_costs() -> None:
 def test_published_everywhere() -> None:
     from dataclasses import replace
 
-    from prometheus_client import CollectorRegistry, generate_latest
-
     from exporter.config import Settings, target_from_url
     from exporter.pipeline import TargetPipeline
     from exporter.publish import document, html, text
-    from exporter.publish.collector import DiagnosisCollector
+    from exporter.publish.exposition import Exposition
 
     settings = Settings(targets=[target_from_url("http://127.0.0.1:1/metrics", name="t")])
     state = replace(TargetPipeline(settings.targets[0], settings).state, advice=_result())
@@ -346,8 +343,6 @@ def test_published_everywhere() -> None:
     assert "    cost: 2x the accelerators; an accelerator per added replica" in report
     assert "    cost: no more accelerators; no hardware" in report
     assert "    extrapolated: prefill steps of up to 2048 tokens" in report
-    registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: {"t": state}))
-    exposition = generate_latest(registry).decode()
+    exposition = Exposition(None).render([state]).decode()  # what /metrics serves
     assert ('vllm_diag_advice_info{current="256",knob="max_num_batched_tokens",model_name="",proposed="2048",'
             'target="t"} 1.0') in exposition

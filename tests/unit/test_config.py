@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from exporter.config import ConfigError, load_settings
+from exporter.config import ConfigError, load_settings, redact
 
 GOOD = """
 listen: "127.0.0.1:9999"
@@ -75,3 +75,19 @@ def test_cli_exits_non_zero_with_the_field(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "targets.0.timeout" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(("url", "shown", "requested"), [
+    ("http://u:p@[::1]:8000/metrics", "http://***@[::1]:8000/metrics", "http://[::1]:8000/metrics"),
+    ("http://u:p@[fd00::2]/metrics", "http://***@[fd00::2]/metrics", "http://[fd00::2]/metrics"),
+    ("https://user:secret@vllm.internal:8443/metrics?x=1", "https://***@vllm.internal:8443/metrics?x=1",
+     "https://vllm.internal:8443/metrics?x=1"),
+    ("https://token@prom.example/", "https://***@prom.example/", "https://prom.example/"),
+    ("http://[::1]:8000/metrics", "http://[::1]:8000/metrics", "http://[::1]:8000/metrics"),
+])
+def test_credentials_are_stripped_by_one_function_keeping_ipv6_brackets(url, shown, requested):
+    """Logs and pages show that credentials were there (***@); a URL to request has none (they go in a header).
+    An IPv6 literal keeps its brackets, else the port reads as part of the address."""
+    assert redact(url) == shown
+    assert redact(url, mark=None) == requested
+    assert "secret" not in redact(url) and "u:p" not in redact(url)

@@ -1,28 +1,47 @@
-"""The sidecar's cached ``/metrics`` text (exporter/publish/exposition.py) is byte for byte what
-prometheus_client's ``generate_latest`` writes for the same states through ``DiagnosisCollector``
-(the path the golden files pin), for real scenarios, several targets, every status and label
-values that need escaping; and a state is rendered once, however many requests read it."""
+"""The sidecar's cached ``/metrics`` text (exporter/publish/exposition.py, the path the golden files pin) is
+byte for byte what prometheus_client's ``generate_latest`` writes for the same states through a plain
+collector over the exported catalog (``ReferenceCollector`` below, the client library's own rules of the
+text format), for real scenarios, several targets, every status and label values that need escaping; and
+a state is rendered once, however many requests read it."""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 from exporter.config import Settings, load_settings
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exported import EXPORTED
 from exporter.publish.exposition import Exposition
 from exporter.server import Sidecar
 from exporter.state import TargetState
 from tests.judged import judge_scenario
 
 
+class ReferenceCollector(Collector):
+    """The ``vllm_diag_*`` families of the states, built by prometheus_client: the reference for the text."""
+
+    def __init__(self, states: list[TargetState], settings: Settings | None) -> None:
+        self._states, self._settings = states, settings
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in EXPORTED:
+            kind = CounterMetricFamily if metric.type == "counter" else GaugeMetricFamily
+            family = kind(metric.name, metric.help, labels=list(metric.labels))
+            for labels, value in metric.source(self._states, self._settings):
+                family.add_metric(labels, value)
+            yield family
+
+
 def reference(states: list[TargetState], settings: Settings | None) -> bytes:
     registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: {s.target: s for s in states}, settings))
+    registry.register(ReferenceCollector(states, settings))
     return generate_latest(registry)
 
 

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import logging
 
-from prometheus_client import CollectorRegistry, generate_latest
-
 import exporter.diagnosis.engine as engine
 from exporter.config import load_settings
 from exporter.diagnosis.rules import RULES
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exposition import Exposition
 from exporter.signals import HostInputs
 from tests.conftest import read_capture
 
@@ -49,9 +47,7 @@ def test_a_broken_rule_and_a_failing_source_are_counted_exported_and_logged_once
     assert doc["rule_errors"] == [{"cause": "G", "error": "KeyError: 'no such signal'", "total": evaluations}]
     assert doc["abstained"]["G"] == ["rule error"]
 
-    registry = CollectorRegistry()
-    registry.register(DiagnosisCollector(lambda: {"t": state}))
-    text = generate_latest(registry).decode()
+    text = Exposition(None).render([state]).decode()  # what /metrics serves
     assert f'vllm_diag_rule_errors_total{{cause="G",target="t"}} {evaluations}.0' in text
     assert 'vllm_diag_source_errors_total{reason="unavailable",source="hostcpu:schedstat",target="t"} 4.0' in text
 

@@ -9,10 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.config import ConfigError, RecordRetention, load_settings
 from exporter.offline import CaptureError, capture_problem, resolve
-from exporter.publish.collector import DiagnosisCollector
+from exporter.publish.exposition import Exposition
 from exporter.record import (
     Recorder,
     RecordStatus,
@@ -83,6 +84,7 @@ def test_stale_temporaries_of_this_target_are_removed_at_start(tmp_path: Path, s
     rec.mkdir()
     (rec / ".vllm-0-5.000.txt.gz.tmp").write_bytes(b"half a capt")
     (rec / ".other-5.000.txt.gz.tmp").write_bytes(b"another sidecar's write in flight")
+    (rec / ".vllm-0.vllm-diag.yaml.tmp").write_bytes(b"targets: [")  # its configuration, cut short
     recorder = Recorder("vllm-0", rec, RecordRetention())
     recorder.scan(10.0)
     assert sorted(p.name for p in rec.iterdir()) == [".other-5.000.txt.gz.tmp"]
@@ -155,6 +157,27 @@ def test_an_unwritable_folder_is_counted_logged_once_and_recording_resumes(
     assert len([m for m in messages if "resumed" in m]) == 1, messages
 
 
+def test_a_full_disk_still_prunes_so_the_folder_frees_itself(tmp_path: Path, steady: str,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every write fails (the disk is full): the captures past max_age_seconds still go, else the folder that
+    filled the disk would hold it full for good."""
+    rec = tmp_path / "rec"
+    recorder = Recorder("t", rec, RecordRetention(max_age_seconds=30))
+    for i in range(4):
+        recorder.write(1000.0 + 5 * i, steady)
+
+    def disk_full(path: Path, data: bytes, durable: bool = False) -> None:
+        raise OSError(28, "No space left on device", str(path))
+
+    monkeypatch.setattr("exporter.record.write_atomically", disk_full)
+    recorder.write(1032.0, steady)  # the capture of 1000 is now past 30 s
+    status = recorder.status()
+    assert status.failing and status.errors_total["write_failed"] == 1 and "No space left" in (status.last_error or "")
+    assert status.pruned_total == 1 and status.files == 3
+    recorder.write(1100.0, steady)  # long after: every capture has aged out while no write succeeds
+    assert recorder.status().files == 0 and not list(rec.glob("t-*")) and recorder.status().pruned_total == 4
+
+
 def test_retention_settings_are_validated() -> None:
     target = {"name": "t", "url": "http://127.0.0.1:8000/metrics", "record_dir": "/tmp/x"}
     settings = load_settings(overrides={"targets": [target]})
@@ -200,8 +223,9 @@ def test_record_families_are_exported_per_recording_target() -> None:
                         evaluated_at=0.0, health=ScrapeHealth(), diagnosis=unknown_diagnosis(0.0), recording=status)
     quiet = TargetState(target="u", url="http://y/metrics", status="insufficient_evidence", window_seconds=60,
                         evaluated_at=0.0, health=ScrapeHealth(), diagnosis=unknown_diagnosis(0.0))
+    text = Exposition(None).render([state, quiet]).decode()  # what /metrics serves
     samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
-               for family in DiagnosisCollector(lambda: {"t": state, "u": quiet}).collect() for s in family.samples}
+               for family in text_string_to_metric_families(text) for s in family.samples}
     assert samples[("vllm_diag_record_bytes", (("target", "t"),))] == 1234
     assert samples[("vllm_diag_record_pruned_total", (("target", "t"),))] == 5
     assert samples[("vllm_diag_record_errors_total", (("reason", "write_failed"), ("target", "t")))] == 3

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 
 from exporter.catalog.symptoms import (
@@ -12,10 +14,11 @@ from exporter.catalog.symptoms import (
     UNKNOWN_NOT_JUDGED,
     UNKNOWN_UNEXPLAINED,
 )
-from exporter.catalog.thresholds import Thresholds
-from exporter.config import EngineFacts, Slo
+from exporter.catalog.thresholds import STRENGTHS, Thresholds, strength_ceiling
+from exporter.config import ConfigError, EngineFacts, Slo, load_settings
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules, layer_scores
 from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context
+from exporter.diagnosis.rules import prefix as prefix_rules
 from exporter.signals import CacheFacts, Signals
 from exporter.window import HistogramDelta
 from tests.helpers import signals_with
@@ -268,6 +271,42 @@ def test_informational_findings_never_make_the_verdict_even_with_a_low_bar():
 def test_thresholds_reject_a_band_that_is_not_a_band(overrides):
     with pytest.raises(ValueError):
         Thresholds.of(overrides)
+
+
+def test_every_cause_that_can_be_the_verdict_has_its_strength_settings():
+    """The strengths are settings (thresholds.py), and the table the verdict bar is checked against names each
+    cause that can become the verdict (not the informational C2, not A0/B0 whose layer is unknown)."""
+    assert set(STRENGTHS) == {c.id for c in CAUSES if c.layer != "unknown"} - INFORMATIONAL_ONLY
+
+
+@pytest.mark.parametrize("cause", sorted(STRENGTHS))
+def test_a_causes_strength_settings_are_the_ones_its_rule_reads(cause):
+    """The table is true to the code: each setting it sums is read by the cause's rule module (A5, F and F6 read
+    the prefix cache's, in prefix.py)."""
+    source = inspect.getsource(inspect.getmodule(RULE_BY_ID[cause])) + inspect.getsource(prefix_rules)
+    for keys in STRENGTHS[cause]:
+        for key in keys:
+            assert f"t.{key}" in source, (cause, key)
+
+
+def test_raising_the_verdict_bar_never_silently_strands_a_cause():
+    """B3 fires at one strength (0.55): a verdict_enter_score of 0.6 would leave it unable to ever become the
+    verdict. The configuration says so and what to change; raised together with b3_strength, every cause can
+    reach the bar again, and B3's case becomes the verdict."""
+    with pytest.raises(ConfigError) as refused:
+        load_settings(overrides={"thresholds": {"verdict_enter_score": 0.6}})
+    message = str(refused.value)
+    assert "B3 could never become the verdict" in message and "b3_strength" in message
+    assert [c for c in STRENGTHS if f"cause {c} can make" in message] == ["B3"]  # the only one
+    raised = load_settings(overrides={"thresholds": {"verdict_enter_score": 0.6, "b3_strength": 0.6}})
+    bar = raised.resolved_thresholds()
+    assert all(strength_ceiling(cause, bar.as_dict())[0] >= 0.6 for cause in STRENGTHS)
+    (signals, facts), _ = CASES["B3"]
+    ctx = Context(signals_with(HEALTHY, **signals), FACTS.model_copy(update=facts), bar, SLO)
+    result = diagnose(ctx, VerdictTracker(), 0.0)
+    assert result.verdict.layer == "scheduler" and result.verdict.score >= 0.6
+    # At the default bar (0.5) every floor already reaches it: any cause that fires with an effect can win.
+    assert all(T.as_dict()[keys[0]] >= T.verdict_enter_score for paths in STRENGTHS.values() for keys in paths)
 
 
 def test_light_healthy_traffic_is_capacity_information_not_symptom_c():
