@@ -23,6 +23,8 @@ from exporter.catalog.thresholds import Thresholds
 from exporter.objectives import bad_share
 from exporter.snapshot import LabelSet, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
+from exporter.witnesses import Witnesses  # issue 50: the engine's own witnesses
+from exporter.witnesses import compute as witnesses_of  # issue 50
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
 LATENCY_FAMILIES: tuple[str, ...] = ("ttft", "itl", "e2e")
@@ -425,18 +427,20 @@ class Engines:
         return bool(self.count and self.sleeping is not None and self.sleeping >= self.count)
 
 
-Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines | Witnesses
 GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("traffic", Traffic), ("kv", Kv), ("scheduler", Scheduler), ("latency", Latency), ("cpu", Cpu), ("gpu", Gpu),
     ("speculative", Speculative),
     ("kv_transfer", KvTransfer),
     ("lora", Lora), ("engines", Engines),
+    ("witnesses", Witnesses),  # issue 50
 )
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
 UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent",
-                                         "itl_histogram_recent", "ttft_histogram_prefix_low"})
+                                         "itl_histogram_recent", "ttft_histogram_prefix_low",
+                                         "step_histogram"})  # step_histogram: issue 50
 # The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
 QUANTILE_MAPS: frozenset[str] = frozenset(f"{family}_quantiles" for family in LATENCY_FAMILIES)
 
@@ -479,6 +483,7 @@ class Signals:
     kv_transfer: KvTransfer = KvTransfer()
     lora: Lora = Lora()
     engines: Engines = Engines()
+    witnesses: Witnesses = Witnesses()  # issue 50
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -1361,6 +1366,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         kv_transfer=kv_transfer(window, flow, times),
         lora=lora(window),
         engines=engines(window, thresholds),
+        witnesses=witnesses_of(window),  # issue 50
         cache=cache_facts(window.latest),
         missing=missing_inputs(window),
         notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),

@@ -54,6 +54,12 @@ REQUEST_GENERATION_TOKENS: Final = "vllm:request_generation_tokens"
 REQUEST_PARAMS_MAX_TOKENS: Final = "vllm:request_params_max_tokens"
 ITERATION_TOKENS_TOTAL: Final = "vllm:iteration_tokens_total"  # a histogram, despite the _total
 REQUEST_RENDER_DURATION_SECONDS: Final = "vllm:request_render_duration_seconds"  # 0.34: template + tokenisation
+# KV block residency, sampled (--kv-cache-metrics, --kv-cache-metrics-sample; vllm/v1/core/kv_cache_metrics.py): a
+# sampled block's allocation to its eviction, its last prefix-cache hit to its eviction, and the gaps between its
+# hits, each observed when the block is evicted.
+KV_BLOCK_LIFETIME_SECONDS: Final = "vllm:kv_block_lifetime_seconds"
+KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS: Final = "vllm:kv_block_idle_before_evict_seconds"
+KV_BLOCK_REUSE_GAP_SECONDS: Final = "vllm:kv_block_reuse_gap_seconds"
 REQUEST_NUM_PREEMPTIONS: Final = "vllm:request_num_preemptions"
 # Speculative decoding (vllm/v1/spec_decode/metrics.py): registered only with --speculative-config.
 SPEC_DECODE_NUM_DRAFTS_TOTAL: Final = "vllm:spec_decode_num_drafts_total"
@@ -183,6 +189,12 @@ METRICS: tuple[MetricDef, ...] = (
     # request_type (chat, completion); registered at the first rendered request (vllm/renderers/metrics.py).
     MetricDef(REQUEST_RENDER_DURATION_SECONDS, _H, "Time the API server spent rendering a request (template, "
               "tokenisation)", since="0.34"),
+    # KV block residency, only with --kv-cache-metrics (sampled blocks, observed at their eviction).
+    MetricDef(KV_BLOCK_LIFETIME_SECONDS, _H, "Sampled KV block: allocation to eviction", since="0.12.0"),
+    MetricDef(KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS, _H, "Sampled KV block: last prefix-cache hit (or allocation) "
+              "to eviction", since="0.12.0"),
+    MetricDef(KV_BLOCK_REUSE_GAP_SECONDS, _H, "Sampled KV block: gaps between its prefix-cache hits (up to 3 "
+              "per block)", since="0.12.0"),
     # Speculative decoding, only with --speculative-config (V1 counters; V0's engine exported the
     # accepted and draft token counters under the same names, with gauges and an emitted-token counter
     # beside them that the V1 engine never had). Drafts: verify steps that carried a draft.

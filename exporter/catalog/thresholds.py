@@ -212,6 +212,19 @@ class Thresholds:
     lora_deferred_fraction: float = threshold(0.2, "ratio",
         "LoRA: share of scrapes with requests waiting deferred (num_requests_waiting_by_reason) at which "
         "the wait for an adapter slot counts (A6), with more adapters in demand than --max-loras slots.", 0, 1)
+    # -- the engine's own witnesses (exporter/witnesses.py, exporter/diagnosis/witnesses.py) ----
+    block_witness_min_evictions: float = threshold(20, "blocks",
+        "Sampled KV blocks (--kv-cache-metrics) evicted in the window before their lifetimes and reuse gaps "
+        "redirect a prefix-cache finding (F/F6); with fewer the shares and ratios decide alone. At the default "
+        "1 % sample rate that is ~2000 evicted blocks.", 1)
+    block_reused_share: float = threshold(0.1, "ratio",
+        "Share of the evicted blocks' lifetime before their last prefix-cache hit, or reuse gaps per evicted "
+        "block, at or above which evicted blocks had been reused: the pool evicts what prompts come back for "
+        "(F6). Below it on both, no evicted block was reused while it lived: prompts do not repeat (F).", 0, 1)
+    step_prefill_budget_share: float = threshold(0.5, "ratio",
+        f"Computed prompt tokens an average engine step carries ({ITERATION_TOKENS_TOTAL} less the generated "
+        "tokens, per step) over max_num_batched_tokens at or above which every decode step carries a prefill "
+        "chunk: uniformly slow token gaps are the budget's (B1), with or without a stutter.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
     verdict_enter_score: float = threshold(0.5, "score", "Layer score a layer needs to become the verdict.", 0, 1)
     verdict_exit_score: float = threshold(0.35, "score",

@@ -66,7 +66,7 @@ LAYERS: Mapping[str, Layer] = {
                       "exporter.facts.*"), ("foundation",),
                      "what the sidecar reads: scrapes, parsed snapshots, recorded captures, DCGM, engine facts"),
     "window": Layer(("exporter.window",), ("foundation",), "snapshots over time: reset-safe deltas"),
-    "signals": Layer(("exporter.signals", "exporter.objectives", "exporter.inputs"), ("window",),
+    "signals": Layer(("exporter.signals", "exporter.objectives", "exporter.inputs", "exporter.witnesses"), ("window",),
                      "the window's numbers, the objectives judged on it, the watched inputs"),
     "host cpu": Layer(("exporter.hostcpu.*",), ("signals",),
                       "CPU evidence from /proc and cgroupfs, reduced to the signals' HostInputs"),

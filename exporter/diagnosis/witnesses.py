@@ -1,0 +1,220 @@
+"""The engine's own witnesses in the diagnosis: corroboration of effects the rules already show.
+
+Runs between the first pass of rules and the second (``exporter.diagnosis.engine.evaluate_rules``), over the
+first pass's findings. A witness never raises a symptom by itself: it redirects a finding to the cause it
+witnesses (a prefix cache that misses: evicted before reuse, F6, or never reused, F), changes a finding's
+confidence with its evidence (steps at the token budget, or far below it), or names the cause of a missed
+objective that no rule explained (compute-bound prefill, A1; decode steps that all carry prefill chunks, B1),
+which would otherwise read as an effect without a known cause (A0, B0). Every witness reads
+``exporter.witnesses.Witnesses`` (signals) and the engine facts; without them the findings pass unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+
+from exporter.catalog.symptoms import CAUSE_BY_ID, EXPLAINED_BY
+from exporter.diagnosis.rules import (
+    Context,
+    Finding,
+    clear,
+    fired,
+    itl_breach,
+    queue_sustained,
+    ttft_breach,
+)
+from exporter.witnesses import Witnesses, render_share, steps_over
+
+
+def _pct(value: float) -> str:
+    return f"{value * 100:.0f}%"
+
+
+def _s(value: float) -> str:
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def _counts(f: Finding | None) -> bool:
+    return f is not None and f.status == "fired" and not f.informational
+
+
+# -- KV blocks: evicted before reuse (F6) or never reused (F) ----------------------------------------------
+F_TEMPLATE_READING = "some blocks hit, so prompts do share"  # how F's evidence reads the misses without witness
+def block_evidence(w: Witnesses) -> str:
+    """The block witness in numbers, as the evidence quotes it."""
+    text = (f"{w.block_evictions or 0:.0f} sampled KV blocks evicted in the window: lifetime mean "
+            f"{_s(w.block_lifetime_mean or 0)}, idle before eviction mean {_s(w.block_idle_mean or 0)}, "
+            f"{_pct(w.block_hit_life_share or 0)} of their lives before their last prefix-cache hit")
+    if w.block_reuse_gaps:
+        text += (f", {w.block_reuse_gaps_per_eviction or 0:.2f} reuse gaps per evicted block (mean "
+                 f"{_s(w.block_reuse_gap_mean or 0)}, p90 {_s(w.block_reuse_gap_p90 or 0)})")
+    else:
+        text += ", no reuse gap"
+    return text
+
+
+def blocks_reused(ctx: Context) -> bool | None:
+    """Had the evicted blocks been reused while they lived? None: too few sampled evictions to say."""
+    w, t = ctx.signals.witnesses, ctx.thresholds
+    if w.block_evictions is None or w.block_evictions < t.block_witness_min_evictions or w.block_hit_life_share is None:
+        return None
+    return (w.block_hit_life_share >= t.block_reused_share
+            or (w.block_reuse_gaps_per_eviction or 0.0) >= t.block_reused_share)
+
+
+def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
+    """F or F6, as the block witness says: a miss the pool evicted (blocks reused before their eviction: the
+    working set outgrows the pool) is F6's, a miss of prompts that never came back while their blocks lived
+    (a template that changes, unique prompts) is F's, whatever KV usage suggested."""
+    reused = blocks_reused(ctx)
+    f, f6 = findings.get("F"), findings.get("F6")
+    if reused is None or f is None or f6 is None:
+        return {}
+    w = ctx.signals.witnesses
+    evidence = block_evidence(w)
+    if reused and f.status == "fired":
+        kept = tuple(e for e in f.evidence if not e.startswith(F_TEMPLATE_READING))
+        moved = replace(f, evidence=(*kept, evidence, "evicted blocks had been reused while they lived: prompts come "
+                                     "back for prefixes the pool has already evicted (the working set is larger "
+                                     "than the pool: more KV, or fewer or shorter sequences)"))
+        return {"F6": moved, "F": clear(f"{evidence}: the misses are evictions, see F6")}
+    if not reused and f6.status == "fired":
+        moved = replace(f6, evidence=(*f6.evidence, evidence, "no evicted block was reused while it lived: "
+                                      f"prompts did not come back within the {_s(w.block_lifetime_mean or 0)} "
+                                      "their blocks stayed cached, so a larger pool keeps nothing they reuse (a "
+                                      "template that changes before the shared part: fix the template)"))
+        return {"F": moved, "F6": clear(f"{evidence}: nothing evicted had been reused, see F")}
+    chosen = "F6" if reused else "F"
+    finding = findings[chosen]
+    if finding.status == "fired":
+        return {chosen: replace(finding, evidence=(*finding.evidence, evidence))}
+    return {}
+
+
+# -- steps against the token budget ------------------------------------------------------------------------
+def budget_binds(ctx: Context) -> str | None:
+    """Prefills that the budget spread over several steps, read from the step witness: completions observed
+    above max_num_batched_tokens (a step computes at most the budget, so a larger observation is a prefill
+    whose chunks came in earlier steps), with prompts longer than the budget. None otherwise."""
+    s, budget = ctx.signals, ctx.facts.max_num_batched_tokens
+    over = steps_over(s.witnesses, budget) if budget else None
+    if budget is None or over is None or over < 1 or (s.traffic.prompt_length_mean or 0) < budget:
+        return None
+    carried = s.witnesses.prefill_tokens_per_step
+    return (f"{over:.0f} prefills completed above max_num_batched_tokens {budget} (chunked over several steps)"
+            + (f"; the average step carried {carried:.0f} prompt tokens ({_pct(carried / budget)} of the budget)"
+               if carried is not None else ""))
+
+
+def budget_idle(ctx: Context) -> str | None:
+    """Every step far below the budget: the largest (p99) under ``budget_step_share`` of it, and no prefill
+    completed above it. None otherwise, or without the facts."""
+    s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
+    p99 = s.scheduler.tokens_per_step_p99
+    if budget is None or p99 is None or s.witnesses.step_histogram is None:
+        return None
+    if p99 >= t.budget_step_share * budget or (steps_over(s.witnesses, budget) or 0) >= 1:
+        return None
+    return (f"the largest steps (p99) carried {p99:.0f} tokens, {_pct(p99 / budget)} of max_num_batched_tokens "
+            f"{budget}: the budget never bound")
+
+
+def budget(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
+    """Steps at the budget corroborate the causes that blame it (A4, B2) and those that live with it (A1,
+    B1): more confidence, with the numbers. Steps far below it take confidence from the causes that blame it
+    and tell a queue (A2) that the budget did not hold it."""
+    out: dict[str, Finding] = {}
+    binds, idle = budget_binds(ctx), budget_idle(ctx)
+    for cid in ("A1", "A4", "B1", "B2"):
+        f = findings.get(cid)
+        if not _counts(f) or f is None:
+            continue
+        if binds is not None:
+            out[cid] = replace(f, strength=min(1.0, f.strength + 0.1), evidence=(*f.evidence, binds))
+        elif idle is not None and cid in ("A4", "B2"):
+            out[cid] = replace(f, strength=max(0.0, f.strength - 0.15), evidence=(*f.evidence, idle))
+    a2 = findings.get("A2")
+    if idle is not None and a2 is not None and a2.status == "fired":
+        seqs = ctx.facts.max_num_seqs
+        cap = f" (max_num_seqs {seqs})" if seqs else ""
+        out["A2"] = replace(a2, evidence=(*a2.evidence, f"{idle}: requests wait for the concurrency cap{cap}, "
+                                                        "not for the token budget"))
+    return out
+
+
+# -- the frontend: render time ---------------------------------------------------------------------------
+def frontend(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
+    """vLLM 0.34's render duration (template and tokenisation) joins the time outside the engine: quoted in
+    A3's evidence, and A3 fires on it alone when the first-token objective is missed and rendering takes the
+    frontend's share of TTFT."""
+    s, t = ctx.signals, ctx.thresholds
+    share = render_share(s.witnesses, s.latency.ttft_mean)
+    a3 = findings.get("A3")
+    if share is None or a3 is None:
+        return {}
+    text = (f"rendering (chat template, tokenisation) takes {_s(s.witnesses.render_mean or 0)} per request, "
+            f"{_pct(share)} of mean TTFT {_s(s.latency.ttft_mean or 0)}")
+    if a3.status == "fired":
+        return {"A3": replace(a3, evidence=(*a3.evidence, text))}
+    breach = ttft_breach(ctx)
+    if share >= t.frontend_share and breach.known and breach.breached:
+        return {"A3": fired(0.5 + 0.4 * min(1.0, (share - t.frontend_share) / max(1e-9, 0.8 - t.frontend_share)),
+                            breach.evidence, text, "the API server's CPU is the lever: simpler templates, "
+                            "more API servers (--api-server-count), or more cores for the frontend")}
+    return {}
+
+
+# -- compute-bound signatures ------------------------------------------------------------------------------
+def _explained(findings: Mapping[str, Finding], objective: str) -> bool:
+    return any(_counts(f) and cid in CAUSE_BY_ID and (CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]
+                                                      or objective in f.explains)
+               for cid, f in findings.items())
+
+
+def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
+    """Causes the overhead-bound signatures miss on an engine whose steps are matrix work (a GPU): first tokens
+    slow with prefill most of TTFT and prompts the budget chunks (long-prompt prefill, A1), and token gaps
+    slow because every decode step carries a prefill chunk (the budget, B1), with or without a stutter.
+    Only where no rule explained the objective's miss: these replace an effect without a known cause."""
+    s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
+    out: dict[str, Finding] = {}
+    if budget is None:
+        return out
+    ttft = ttft_breach(ctx)
+    prefill = s.latency.ttft_prefill_share
+    prompt = s.traffic.prompt_length_mean
+    binds = budget_binds(ctx)
+    if (ttft.known and ttft.breached and not _explained(findings, "ttft") and prefill is not None
+            and prefill >= t.ttft_prefill_share and binds is not None and prompt is not None
+            and not queue_sustained(ctx)):
+        out["A1"] = fired(0.5 + 0.4 * min(1.0, (ttft.ratio - 1) / max(1e-9, t.burn_rate_full - 1)), ttft.evidence,
+                          f"prefill is {_pct(prefill)} of mean TTFT {_s(s.latency.ttft_mean or 0)} for prompts of "
+                          f"{prompt:.0f} tokens on average, {prompt / budget:.1f} chunks of the budget each",
+                          binds, "the steps are compute: the prompts' own prefill is the first tokens' cost")
+    itl = itl_breach(ctx)
+    carried = s.witnesses.prefill_tokens_per_step
+    share = s.traffic.prefill_token_share
+    if (itl.known and itl.breached and not _explained(findings, "itl") and carried is not None
+            and carried >= t.step_prefill_budget_share * budget and share is not None
+            and share >= t.prefill_token_share):
+        tail = s.latency.itl_tail_ratio
+        out["B1"] = fired(0.5 + 0.3 * min(1.0, (itl.ratio - 1) / max(1e-9, t.burn_rate_full - 1)), itl.evidence,
+                          f"the average step carried {carried:.0f} prompt tokens, {_pct(carried / budget)} of "
+                          f"max_num_batched_tokens {budget}: every decode step carries a prefill chunk",
+                          f"prompt tokens are {_pct(share)} of computed tokens"
+                          + (f", ITL p99/p50 = {tail:.1f} (uniformly slow rather than stuttering)"
+                             if tail is not None and tail < t.itl_tail_ratio else ""))
+    return out
+
+
+WITNESSES: tuple[Callable[[Context, Mapping[str, Finding]], dict[str, Finding]], ...] = (
+    prefix_cache, budget, frontend, compute_bound)
+
+
+def corroborate(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
+    """The first pass's findings with every witness applied in turn (each reads the previous ones' result)."""
+    out = dict(findings)
+    for witness in WITNESSES:
+        out.update(witness(ctx, out))
+    return out
