@@ -84,7 +84,7 @@ def _unique(tokens: int) -> PromptFn:
 
 
 # K documents of DOC tokens; each request one of them, chosen at random, and a short question of its own.
-DOCS, DOC_TOKENS = 12, 448
+DOCS, DOC_TOKENS = 32, 448
 _DOC_TEXT = [make_text(DOC_TOKENS, random.Random(1000 + k)) for k in range(DOCS)]
 
 

@@ -40,7 +40,9 @@ def _counts(f: Finding | None) -> bool:
 
 
 # -- KV blocks: evicted before reuse (F6) or never reused (F) ----------------------------------------------
-F_TEMPLATE_READING = "some blocks hit, so prompts do share"  # how F's evidence reads the misses without witness
+# How F's evidence reads the misses without a witness (exporter/diagnosis/rules.py, rule_f): dropped when the
+# block witness shows evictions instead.
+F_READINGS = ("some blocks hit, so prompts do share", "no prompt shares even one cached block")
 def block_evidence(w: Witnesses) -> str:
     """The block witness in numbers, as the evidence quotes it."""
     text = (f"{w.block_evictions or 0:.0f} sampled KV blocks evicted in the window: lifetime mean "
@@ -66,29 +68,33 @@ def blocks_reused(ctx: Context) -> bool | None:
 def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
     """F or F6, as the block witness says: a miss the pool evicted (blocks reused before their eviction: the
     working set outgrows the pool) is F6's, a miss of prompts that never came back while their blocks lived
-    (a template that changes, unique prompts) is F's, whatever KV usage suggested."""
+    (a template that changes, unique prompts) is F's, whatever KV usage suggested. The fired finding moves
+    to the cause the witness names, with its strength, and the numbers join its evidence."""
     reused = blocks_reused(ctx)
     f, f6 = findings.get("F"), findings.get("F6")
     if reused is None or f is None or f6 is None:
         return {}
     w = ctx.signals.witnesses
-    evidence = block_evidence(w)
-    if reused and f.status == "fired":
-        kept = tuple(e for e in f.evidence if not e.startswith(F_TEMPLATE_READING))
-        moved = replace(f, evidence=(*kept, evidence, "evicted blocks had been reused while they lived: prompts come "
-                                     "back for prefixes the pool has already evicted (the working set is larger "
-                                     "than the pool: more KV, or fewer or shorter sequences)"))
-        return {"F6": moved, "F": clear(f"{evidence}: the misses are evictions, see F6")}
-    if not reused and f6.status == "fired":
-        moved = replace(f6, evidence=(*f6.evidence, evidence, "no evicted block was reused while it lived: "
-                                      f"prompts did not come back within the {_s(w.block_lifetime_mean or 0)} "
-                                      "their blocks stayed cached, so a larger pool keeps nothing they reuse (a "
-                                      "template that changes before the shared part: fix the template)"))
-        return {"F": moved, "F6": clear(f"{evidence}: nothing evicted had been reused, see F")}
-    chosen = "F6" if reused else "F"
-    finding = findings[chosen]
-    if finding.status == "fired":
-        return {chosen: replace(finding, evidence=(*finding.evidence, evidence))}
+    numbers = block_evidence(w)
+    if reused:
+        reading = ("evicted blocks had been reused while they lived: prompts come back for prefixes the pool "
+                   "has already evicted (the working set is larger than the pool: more KV, or fewer or shorter "
+                   "sequences)")
+        kept, other, other_id = "F6", f, "F"
+        why = f"{numbers}: the misses are evictions, see F6"
+    else:
+        reading = (f"no evicted block was reused while it lived: prompts did not come back within the "
+                   f"{_s(w.block_lifetime_mean or 0)} their blocks stayed cached, so a larger pool keeps nothing "
+                   "they reuse (prompts that change before the shared part: fix the template)")
+        kept, other, other_id = "F", f6, "F6"
+        why = f"{numbers}: nothing evicted had been reused, see F"
+    own = findings[kept]
+    if other.status == "fired" and own.status != "fired":
+        evidence = tuple(e for e in other.evidence if not (reused and e.startswith(F_READINGS)))
+        return {kept: replace(other, evidence=(*evidence, numbers, reading)), other_id: clear(why)}
+    if own.status == "fired":
+        evidence = tuple(e for e in own.evidence if not (reused and e.startswith(F_READINGS)))
+        return {kept: replace(own, evidence=(*evidence, numbers, reading))}
     return {}
 
 
@@ -99,12 +105,38 @@ def budget_binds(ctx: Context) -> str | None:
     whose chunks came in earlier steps), with prompts longer than the budget. None otherwise."""
     s, budget = ctx.signals, ctx.facts.max_num_batched_tokens
     over = steps_over(s.witnesses, budget) if budget else None
-    if budget is None or over is None or over < 1 or (s.traffic.prompt_length_mean or 0) < budget:
+    if budget is None or over is None or over < 1 or (computed_prompt(ctx) or 0) < budget:
         return None
     carried = s.witnesses.prefill_tokens_per_step
     return (f"{over:.0f} prefills completed above max_num_batched_tokens {budget} (chunked over several steps)"
             + (f"; the average step carried {carried:.0f} prompt tokens ({_pct(carried / budget)} of the budget)"
                if carried is not None else ""))
+
+
+def prompts_fill_steps(ctx: Context) -> str | None:
+    """The step witness for long prompts on this engine: the budget chunks them (``budget_binds``), or each
+    prompt's prefill fills ``budget_step_share`` or more of a step and the largest steps (p99) carry that much.
+    None otherwise, or without the facts."""
+    if (binds := budget_binds(ctx)) is not None:
+        return binds
+    s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
+    prompt, p99 = computed_prompt(ctx), s.scheduler.tokens_per_step_p99
+    if budget is None or prompt is None or p99 is None or s.witnesses.step_histogram is None:
+        return None
+    big = t.budget_step_share * budget
+    if prompt < big or p99 < big:
+        return None
+    return (f"a prompt's prefill ({prompt:.0f} tokens computed) fills {_pct(min(prompt, budget) / budget)} of a "
+            f"step's budget (max_num_batched_tokens {budget}); the largest steps (p99) carried {p99:.0f} tokens")
+
+
+def computed_prompt(ctx: Context) -> float | None:
+    """The mean prompt less what the prefix cache served over the window: what its prefill computes."""
+    s = ctx.signals
+    prompt, hit = s.traffic.prompt_length_mean, s.kv.prefix_hit_ratio
+    if prompt is None:
+        return None
+    return prompt * (1.0 - min(1.0, max(0.0, hit))) if hit is not None else prompt
 
 
 def budget_idle(ctx: Context) -> str | None:
@@ -184,14 +216,14 @@ def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Fi
     ttft = ttft_breach(ctx)
     prefill = s.latency.ttft_prefill_share
     prompt = s.traffic.prompt_length_mean
-    binds = budget_binds(ctx)
+    steps = prompts_fill_steps(ctx)
     if (ttft.known and ttft.breached and not _explained(findings, "ttft") and prefill is not None
-            and prefill >= t.ttft_prefill_share and binds is not None and prompt is not None
+            and prefill >= t.ttft_prefill_share and steps is not None and prompt is not None
             and not queue_sustained(ctx)):
         out["A1"] = fired(0.5 + 0.4 * min(1.0, (ttft.ratio - 1) / max(1e-9, t.burn_rate_full - 1)), ttft.evidence,
                           f"prefill is {_pct(prefill)} of mean TTFT {_s(s.latency.ttft_mean or 0)} for prompts of "
-                          f"{prompt:.0f} tokens on average, {prompt / budget:.1f} chunks of the budget each",
-                          binds, "the steps are compute: the prompts' own prefill is the first tokens' cost")
+                          f"{prompt:.0f} tokens on average, {prompt / budget:.1f} of the budget each",
+                          steps, "the steps are compute: the prompts' own prefill is the first tokens' cost")
     itl = itl_breach(ctx)
     carried = s.witnesses.prefill_tokens_per_step
     share = s.traffic.prefill_token_share
