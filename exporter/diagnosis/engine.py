@@ -152,6 +152,10 @@ def resolve_actions(findings: dict[str, Finding],
         actions: list[Action] = []
         notes: list[str] = []
         for action in CAUSE_BY_ID[cid].actions:
+            if action.knob is not None and action.knob in findings[cid].withheld:
+                notes.append(f"not advised here: {action.direction} {action.knob}, which the engine's own "
+                             "witnesses show is not the lever (see the evidence)")
+                continue
             if action.knob is not None and action.direction is not None:
                 claimed = owner.get(action.knob)
                 if claimed is not None and claimed[0] != action.direction:

@@ -171,7 +171,8 @@ def budget(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
         seqs = ctx.facts.max_num_seqs
         cap = f" (max_num_seqs {seqs})" if seqs else ""
         out["A2"] = replace(a2, evidence=(*a2.evidence, f"{idle}: requests wait for the concurrency cap{cap}, "
-                                                        "not for the token budget"))
+                                                        "not for the token budget"),
+                            withheld=a2.withheld | {"max_num_batched_tokens"})
     return out
 
 

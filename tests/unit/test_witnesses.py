@@ -79,6 +79,7 @@ def test_steps_far_below_the_budget_tell_a_queue_it_is_not_the_budget() -> None:
     out = corroborate(ctx, first)
     assert "the budget never bound" in out["A2"].evidence[-1] and "max_num_seqs 2" in out["A2"].evidence[-1]
     assert out["A2"].strength == first["A2"].strength and out["A4"].status != "fired"
+    assert out["A2"].withheld == {"max_num_batched_tokens"} and first["A2"].withheld == frozenset()
 
 
 def test_prefills_completed_above_the_budget_corroborate_a4() -> None:
