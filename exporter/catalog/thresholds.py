@@ -217,10 +217,11 @@ class Thresholds:
         "Sampled KV blocks (--kv-cache-metrics) evicted in the window before their lifetimes and reuse gaps "
         "redirect a prefix-cache finding (F/F6); with fewer the shares and ratios decide alone. At the default "
         "1 % sample rate that is ~2000 evicted blocks.", 1)
-    block_reused_share: float = threshold(0.1, "ratio",
-        "Share of the evicted blocks' lifetime before their last prefix-cache hit, or reuse gaps per evicted "
-        "block, at or above which evicted blocks had been reused: the pool evicts what prompts come back for "
-        "(F6). Below it on both, no evicted block was reused while it lived: prompts do not repeat (F).", 0, 1)
+    block_reused_share: float = threshold(0.25, "ratio",
+        "Share of the evicted blocks' lifetime before their last prefix-cache hit, over the prefix hit ratio, at "
+        "or above which the hits land on blocks the pool later evicts: prompts come back for prefixes it has "
+        "already evicted (F6). Below it the hits land on blocks that stay (a stable head before a changing "
+        "field) and the evicted ones were not reused while they lived: prompts do not repeat (F).", 0, 1)
     step_prefill_budget_share: float = threshold(0.5, "ratio",
         f"Computed prompt tokens an average engine step carries ({ITERATION_TOKENS_TOTAL} less the generated "
         "tokens, per step) over max_num_batched_tokens at or above which every decode step carries a prefill "

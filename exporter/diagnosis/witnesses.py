@@ -57,12 +57,16 @@ def block_evidence(w: Witnesses) -> str:
 
 
 def blocks_reused(ctx: Context) -> bool | None:
-    """Had the evicted blocks been reused while they lived? None: too few sampled evictions to say."""
-    w, t = ctx.signals.witnesses, ctx.thresholds
-    if w.block_evictions is None or w.block_evictions < t.block_witness_min_evictions or w.block_hit_life_share is None:
+    """Had the evicted blocks been reused while they lived? The prefix hits land on blocks the pool later evicts
+    when the share of those blocks' lives before their last hit is ``block_reused_share`` or more of the hit
+    ratio; on blocks that stay (a stable head before a changing field), the evicted ones carry none of it.
+    None: too few sampled evictions, or no hit ratio, to say."""
+    s, t = ctx.signals, ctx.thresholds
+    w, hit = s.witnesses, s.kv.prefix_hit_ratio
+    if (w.block_evictions is None or w.block_evictions < t.block_witness_min_evictions
+            or w.block_hit_life_share is None or hit is None):
         return None
-    return (w.block_hit_life_share >= t.block_reused_share
-            or (w.block_reuse_gaps_per_eviction or 0.0) >= t.block_reused_share)
+    return w.block_hit_life_share > 0 and w.block_hit_life_share >= t.block_reused_share * hit
 
 
 def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
@@ -76,14 +80,17 @@ def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Fin
         return {}
     w = ctx.signals.witnesses
     numbers = block_evidence(w)
+    hits = (f"{_pct(w.block_hit_life_share or 0)} of the evicted blocks' lives before a hit, against a prefix hit "
+            f"ratio of {_pct(ctx.signals.kv.prefix_hit_ratio or 0)}")
     if reused:
-        reading = ("evicted blocks had been reused while they lived: prompts come back for prefixes the pool "
-                   "has already evicted (the working set is larger than the pool: more KV, or fewer or shorter "
-                   "sequences)")
+        reading = (f"evicted blocks had been reused while they lived ({hits}): the hits land on blocks the pool "
+                   "later evicts, prompts come back for prefixes it has already evicted (the working set is "
+                   "larger than the pool: more KV, or fewer or shorter sequences)")
         kept, other, other_id = "F6", f, "F"
         why = f"{numbers}: the misses are evictions, see F6"
     else:
-        reading = (f"no evicted block was reused while it lived: prompts did not come back within the "
+        reading = (f"no evicted block was reused while it lived ({hits}): the hits land on blocks that stay, "
+                   f"and prompts did not come back within the "
                    f"{_s(w.block_lifetime_mean or 0)} their blocks stayed cached, so a larger pool keeps nothing "
                    "they reuse (prompts that change before the shared part: fix the template)")
         kept, other, other_id = "F", f6, "F6"
