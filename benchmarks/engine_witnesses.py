@@ -110,6 +110,9 @@ WORKLOADS: dict[str, Workload] = {
                          engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
     "long-128": Workload("8 clients, ~900-token unique prompts, budget 128", _unique(900), 8, 48, 60, COMPUTE_SLO,
                          engine={"max_num_batched_tokens": 128, "kv_cache_memory_bytes": 16 * MIB}),
+    "long-uniform": Workload("12 clients, ~900-token unique prompts, 8 output tokens each, budget 512: prefill in "
+                             "every step", _unique(900), 12, 8, 60, COMPUTE_SLO,
+                             engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
     "healthy": Workload("2 clients, ~100-token prompts, budget 512", _unique(100), 2, 48, 45, COMPUTE_SLO,
                         engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
     "queue-small-steps": Workload("8 clients on 2 sequences, ~40-token prompts, budget 512", _unique(40), 8, 48,

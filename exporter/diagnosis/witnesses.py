@@ -161,8 +161,9 @@ def budget_idle(ctx: Context) -> str | None:
 
 def budget(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
     """Steps at the budget corroborate the causes that blame it (A4, B2) and those that live with it (A1,
-    B1): more confidence, with the numbers. Steps far below it take confidence from the causes that blame it
-    and tell a queue (A2) that the budget did not hold it."""
+    B1): more confidence, with the numbers; they tell a queue (A2) that the budget holds it while the
+    concurrency cap has room. Steps far below it take confidence from the causes that blame it and tell a
+    queue that the budget did not hold it."""
     out: dict[str, Finding] = {}
     binds, idle = budget_binds(ctx), budget_idle(ctx)
     for cid in ("A1", "A4", "B1", "B2"):
@@ -174,6 +175,16 @@ def budget(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
         elif idle is not None and cid in ("A4", "B2"):
             out[cid] = replace(f, strength=max(0.0, f.strength - 0.15), evidence=(*f.evidence, idle))
     a2 = findings.get("A2")
+    seqs, running = ctx.facts.max_num_seqs, ctx.signals.scheduler.running_mean
+    carried = ctx.signals.witnesses.prefill_tokens_per_step
+    at_budget = (binds is not None and carried is not None and ctx.facts.max_num_batched_tokens is not None
+                 and carried >= ctx.thresholds.step_prefill_budget_share * ctx.facts.max_num_batched_tokens)
+    cap_free = seqs is not None and running is not None and running < ctx.thresholds.batch_fill_high * seqs
+    if at_budget and cap_free and a2 is not None and a2.status == "fired" and binds is not None:
+        out["A2"] = replace(a2, evidence=(*a2.evidence, f"{binds}: requests wait for the token budget, not for the "
+                                                        f"concurrency cap (running mean {running:.1f} of "
+                                                        f"max_num_seqs {seqs})"),
+                            withheld=a2.withheld | {"max_num_seqs"})
     if idle is not None and a2 is not None and a2.status == "fired":
         seqs = ctx.facts.max_num_seqs
         cap = f" (max_num_seqs {seqs})" if seqs else ""

@@ -73,6 +73,17 @@ def test_steps_at_the_budget_show_in_the_evidence_of_the_cause_that_names_it() -
     assert "completed above max_num_batched_tokens 128" in " ".join(named[budget_cause]["evidence"])
 
 
+def test_steps_carrying_the_budget_corroborate_b1_and_point_a_queue_at_the_budget() -> None:
+    # 12 clients, 900-token prompts, 8 outputs each at budget 512: a prefill chunk in every step.
+    doc = _judged("long-uniform")
+    named = _causes(doc)
+    assert doc["signals"]["prefill_tokens_per_step"] >= 0.5 * 512
+    assert "B1" in named and "B0" not in named
+    assert "of the budget" in named["B1"]["evidence"][-1]
+    assert "requests wait for the token budget, not for the concurrency cap" in " ".join(named["A2"]["evidence"])
+    assert "max_num_seqs" not in " ".join(a["action"] for a in named["A2"]["actions"])
+
+
 def test_a_queue_with_steps_far_below_the_budget_does_not_name_the_budget() -> None:
     doc = _judged("queue-small-steps")
     named = _causes(doc)
