@@ -165,8 +165,8 @@ CACHE_GENERATIONS = [
                                                 "enable_prefix_caching": True, "kv_cache_dtype": "auto"},
                  id="0.32-real-capture"),
     pytest.param(V033, "0.33", {"block_size": 16, "num_gpu_blocks": 27386, "gpu_memory_utilization": 0.9,
-                                 "kv_cache_size_tokens": 438176, "enable_prefix_caching": True,
-                                 "kv_cache_dtype": "auto"}, id="0.33"),
+                                "kv_cache_size_tokens": 438176, "enable_prefix_caching": True,
+                                "kv_cache_dtype": "auto"}, id="0.33"),
     pytest.param(V034, "0.34+", {"block_size": 64, "num_gpu_blocks": 27386, "kv_cache_size_tokens": 438176,
                                  "enable_prefix_caching": True, "kv_cache_dtype": "auto"}, id="0.34-extensible"),
 ]
