@@ -53,6 +53,13 @@ REQUEST_PROMPT_TOKENS: Final = "vllm:request_prompt_tokens"
 REQUEST_GENERATION_TOKENS: Final = "vllm:request_generation_tokens"
 REQUEST_PARAMS_MAX_TOKENS: Final = "vllm:request_params_max_tokens"
 ITERATION_TOKENS_TOTAL: Final = "vllm:iteration_tokens_total"  # a histogram, despite the _total
+REQUEST_RENDER_DURATION_SECONDS: Final = "vllm:request_render_duration_seconds"  # 0.34: template + tokenisation
+# KV block residency, sampled (--kv-cache-metrics, --kv-cache-metrics-sample; vllm/v1/core/kv_cache_metrics.py): a
+# sampled block's allocation to its eviction, its last prefix-cache hit to its eviction, and the gaps between its
+# hits, each observed when the block is evicted.
+KV_BLOCK_LIFETIME_SECONDS: Final = "vllm:kv_block_lifetime_seconds"
+KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS: Final = "vllm:kv_block_idle_before_evict_seconds"
+KV_BLOCK_REUSE_GAP_SECONDS: Final = "vllm:kv_block_reuse_gap_seconds"
 REQUEST_NUM_PREEMPTIONS: Final = "vllm:request_num_preemptions"
 # Speculative decoding (vllm/v1/spec_decode/metrics.py): registered only with --speculative-config.
 SPEC_DECODE_NUM_DRAFTS_TOTAL: Final = "vllm:spec_decode_num_drafts_total"
@@ -178,6 +185,16 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
     MetricDef(ITERATION_TOKENS_TOTAL, _H, "Tokens per engine output batch (about one per step)"),
     MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
+    # The API server's rendering of a request (chat template, tokenisation, multimodal preprocessing), by
+    # request_type (chat, completion); registered at the first rendered request (vllm/renderers/metrics.py).
+    MetricDef(REQUEST_RENDER_DURATION_SECONDS, _H, "Time the API server spent rendering a request (template, "
+              "tokenisation)", since="0.34"),
+    # KV block residency, only with --kv-cache-metrics (sampled blocks, observed at their eviction).
+    MetricDef(KV_BLOCK_LIFETIME_SECONDS, _H, "Sampled KV block: allocation to eviction", since="0.12.0"),
+    MetricDef(KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS, _H, "Sampled KV block: last prefix-cache hit (or allocation) "
+              "to eviction", since="0.12.0"),
+    MetricDef(KV_BLOCK_REUSE_GAP_SECONDS, _H, "Sampled KV block: gaps between its prefix-cache hits (up to 3 "
+              "per block)", since="0.12.0"),
     # Speculative decoding, only with --speculative-config (V1 counters; V0's engine exported the
     # accepted and draft token counters under the same names, with gauges and an emitted-token counter
     # beside them that the V1 engine never had). Drafts: verify steps that carried a draft.
@@ -240,9 +257,11 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
               since="0.24"),
 )
 
-# Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload, so no real
-# capture holds them (tests/unit/test_metric_names.py; the fetch-stage gauge is in a real KV consumer's capture).
+# Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload, and is 0.32 (the
+# render duration is 0.34's), so no real capture holds them (tests/unit/test_metric_names.py; the fetch-stage
+# gauge is in a real KV consumer's capture).
 FROM_SOURCE_ONLY: frozenset[str] = frozenset({
+    REQUEST_RENDER_DURATION_SECONDS,
     NIXL_XFER_TIME_SECONDS, NIXL_BYTES_TRANSFERRED, NIXL_NUM_FAILED_TRANSFERS_TOTAL,
     NIXL_NUM_KV_EXPIRED_REQS_TOTAL, NIXL_POST_TIME_SECONDS, NIXL_NUM_DESCRIPTORS, NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL,
     KV_OFFLOAD_LOAD_BYTES_TOTAL, KV_OFFLOAD_LOAD_TIME_TOTAL, KV_OFFLOAD_TOTAL_BYTES_TOTAL, KV_OFFLOAD_TOTAL_TIME_TOTAL,

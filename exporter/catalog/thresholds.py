@@ -307,6 +307,24 @@ class Thresholds:
         "verdict_enter_score).", 0, 1)
     unexplained_strength_weight: float = threshold(0.4, "score",
         "A0, B0: strength added as the burn rate grows from 1 to burn_rate_full.", 0, 1)
+    # -- the engine's own witnesses (exporter/signals/witnesses.py, exporter/diagnosis/witnesses.py) ----
+    block_witness_min_evictions: float = threshold(20, "blocks",
+        "Sampled KV blocks (--kv-cache-metrics) evicted in the window before their lifetimes and reuse gaps "
+        "redirect a prefix-cache finding (F/F6); with fewer the shares and ratios decide alone. At the default "
+        "1 % sample rate that is ~2000 evicted blocks.", 1)
+    block_reused_share: float = threshold(0.25, "ratio",
+        "Share of the evicted blocks' lifetime before their last prefix-cache hit, over the prefix hit ratio, at "
+        "or above which the hits land on blocks the pool later evicts: prompts come back for prefixes it has "
+        "already evicted (F6). Below it the hits land on blocks that stay (a stable head before a changing "
+        "field) and the evicted ones were not reused while they lived: prompts do not repeat (F).", 0, 1)
+    step_prefill_budget_share: float = threshold(0.5, "ratio",
+        f"Computed prompt tokens an average engine step carries ({ITERATION_TOKENS_TOTAL} less the generated "
+        "tokens, per step) over max_num_batched_tokens at or above which every decode step carries a prefill "
+        "chunk: uniformly slow token gaps are the budget's (B1), with or without a stutter.", 0, 1)
+    witness_corroboration: float = threshold(0.1, "score",
+        "Witnesses: strength a finding gains when the steps show the token budget binding (A1, A4, B1, B2).", 0, 1)
+    witness_contradiction: float = threshold(0.15, "score",
+        "Witnesses: strength A4 or B2 loses when the steps stay far below the budget they blame.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
     # How it relates to the causes' strengths: see "rule strengths" above and docs/method.md (the text below is
     # also the dashboards' panel description).

@@ -1,4 +1,4 @@
-"""Every ``vllm:`` metric name vLLM 0.6 to 0.33 exports, with the releases that added, deprecated, hid
+"""Every ``vllm:`` metric name vLLM 0.6 to 0.34 exports, with the releases that added, deprecated, hid
 and removed it, and the name that replaced it.
 
 Read from vLLM's own source of each release in ``RELEASES_READ`` (the published wheels): every
@@ -37,13 +37,13 @@ RELEASES_READ: Final[tuple[str, ...]] = (
     "0.14.1", "0.15.0", "0.15.1", "0.16.0", "0.17.0", "0.17.1", "0.18.0", "0.18.1",
     "0.19.0", "0.19.1", "0.20.0", "0.20.2", "0.21.0", "0.22.0", "0.22.1", "0.23.0",
     "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0",
-    "0.30.0", "0.31.0", "0.32.0", "0.33.0",
+    "0.30.0", "0.31.0", "0.32.0", "0.33.0", "0.34.0",
 )
 
 # The releases the generated dashboards, rules and runbooks must serve: from the first release whose
 # default engine is V1 (0.8.0) to the newest read. One place: the version check and the docs read it.
 OLDEST_SUPPORTED: Final = "0.8.0"
-NEWEST_SUPPORTED: Final = "0.33.0"
+NEWEST_SUPPORTED: Final = "0.34.0"
 
 # Why a name is absent from a scrape of a release that has it: registered only with a feature on.
 SPEC = "--speculative-config"
@@ -180,6 +180,8 @@ HISTORY: tuple[History, ...] = (
     History("vllm:kv_offload_tiering_cascade_job_failures_total", _C, "0.28.0", condition=OFFLOAD_TIERING),
     History("vllm:kv_offload_tiering_chunk_hits_total", _C, "0.28.0", condition=OFFLOAD_TIERING),
     History("vllm:kv_offload_tiering_chunk_queries_total", _C, "0.28.0", condition=OFFLOAD_TIERING),
+    History("vllm:kv_offload_tiering_deferred_release_chunks", _G, "0.34.0", condition=OFFLOAD_TIERING),
+    History("vllm:kv_offload_tiering_deferred_release_hold_seconds", _H, "0.34.0", condition=OFFLOAD_TIERING),
     History("vllm:kv_offload_tiering_lookup_async_delay_seconds", _H, "0.26.0", condition=OFFLOAD_TIERING),
     History("vllm:kv_offload_tiering_lookup_sync_delay_seconds", _H, "0.26.0", condition=OFFLOAD_TIERING),
     History("vllm:kv_offload_tiering_primary_read_usage_perc", _G, "0.28.0", condition=OFFLOAD_TIERING),
@@ -248,6 +250,7 @@ HISTORY: tuple[History, ...] = (
     History("vllm:request_prefill_time_seconds", _H, "0.6.4", v1_added="0.7.3"),
     History("vllm:request_prompt_tokens", _H, "0.6.0", v1_added="0.7.1"),
     History("vllm:request_queue_time_seconds", _H, "0.6.4", v1_added="0.7.3"),
+    History("vllm:request_render_duration_seconds", _H, "0.34.0"),
     History("vllm:request_success_total", _C, "0.6.0", v1_added="0.7.2"),
     History("vllm:request_time_per_output_token_seconds", _H, "0.11.0"),
     History("vllm:rl_weight_update_operation_duration_seconds", _H, "0.32.0", condition=DEV_MODE),

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from exporter.catalog.symptoms import CAUSE_BY_ID, EFFECT_WITHOUT_CAUSE, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
 from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context, Finding, unknown_fact
+from exporter.diagnosis.witnesses import corroborate
 from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,10 @@ def evaluate_rules(ctx: Context) -> tuple[dict[str, Finding], dict[str, str]]:
         except Exception as exc:  # one broken rule must never blank the diagnosis
             errors[cause_id] = f"{type(exc).__name__}: {exc}"
             findings[cause_id] = Finding("abstain", missing=("rule error",))
+    try:  # issue 50: the engine's own witnesses corroborate or redirect the first pass's findings
+        findings = corroborate(ctx, findings)
+    except Exception as exc:  # a broken witness leaves the rules' findings as they were
+        errors["witnesses"] = f"{type(exc).__name__}: {exc}"
     first = dict(findings)  # the second pass reads the first pass only, never each other
     for cause_id, explaining in EXPLAINING_RULES:
         try:
@@ -147,6 +152,10 @@ def resolve_actions(findings: dict[str, Finding],
         actions: list[Action] = []
         notes: list[str] = []
         for action in CAUSE_BY_ID[cid].actions:
+            if action.knob is not None and action.knob in findings[cid].withheld:
+                notes.append(f"not advised here: {action.direction} {action.knob}, which the engine's own "
+                             "witnesses show is not the lever (see the evidence)")
+                continue
             if action.knob is not None and action.direction is not None:
                 claimed = owner.get(action.knob)
                 if claimed is not None and claimed[0] != action.direction:

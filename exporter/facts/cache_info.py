@@ -26,6 +26,7 @@ LABELS: tuple[tuple[str, tuple[str, ...]], ...] = (
 
 # (label first seen, release): the newest marker present dates the label set.
 GENERATIONS: tuple[tuple[str, str], ...] = (
+    ("enable_extensible_kv_cache", "0.34"),
     ("simple_cpu_offload_num_blocks", "0.33"),
     ("cache_hit_alignment_tokens", "0.32"),
     ("effective_attention_block_size", "0.31"),

@@ -5,7 +5,7 @@ the collector loops over) with its type, unit, labels and help, node_exporter st
 the JSON ``signals`` object in their published order (``exporter.signals.FLAT_KEYS``).
 ``docs/vllm-metrics.md`` lists vLLM's metric names by release, from ``exporter.catalog.metrics``:
 when each appeared, which it renamed and until when the old name stayed. ``docs/vllm-metric-versions.md``
-lists every ``vllm:`` name of vLLM 0.6 to 0.33 with its history (``exporter.catalog.versions``). Edit the catalogs, then
+lists every ``vllm:`` name of vLLM 0.6 to 0.34 with its history (``exporter.catalog.versions``). Edit the catalogs, then
 ``vllm-diag render docs``; ``render all --check`` fails when a page is stale.
 """
 

@@ -88,7 +88,8 @@ def lines(data: Mapping[str, Any]) -> list[str]:
 
 # page -> (table name, summary file, format), in page order
 REPORTS: Mapping[str, tuple[tuple[str, str, Format], ...]] = {
-    "docs/accuracy.md": (("accuracy-rounds", "docs/data/accuracy.json", accuracy_rounds),),
+    "docs/accuracy.md": (("accuracy-rounds", "docs/data/accuracy.json", accuracy_rounds),
+                         ("witnesses", "docs/data/witnesses.json", lines)),
     "docs/advisor.md": (("advisor-pairs", "docs/data/advisor-pairs.json", advisor_pairs),
                         ("advisor-kept-run", "docs/data/advisor-kept-run.json", lines),
                         ("advisor-calibration", "docs/data/advisor-calibration.json", lines)),

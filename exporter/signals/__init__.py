@@ -52,6 +52,7 @@ from exporter.signals.model import (
     HostInputs,
     Signals,
 )
+from exporter.signals.witnesses import compute as witnesses_of
 from exporter.window import Window
 
 __all__ = [
@@ -102,6 +103,7 @@ def compute(window: Window, thresholds: Thresholds, host: HostInputs | None = No
         kv_transfer=kv_transfer(window, flow, times),
         lora=lora(window),
         engines=engines(window, thresholds),
+        witnesses=witnesses_of(window),
         cache=cache_facts(window.latest),
         missing=missing_inputs(window),
         notes=() if cpu_use.api_server_cores is not None else (API_SERVER_CPU_ABSENT,),

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar
 
+from exporter.signals.witnesses import Witnesses  # the engine's own witnesses (blocks, steps, frontend)
 from exporter.window import HistogramDelta
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
@@ -414,7 +415,7 @@ class Engines:
         return bool(self.count and self.sleeping is not None and self.sleeping >= self.count)
 
 
-Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines
+Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines | Witnesses
 
 
 GROUPS: tuple[tuple[str, type[Group]], ...] = (
@@ -422,13 +423,15 @@ GROUPS: tuple[tuple[str, type[Group]], ...] = (
     ("speculative", Speculative),
     ("kv_transfer", KvTransfer),
     ("lora", Lora), ("engines", Engines),
+    ("witnesses", Witnesses),
 )
 
 
 # Grouped fields the JSON ``signals`` leaves out: the objectives' histograms, published judged instead
 # (TargetState.objectives).
 UNPUBLISHED: frozenset[str] = frozenset({"ttft_histogram", "itl_histogram", "ttft_histogram_recent",
-                                         "itl_histogram_recent", "ttft_histogram_prefix_low"})
+                                         "itl_histogram_recent", "ttft_histogram_prefix_low",
+                                         "step_histogram"})
 
 
 # The quantile maps, published as one key per quantile (``<family>_p<q>_seconds``) after the others.
@@ -473,6 +476,7 @@ class Signals:
     kv_transfer: KvTransfer = KvTransfer()
     lora: Lora = Lora()
     engines: Engines = Engines()
+    witnesses: Witnesses = Witnesses()
     cache: CacheFacts = CacheFacts()
     missing: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()

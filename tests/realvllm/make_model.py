@@ -3,9 +3,15 @@
 Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
 
     ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR [PADDED_VOCAB]
+    ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR --wide
 
 Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
 generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
+
+``--wide`` makes the compute-heavier variant: the same layers with a wide MLP (``WIDE_INTERMEDIATE``),
+so a step is matrix work rather than Python overhead, as on a GPU serving a real model: a decode step
+costs milliseconds of matrix products (reading the MLP's weights once per step) and a prefill chunk
+scales with its tokens (each token passes through the whole MLP).
 
 The tokenizer learns the words of `tests.realvllm.engine.corpus_words()` (stdlib-only), the words
 the harness and the advisor benchmark build prompts from (project venv, no torch).
@@ -29,6 +35,11 @@ from tests.realvllm.engine import corpus_words  # noqa: E402 - after the path an
 
 SEED = 1234
 VOCAB_SIZE = 2048
+INTERMEDIATE = 256
+# The wide MLP: 2 layers x 3 matrices of 128 x 16384 float32 = 50 MB of weights read by every decode step, and
+# 2 x 3 x 2 x 128 x 16384 = 25 MFLOP per token: on one core a decode step of a few sequences costs ~5-10 ms,
+# a prefill chunk of 512 tokens ~100-200 ms (measured in docs/accuracy.md's witness section).
+WIDE_INTERMEDIATE = 16384
 SPECIAL_TOKENS = ["<unk>", "<s>", "</s>", "<pad>"]  # ids 0..3, matching the Llama config below
 CHAT_TEMPLATE = (
     "{% for message in messages %}"
@@ -75,7 +86,8 @@ def make_tokenizer(out_dir: Path) -> int:
     return len(fast)
 
 
-def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None) -> None:
+def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None,
+               intermediate_size: int = INTERMEDIATE) -> None:
     """The 2-layer Llama; with ``padded_vocab``, its vocabulary (embedding and tied LM head) padded with zero
     rows to that size: every decode step then reads the whole LM head (memory-bound, as a larger model's
     decode step reads its weights), while a prefill still costs what it did (logits are computed for one
@@ -88,7 +100,7 @@ def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None) 
     config = LlamaConfig(
         vocab_size=max(vocab_size, padded_vocab or 0),
         hidden_size=128,
-        intermediate_size=256,
+        intermediate_size=intermediate_size,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -109,13 +121,16 @@ def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None) 
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) not in (2, 3):
-        print(f"usage: {argv[0]} OUT_DIR [PADDED_VOCAB]", file=sys.stderr)
+    wide = "--wide" in argv[1:]
+    args = [a for a in argv[1:] if a != "--wide"]
+    if len(args) not in (1, 2) or (wide and len(args) != 1):
+        print(f"usage: {argv[0]} OUT_DIR [PADDED_VOCAB | --wide]", file=sys.stderr)
         return 2
-    out_dir = Path(argv[1])
+    out_dir = Path(args[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_size = make_tokenizer(out_dir)
-    make_model(out_dir, vocab_size, int(argv[2]) if len(argv) == 3 else None)
+    make_model(out_dir, vocab_size, int(args[1]) if len(args) == 2 else None,
+               WIDE_INTERMEDIATE if wide else INTERMEDIATE)
     # Sanity check: the words the harness uses are single tokens, so prompt length ~= word count.
     from transformers import AutoTokenizer
 

@@ -126,6 +126,11 @@ V033 = dict(item.split("=") for item in (
     "simple_cpu_offload_num_blocks=None skip_page_size_padded=None sliding_window=None swa_bounded_replay=True "
     "use_kda_recoverssm=False use_replayssm=False user_specified_block_size=False").split())
 
+# 0.34.0's CacheConfig adds enable_extensible_kv_cache (and its private resolved flag); gpu_memory_utilization is
+# None unless given (vllm/config/cache.py, 0.34.0: the default depends on the sizing mode), the block size 64.
+V034 = {**V033, "enable_extensible_kv_cache": "True", "_extensible_kv_cache_resolved": "True", "block_size": "64",
+        "gpu_memory_utilization": "None"}
+
 # Older label sets, from CacheConfig's fields per release (reference: label-set history).
 V06 = {"block_size": "16", "gpu_memory_utilization": "0.9", "swap_space_bytes": "4294967296", "cache_dtype": "auto",
        "is_attention_free": "False", "num_gpu_blocks_override": "None", "sliding_window": "None",
@@ -159,9 +164,11 @@ CACHE_GENERATIONS = [
                                                 "kv_cache_memory_bytes": 3145728, "kv_cache_size_tokens": 3072,
                                                 "enable_prefix_caching": True, "kv_cache_dtype": "auto"},
                  id="0.32-real-capture"),
-    pytest.param(V033, "0.33+", {"block_size": 16, "num_gpu_blocks": 27386, "gpu_memory_utilization": 0.9,
-                                 "kv_cache_size_tokens": 438176, "enable_prefix_caching": True,
-                                 "kv_cache_dtype": "auto"}, id="0.33"),
+    pytest.param(V033, "0.33", {"block_size": 16, "num_gpu_blocks": 27386, "gpu_memory_utilization": 0.9,
+                                "kv_cache_size_tokens": 438176, "enable_prefix_caching": True,
+                                "kv_cache_dtype": "auto"}, id="0.33"),
+    pytest.param(V034, "0.34+", {"block_size": 64, "num_gpu_blocks": 27386, "kv_cache_size_tokens": 438176,
+                                 "enable_prefix_caching": True, "kv_cache_dtype": "auto"}, id="0.34-extensible"),
 ]
 
 

@@ -89,6 +89,8 @@ def _reads(paths: Iterable[Path]) -> Counter[str]:
 
 def _public_names(path: Path) -> Iterable[tuple[str, int]]:
     for node in ast.parse(path.read_text(encoding="utf-8")).body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.decorator_list:
+            continue  # registered by its decorator (a diagnosis rule's @rule): read where the registry is
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             names = [node.name]
         elif isinstance(node, ast.Assign):

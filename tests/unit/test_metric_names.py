@@ -9,6 +9,7 @@ docstrings excepted (prose may name a family).
 from __future__ import annotations
 
 import ast
+import gzip
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +18,9 @@ import pytest
 
 from exporter.catalog import metrics as vllm
 from tests.conftest import FIXTURES
+
+# A real vLLM 0.32 capture with --kv-cache-metrics (lab/engine_witnesses.py).
+WITNESS_CAPTURES = Path(__file__).parents[1] / "fixtures" / "vllm-0.32-witnesses" / "kv-template"
 
 REPO = Path(__file__).resolve().parents[2]
 PRODUCT = REPO / "exporter"
@@ -165,8 +169,10 @@ def test_an_unknown_name_raises() -> None:
 
 def test_the_catalog_knows_exactly_the_vllm_families_of_a_real_capture() -> None:
     # Sample names per TYPE line; _created twins are prometheus_client's, not families of their own.
-    typed = {line.split()[2] for path in FIXTURES.glob("snapshot-*.txt")
-             for line in path.read_text().splitlines() if line.startswith("# TYPE vllm:")}
+    # The block residency families need --kv-cache-metrics: a capture of the witness fixtures has them.
+    texts = [path.read_text() for path in FIXTURES.glob("snapshot-*.txt")]
+    texts.append(gzip.decompress(sorted(WITNESS_CAPTURES.glob("*.txt.gz"))[-1].read_bytes()).decode())
+    typed = {line.split()[2] for text in texts for line in text.splitlines() if line.startswith("# TYPE vllm:")}
     families = {name for name in typed if not name.endswith("_created")}
     # The KV connector families come from vLLM's source: the CPU build cannot register them.
     assert families == {name for name in vllm.KNOWN if name.startswith(vllm.NAMESPACE)} - vllm.FROM_SOURCE_ONLY

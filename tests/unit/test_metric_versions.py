@@ -141,6 +141,18 @@ def test_every_name_in_the_installed_vllm_source_is_in_the_map() -> None:
     assert missing == [], f"vLLM {release.group(1)} registers names the map lacks: {missing}"
 
 
+def test_034_adds_the_render_duration_and_the_tiering_deferred_release_and_drops_nothing() -> None:
+    """vLLM 0.34.0's source (its wheel's Python files): three new names, none deprecated, hidden or removed."""
+    assert SUPPORTED[-1] == "0.34.0"
+    assert versions.names_in("0.34.0") - versions.names_in("0.33.0") == {
+        vllm.REQUEST_RENDER_DURATION_SECONDS, "vllm:kv_offload_tiering_deferred_release_chunks",
+        "vllm:kv_offload_tiering_deferred_release_hold_seconds"}
+    assert versions.names_in("0.33.0") <= versions.names_in("0.34.0")
+    assert not [h for h in HISTORY if "0.34.0" in (h.deprecated, h.hidden, h.removed)]
+    # Dated to 0.34 in the catalog: a query of it serves every release (older ones abstain, as the signals do).
+    assert lint.version_lint({"dashboards": [f"rate({vllm.REQUEST_RENDER_DURATION_SECONDS}_sum[5m])"]}) == []
+
+
 # ------------------------------------------------------------------ the version check
 
 

@@ -36,6 +36,8 @@ class Finding:
     # Objectives this finding explains beyond those of its symptom class (EXPLAINED_BY): F/F6 claim the token
     # gaps held by the prefill of the prefixes they miss, where they show that cost.
     explains: frozenset[str] = frozenset()
+    # Knobs of the cause's actions a witness showed are not the lever here: withheld, with a note.
+    withheld: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)

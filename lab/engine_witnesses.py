@@ -1,0 +1,229 @@
+"""The engine's own witnesses on a real vLLM (CPU build): block lifetimes and reuse gaps, steps against the token
+budget, and compute-bound long prompts (issue 50).
+
+Each workload starts its own engine (the harness's RealVLLM), drives a short closed-loop load, captures /metrics
+every ``INTERVAL_S`` in the sidecar's capture format and judges the captures as one window; ``--save`` writes
+them gzip'd under tests/fixtures/vllm-0.32-witnesses/<workload>/ with a vllm-diag.yaml (the engine facts and
+objectives), so ``vllm-diag diagnose DIR`` and the witness tests replay the same data.
+
+    .venv/bin/python -m lab.engine_witnesses kv-thrash kv-template --save
+    .venv/bin/python -m lab.engine_witnesses --list
+
+The compute-heavier model is tests/realvllm/make_model.py ``--wide`` (VLLM_DIAG_WIDE_MODEL_DIR, made on first
+use). Minutes, not tens of minutes: every workload runs ~45-60 s of load after a ~30 s start.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gzip
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from lab.captures import capture_every
+from tests.realvllm.engine import (
+    REPO,
+    RealVLLM,
+    RequestResult,
+    make_text,
+    one_request,
+    tokens_per_word,
+    vllm_venv,
+)
+
+INTERVAL_S = 2.0
+FIXTURES = REPO / "tests" / "fixtures" / "vllm-0.32-witnesses"
+KV_SAMPLE = ["--kv-cache-metrics", "--kv-cache-metrics-sample", "1.0"]
+MIB = 1024 * 1024
+
+
+def wide_model_dir() -> Path:
+    return Path(os.environ.get("VLLM_DIAG_WIDE_MODEL_DIR") or Path.home() / ".cache/vllm-diag/wide-model")
+
+
+def ensure_wide_model() -> Path:
+    out = wide_model_dir()
+    if not (out / "model.safetensors").is_file():
+        subprocess.run([str(vllm_venv() / "bin" / "python"), str(REPO / "tests/realvllm/make_model.py"), str(out),
+                        "--wide"], check=True)
+    return out
+
+
+PromptFn = Callable[[int, random.Random, float], str]
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One engine and one closed-loop load on it."""
+
+    about: str
+    prompt: PromptFn  # (request number, rng, tokens per word) -> prompt text
+    clients: int
+    max_tokens: int
+    seconds: float
+    slo: dict[str, float]
+    wide: bool = True
+    engine: dict[str, Any] = field(default_factory=dict)  # RealVLLM keyword arguments
+
+
+def _unique(tokens: int) -> PromptFn:
+    return lambda i, rng, ratio: make_text(tokens, rng, ratio)
+
+
+# K documents of DOC tokens; each request one of them, chosen at random, and a short question of its own.
+DOCS, DOC_TOKENS = 32, 448
+_DOC_TEXT = [make_text(DOC_TOKENS, random.Random(1000 + k)) for k in range(DOCS)]
+
+
+def _documents(i: int, rng: random.Random, ratio: float) -> str:
+    return _DOC_TEXT[rng.randrange(DOCS)] + make_text(16, rng, ratio)
+
+
+# A template whose head is stable (two blocks), then a field that changes on every request (a timestamp, a
+# request id), then the same long body: the body never repeats as a prefix.
+_HEAD, _BODY = make_text(64, random.Random(7)), make_text(384, random.Random(8))
+
+
+def _changing_template(i: int, rng: random.Random, ratio: float) -> str:
+    return _HEAD + f" {time.time_ns()} {i}" + _BODY + make_text(16, rng, ratio)
+
+
+COMPUTE_SLO = {"ttft_p95_seconds": 0.5, "itl_p95_seconds": 0.1}
+KV_ENGINE = {"kv_cache_memory_bytes": 3 * MIB, "max_num_batched_tokens": 512, "max_num_seqs": 8,
+             "extra_args": KV_SAMPLE}
+
+WORKLOADS: dict[str, Workload] = {
+    "long-512": Workload("8 clients, ~900-token unique prompts, budget 512", _unique(900), 8, 48, 60, COMPUTE_SLO,
+                         engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
+    "long-128": Workload("8 clients, ~900-token unique prompts, budget 128", _unique(900), 8, 48, 60, COMPUTE_SLO,
+                         engine={"max_num_batched_tokens": 128, "kv_cache_memory_bytes": 16 * MIB}),
+    "long-uniform": Workload("12 clients, ~900-token unique prompts, 8 output tokens each, budget 512: prefill in "
+                             "every step", _unique(900), 12, 8, 60, COMPUTE_SLO,
+                             engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
+    "healthy": Workload("2 clients, ~100-token prompts, budget 512", _unique(100), 2, 48, 45, COMPUTE_SLO,
+                        engine={"max_num_batched_tokens": 512, "kv_cache_memory_bytes": 16 * MIB}),
+    "queue-small-steps": Workload("8 clients on 2 sequences, ~40-token prompts, budget 512", _unique(40), 8, 48,
+                                  45, COMPUTE_SLO,
+                                  engine={"max_num_batched_tokens": 512, "max_num_seqs": 2,
+                                          "kv_cache_memory_bytes": 16 * MIB}),
+    "kv-thrash": Workload(f"4 clients, one of {DOCS} {DOC_TOKENS}-token documents at random (a working set of "
+                          f"{DOCS * DOC_TOKENS} tokens over a 3072-token pool) + 16 own tokens", _documents, 4, 16,
+                          60, COMPUTE_SLO, engine=KV_ENGINE),
+    "kv-template": Workload("4 clients, a 64-token stable head, a changing field, the same 384-token body + 16 own "
+                            "tokens (never repeats past the head)", _changing_template, 4, 16, 60, COMPUTE_SLO,
+                            engine=KV_ENGINE),
+}
+
+
+async def _client(base_url: str, w: Workload, seed: int, stop_at: float, counter: list[int],
+                  results: list[RequestResult]) -> None:
+    rng = random.Random(seed)
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=120)) as session:
+        ratio = await tokens_per_word(base_url, session)
+        while time.monotonic() < stop_at:
+            counter[0] += 1
+            results.append(await one_request(session, base_url, w.prompt(counter[0], rng, ratio), w.max_tokens))
+
+
+async def _drive(engine: RealVLLM, w: Workload, out: Path, name: str) -> list[RequestResult]:
+    stop = asyncio.Event()
+    capture = asyncio.create_task(capture_every(engine.metrics_url, out, stop, name, INTERVAL_S))
+    await asyncio.sleep(INTERVAL_S)  # one idle scrape first: the window starts before the load
+    results: list[RequestResult] = []
+    counter = [0]
+    stop_at = time.monotonic() + w.seconds
+    await asyncio.gather(*(_client(engine.base_url, w, 100 + c, stop_at, counter, results)
+                           for c in range(w.clients)))
+    stop.set()
+    await capture
+    return results
+
+
+def run(name: str, save: bool) -> dict[str, Any]:
+    w = WORKLOADS[name]
+    model = ensure_wide_model() if w.wide else None
+    raw = Path(tempfile.mkdtemp(prefix=f"witness-{name}-"))
+    with RealVLLM(model=model, **w.engine) as engine:
+        t0 = time.monotonic()
+        results = asyncio.run(_drive(engine, w, raw, name))
+        elapsed = time.monotonic() - t0
+        facts = engine.engine_facts()
+    dest = FIXTURES / name if save else raw / "fixture"
+    shutil.rmtree(dest, ignore_errors=True)
+    dest.mkdir(parents=True)
+    for path in sorted(raw.glob(f"{name}-*.txt")):
+        with gzip.open(dest / (path.name + ".gz"), "wt", compresslevel=9) as fh:
+            fh.write(trimmed(path.read_text()))
+    (dest / "vllm-diag.yaml").write_text(json.dumps({
+        "slo": w.slo, "targets": [{"name": name, "url": "http://127.0.0.1:1/metrics", "engine": facts}]},
+        indent=2) + "\n")
+    doc = diagnose(dest)
+    shutil.rmtree(raw, ignore_errors=True)
+    ok = [r for r in results if r.ok]
+    ttfts = sorted(r.ttft_s for r in ok if r.ttft_s is not None)
+    sig = doc.get("signals", {})
+    return {"workload": name, "about": w.about, "requests": len(results), "ok": len(ok), "seconds": round(elapsed),
+            "client_ttft_p95": round(ttfts[int(0.95 * (len(ttfts) - 1))], 3) if ttfts else None,
+            "verdict": doc.get("verdict", {}).get("layer"),
+            "causes": [(c["id"], c["strength"], c["informational"], c["evidence"]) for s in doc.get("symptoms", [])
+                       for c in s["causes"]],
+            "signals": {k: sig.get(k) for k in sig if any(word in k for word in (
+                "ttft", "itl", "prefill", "queue", "prompt", "step", "prefix", "kv_cache_usage", "preempt",
+                "block", "budget", "render"))}}
+
+
+def diagnose(folder: Path) -> dict[str, Any]:
+    """``vllm-diag diagnose FOLDER --format json`` of the project's venv."""
+    out = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", str(folder), "--format", "json"],
+                         check=True, capture_output=True, text=True, cwd=REPO)
+    doc: dict[str, Any] = json.loads(out.stdout)["targets"][0]
+    return doc
+
+
+def trimmed(text: str) -> str:
+    """A capture without what nothing reads (python_* families, the *_created twins): a smaller fixture."""
+    keep = []
+    for line in text.splitlines():
+        parts = line.split()
+        name = parts[2] if line.startswith("# ") and len(parts) > 2 else line.split("{")[0].split(" ")[0]
+        if name.startswith("python_") or name.endswith("_created"):
+            continue
+        keep.append(line)
+    return "\n".join(keep) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.engine_witnesses", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("workloads", nargs="*")
+    parser.add_argument("--save", action="store_true", help=f"write the captures under {FIXTURES}")
+    parser.add_argument("--list", action="store_true")
+    args = parser.parse_args(argv)
+    if args.list or not args.workloads:
+        for name, w in WORKLOADS.items():
+            print(f"{name}: {w.about}")
+        return 0
+    unknown = [n for n in args.workloads if n not in WORKLOADS]
+    if unknown:
+        print(f"unknown workload(s): {', '.join(unknown)}; --list names them", file=sys.stderr)
+        return 2
+    for name in args.workloads:
+        print(json.dumps(run(name, args.save)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,99 @@
+"""The engine's own witnesses on real vLLM 0.32 captures (CPU build; tests/fixtures/vllm-0.32-witnesses, made by
+``python -m lab.engine_witnesses NAME --save``): each folder is one short load judged as one window by
+``vllm-diag diagnose DIR``, with the engine facts and objectives of its vllm-diag.yaml."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+from exporter.cli import main
+
+WITNESSES = Path(__file__).parents[1] / "fixtures" / "vllm-0.32-witnesses"
+
+
+@functools.cache
+def _judged(name: str) -> dict[str, Any]:
+    """``vllm-diag diagnose DIR --format json`` of one fixture folder, in this process (once per folder)."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diagnose", str(WITNESSES / name), "--format", "json"]) == 0
+    doc: dict[str, Any] = json.loads(out.getvalue())["targets"][0]
+    return doc
+
+
+def _causes(doc: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["id"]: c for s in doc["symptoms"] for c in s["causes"]}
+
+
+def _counting(doc: dict[str, Any]) -> set[str]:
+    return {cid for cid, c in _causes(doc).items() if not c["informational"]}
+
+
+def test_block_witness_tells_a_working_set_larger_than_the_pool_from_a_changing_template() -> None:
+    thrash, template = _judged("kv-thrash"), _judged("kv-template")
+    # Both hurt: the first-token objective is missed with the prefix cache low.
+    for doc in (thrash, template):
+        assert doc["objectives"]["ttft"]["met"] is False
+        assert doc["signals"]["prefix_cache_hit_ratio"] < 0.3
+        assert doc["signals"]["kv_block_evictions"] >= 20
+    # The pool evicted blocks prompts had reused: F6 (KV layer), quoting lifetimes and reuse gaps.
+    evicted = _causes(thrash)
+    assert "F6" in evicted and "F" not in evicted
+    # The hits land on blocks the pool later evicts (10 % of their lives before a hit, against a 16 % hit ratio).
+    assert thrash["signals"]["kv_block_hit_life_share"] >= 0.25 * thrash["signals"]["prefix_cache_hit_ratio"] > 0
+    text = " ".join(evicted["F6"]["evidence"])
+    assert "sampled KV blocks evicted" in text and "reuse gaps per evicted block" in text
+    # The template changes before the shared part: no evicted block was ever reused (F, fix the template).
+    never = _causes(template)
+    assert "F" in never and "F6" not in never
+    # The hits land on the stable head, which stays: the evicted blocks never had one.
+    assert template["signals"]["kv_block_hit_life_share"] < 0.01 < template["signals"]["prefix_cache_hit_ratio"]
+    assert "no evicted block was reused while it lived" in " ".join(never["F"]["evidence"])
+
+
+def test_long_prompts_on_a_compute_bound_engine_read_a_named_cause() -> None:
+    for name in ("long-512", "long-128"):
+        doc = _judged(name)
+        assert doc["objectives"]["ttft"]["met"] is False, name
+        assert doc["verdict"]["layer"] in ("request", "scheduler"), (name, doc["verdict"])
+        counting = _counting(doc)
+        assert not counting & {"A0", "B0"}, (name, counting)
+        assert counting & {"A1", "A4"}, (name, counting)
+
+
+def test_steps_at_the_budget_show_in_the_evidence_of_the_cause_that_names_it() -> None:
+    doc = _judged("long-128")
+    named = _causes(doc)
+    budget_cause = next(cid for cid in ("A4", "A1") if cid in named)
+    assert "completed above max_num_batched_tokens 128" in " ".join(named[budget_cause]["evidence"])
+
+
+def test_steps_carrying_the_budget_corroborate_b1_and_point_a_queue_at_the_budget() -> None:
+    # 12 clients, 900-token prompts, 8 outputs each at budget 512: a prefill chunk in every step.
+    doc = _judged("long-uniform")
+    named = _causes(doc)
+    assert doc["signals"]["prefill_tokens_per_step"] >= 0.5 * 512
+    assert "B1" in named and "B0" not in named
+    assert "of the budget" in named["B1"]["evidence"][-1]
+    assert "requests wait for the token budget, not for the concurrency cap" in " ".join(named["A2"]["evidence"])
+    assert "max_num_seqs" not in " ".join(a["action"] for a in named["A2"]["actions"])
+
+
+def test_a_queue_with_steps_far_below_the_budget_does_not_name_the_budget() -> None:
+    doc = _judged("queue-small-steps")
+    named = _causes(doc)
+    assert "A2" in named and not {"A4", "B2"} & set(named)
+    assert "the budget never bound" in " ".join(named["A2"]["evidence"])
+    actions = " ".join(a["action"] for a in named["A2"]["actions"])
+    assert "max_num_seqs" in actions and "max_num_batched_tokens" not in actions
+
+
+def test_a_healthy_load_on_the_compute_heavier_model_stays_none() -> None:
+    doc = _judged("healthy")
+    assert doc["objectives"]["ttft"]["met"] is True and doc["objectives"]["itl"]["met"] is True
+    assert doc["verdict"]["layer"] == "none" and _counting(doc) == set()
