@@ -4,7 +4,7 @@ Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must r
 - the vLLM name catalog (``exporter.catalog.metrics.wire_names()``) or ``EXTRA_VLLM_NAMES``
   below (real vLLM names the catalog does not need; a test checks each against a real capture),
 - a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.publish.exported``, which the
-  collector is a loop over; ``_total`` on counters),
+  /metrics exposition is a loop over; ``_total`` on counters),
 - a recording rule we generate, or
 - a Prometheus built-in series (``up``, and ``ALERTS``, which the dashboards' alert annotation reads).
 A typo in a panel or rule then fails the test suite instead of showing "No data" in production.
@@ -58,7 +58,7 @@ def variable_query_expr(query: str) -> str:
 
 
 def diag_names() -> frozenset[str]:
-    """Sample names of the families the sidecar exports (the catalog the collector loops over)."""
+    """Sample names of the families the sidecar exports (the catalog the /metrics exposition loops over)."""
     return sample_names()
 
 
