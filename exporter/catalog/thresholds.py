@@ -307,6 +307,10 @@ class Thresholds:
         "Scale-in needs the demand to stay below this share of scale_target_utilization on every evaluation of "
         "the stabilisation window (the sidecar's window): until then a replica asks for itself at least.",
         0.1, 1)
+    scale_down_stabilization_seconds: float = threshold(300, "seconds",
+        "The generated HPA's and KEDA's scale-down stabilisation window: a replica is removed only when every "
+        "recommendation of this long asks for fewer (the HPA's default). Raise it for traffic with dips shorter "
+        "than a replica's start-up.", 0, 3600)
 
     def __post_init__(self) -> None:
         values = self.as_dict()

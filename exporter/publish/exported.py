@@ -420,16 +420,16 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
                    each_ok_state(_pending)),
     # scaling on the diagnosis (exporter/scaling.py; issue 51): KEDA / HPA read these, summed per model
     ExportedMetric(PREFIX + "scale_helps", "gauge", "",
-                   "vllm-diag: 1 when more replicas would relieve the target's active cause (a capacity cause: "
+                   "1 when more replicas would relieve the target's active cause (a capacity cause: "
                    "queue, kv_pool, batch_slots), else 0; reason names why (cpu, configuration, prefix_breakage, "
                    "transfer, workload, unknown, none).",
                    (*TM, "reason"), each_state(lambda s: [([*_tm(s), s.scaling.reason], float(s.scaling.helps))])),
     ExportedMetric(PREFIX + "desired_replicas", "gauge", "",
-                   "vllm-diag: replicas this target's traffic needs at the objectives (1: itself; summed per "
+                   "replicas this target's traffic needs at the objectives (1: itself; summed per "
                    "model it is the model's replica count); never more than 1 while a non-capacity cause acts.",
                    TM, each_state(lambda s: [(_tm(s), s.scaling.desired_replicas)])),
     ExportedMetric(PREFIX + "scale_utilization_ratio", "gauge", "ratio",
-                   "vllm-diag: demand on the binding resource (layer: scheduler = batch slots, kv_cache = KV pool) "
+                   "demand on the binding resource (layer: scheduler = batch slots, kv_cache = KV pool) "
                    "over its capacity; stat now (this evaluation) or peak (over the stabilisation window).",
                    (*TM, "layer", "stat"),
                    each_ok_state(lambda s: [([*_tm(s), s.scaling.layer or "", stat], value) for stat, value in (
