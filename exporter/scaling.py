@@ -122,7 +122,10 @@ def utilization(signals: Signals, max_num_seqs: int | None) -> tuple[float | Non
     waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
     if running is None:
         return None, None
-    demand = running + (waiting or 0.0)
+    # A queue longer than the batch says "at least twice the capacity", not how much more: the backlog is a
+    # stock that grows while the arrivals exceed the throughput, so counted whole it would ask for replicas
+    # in proportion to how long the overload has lasted. The autoscaler re-reads the signal every sync.
+    demand = running + min(waiting or 0.0, max(running, 1.0))
     candidates: list[tuple[float, str]] = []
     if max_num_seqs:
         candidates.append((demand / max_num_seqs, "scheduler"))
@@ -155,21 +158,28 @@ class ScaleTracker:
 
     def __init__(self, window_seconds: float, recent_evaluations: int) -> None:
         self._readings: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        # the mean of each evaluation's recent readings: the peak the stabilisation window holds is of these,
+        # so one scrape's Poisson spike does not hold a replica for a whole window
+        self._recent_means: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
         self._recent = max(1, recent_evaluations)
 
     def assess(self, now: float, diagnosed: bool, verdict_layer: str, causes: Iterable[ActiveCause],
                signals: Signals | None, max_num_seqs: int | None, t: Thresholds) -> ScaleSignal:
         if not diagnosed or signals is None:
             self._readings.trim(now)
+            self._recent_means.trim(now)
             return HOLD
         value, layer = utilization(signals, max_num_seqs)
         if value is None:
             self._readings.trim(now)
+            self._recent_means.trim(now)
             recent = peak = None
         else:
             self._readings.push(now, value)
             newest = [v for _, v in self._readings.newest(self._recent)]
-            recent, peak = sum(newest) / len(newest), max(self._readings)
+            recent = sum(newest) / len(newest)
+            self._recent_means.push(now, recent)
+            peak = max(self._recent_means)
         reason, cause = classify(verdict_layer, causes)
         helps = reason in CAPACITY_REASONS
         return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))
