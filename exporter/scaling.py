@@ -95,37 +95,46 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 3)
 
 
-def classify(verdict_layer: str, causes: Iterable[ActiveCause]) -> tuple[str, str | None]:
+def classify(verdict_layer: str, causes: Iterable[ActiveCause],
+             cpu_starved: bool | None = None) -> tuple[str, str | None]:
     """(reason, cause id) for a diagnosed target: the verdict layer's strongest cause, unless a vetoing
-    cause acts anywhere; ``unknown`` for an unexplained verdict, ``none`` when nothing acts."""
-    acting = [c for c in causes if not c.informational]
+    cause acts anywhere; ``unknown`` for an unexplained verdict, ``none`` when nothing acts.
+
+    ``cpu_starved`` False (the CPU source reads no starvation over the recent horizon) sets the CPU causes
+    aside: what they still see is the backlog a starved spell left, which is the capacity's to drain."""
+    acting = [c for c in causes if not c.informational
+              and not (cpu_starved is False and REASON_BY_CAUSE.get(c.id) == "cpu")]
     if verdict_layer == "unknown":
         return "unknown", next((c.id for c in acting if REASON_BY_CAUSE.get(c.id) == "unknown"), None)
     vetoes = sorted((c for c in acting if REASON_BY_CAUSE.get(c.id) in VETO_REASONS), key=lambda c: -c.strength)
     if vetoes:
         return REASON_BY_CAUSE[vetoes[0].id], vetoes[0].id
-    on_verdict = sorted((c for c in acting if c.layer == verdict_layer), key=lambda c: -c.strength)
-    if verdict_layer == "none" or not on_verdict:
+    if verdict_layer == "none" or not acting:
         return "none", None
-    # A non-capacity cause on the verdict layer wins over a capacity one beside it: fix it first.
+    # The verdict layer's causes first; with none left (a CPU verdict set aside), the strongest of the rest.
+    on_verdict = sorted((c for c in acting if c.layer == verdict_layer), key=lambda c: -c.strength) or sorted(
+        acting, key=lambda c: -c.strength)
+    # A non-capacity cause wins over a capacity one beside it: fix it first.
     holding = [c for c in on_verdict if REASON_BY_CAUSE.get(c.id, "unknown") not in CAPACITY_REASONS]
     top = holding[0] if holding else on_verdict[0]
     return REASON_BY_CAUSE.get(top.id, "unknown"), top.id
 
 
-def utilization(signals: Signals, max_num_seqs: int | None) -> tuple[float | None, str | None]:
-    """(demand / capacity, layer) of the binding resource now: requests running and waiting for capacity
-    against the batch slots (max_num_seqs) and against the KV pool (its usage grown by the waiting
-    requests, at the running requests' mean footprint). None when neither can be read."""
+def utilization(signals: Signals, max_num_seqs: int | None,
+                queued: float | None = None) -> tuple[float | None, str | None]:
+    """(demand / capacity, layer) of the binding resource now: the requests running plus the slots the
+    queue needs (``queued``), against the batch slots (max_num_seqs) and against the KV pool (its usage
+    grown in proportion, at the running requests' mean footprint). None when neither can be read.
+
+    Without ``queued``, the waiting requests count up to one more batch: the backlog is a stock that grows
+    while arrivals exceed the throughput, so counted whole it asks for replicas in proportion to how long
+    an overload has lasted, not to how far it exceeds the capacity."""
     s = signals.scheduler
     running = s.running
     waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
     if running is None:
         return None, None
-    # A queue longer than the batch says "at least twice the capacity", not how much more: the backlog is a
-    # stock that grows while the arrivals exceed the throughput, so counted whole it would ask for replicas
-    # in proportion to how long the overload has lasted. The autoscaler re-reads the signal every sync.
-    demand = running + min(waiting or 0.0, max(running, 1.0))
+    demand = running + (queued if queued is not None else min(waiting or 0.0, max(running, 1.0)))
     candidates: list[tuple[float, str]] = []
     if max_num_seqs:
         candidates.append((demand / max_num_seqs, "scheduler"))
@@ -146,8 +155,10 @@ def desired(helps: bool, reason: str, recent: float | None, peak: float | None, 
     target = t.scale_target_utilization
     if helps:
         return max(1.0, recent / target)
-    if recent / target > 1.0:
-        return recent / target  # no cause yet, but the binding resource is past the target: ask ahead
+    if recent / target > 1.0 / t.scale_in_headroom:
+        # no cause yet, but the binding resource is clearly past the target: ask ahead. The band between
+        # this and the scale-in line keeps a replica just removed from being asked back at the next wobble.
+        return recent / target
     if peak / target < t.scale_in_headroom:
         return peak / target
     return 1.0
@@ -162,6 +173,26 @@ class ScaleTracker:
         # so one scrape's Poisson spike does not hold a replica for a whole window
         self._recent_means: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
         self._recent = max(1, recent_evaluations)
+        self._window = window_seconds
+        self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+
+    def queued(self, now: float, signals: Signals) -> float | None:
+        """The batch slots the queue needs: its growth over the newest third of the window (arrivals past the
+        throughput) and its backlog drained over one window, each times a request's time in the engine."""
+        s = signals.scheduler
+        waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
+        service = signals.latency.inference_mean
+        if waiting is None:
+            self._waiting.trim(now)
+            return None
+        self._waiting.push(now, waiting)
+        if service is None:
+            return None
+        horizon = self._window / 3
+        then, before = next(((t0, w) for t0, w in self._waiting.newest(len(self._waiting)) if now - t0 <= horizon),
+                            (now, waiting))
+        growth = (waiting - before) / (now - then) if now > then else 0.0
+        return (max(0.0, growth) + waiting / self._window) * service
 
     def assess(self, now: float, diagnosed: bool, verdict_layer: str, causes: Iterable[ActiveCause],
                signals: Signals | None, max_num_seqs: int | None, t: Thresholds) -> ScaleSignal:
@@ -169,7 +200,7 @@ class ScaleTracker:
             self._readings.trim(now)
             self._recent_means.trim(now)
             return HOLD
-        value, layer = utilization(signals, max_num_seqs)
+        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals))
         if value is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
@@ -180,6 +211,7 @@ class ScaleTracker:
             recent = sum(newest) / len(newest)
             self._recent_means.push(now, recent)
             peak = max(self._recent_means)
-        reason, cause = classify(verdict_layer, causes)
+        score = signals.cpu.starvation_score
+        reason, cause = classify(verdict_layer, causes, None if score is None else score >= t.cpu_starvation_score)
         helps = reason in CAPACITY_REASONS
         return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))

@@ -200,6 +200,7 @@ class Score:
     timeline: list[tuple[float, int]]  # (time, replicas) after each change
     verdicts: dict[str, dict[str, int]]  # episode kind -> sidecar reason -> evaluations (diagnosis policy)
     trace: list[tuple[float, int, float | None, str]] = field(default_factory=list)  # (t, replicas, metric, note)
+    burning: list[int] = field(default_factory=list)  # the minutes that burn
 
 
 def _config_at(x: Experiment, replica: Replica, t: float) -> EngineConfig:
@@ -327,10 +328,11 @@ def _score(policy: str, x: Experiment, replicas: list[Replica], sent: dict[int, 
         total[m] += 1
         if ttft.get(rid, math.inf) > TTFT_THRESHOLD_S:
             bad[m] += 1
-    burn = sum(1 for n, b in zip(total, bad, strict=True) if n and b / n > 1.0 - TTFT_TARGET)
+    burning = [m for m, (n, b) in enumerate(zip(total, bad, strict=True)) if n and b / n > 1.0 - TTFT_TARGET]
     end = x.duration_s
     hours = sum(((r.gone if r.gone is not None else end) - max(r.created, 0.0)) for r in replicas) / 3600.0
     moves = [(t, n - p) for (_, p), (t, n) in zip(timeline, timeline[1:])]
     changes = [t for (_, a), (t, b) in zip(moves, moves[1:]) if (a > 0) != (b > 0)]
     per_10 = max((sum(1 for c in changes if s <= c < s + 600) for s in changes), default=0)
-    return Score(policy, burn, hours, added, len(changes), per_10, max(n for _, n in timeline), timeline, verdicts)
+    return Score(policy, len(burning), hours, added, len(changes), per_10, max(n for _, n in timeline), timeline,
+                 verdicts, burning=burning)

@@ -127,3 +127,22 @@ def test_simulated_scenarios_through_the_pipeline(scenario: str, helps: bool, re
     else:
         assert s.desired_replicas == 1.0
     assert state.to_dict()["scaling"]["reason"] == reason
+
+
+def test_a_cpu_cause_without_starvation_now_leaves_its_backlog_to_the_capacity() -> None:
+    causes = [C("A3", "cpu", 0.9), C("A2", "scheduler", 0.5)]
+    assert classify("cpu", causes, cpu_starved=True) == ("cpu", "A3")
+    assert classify("cpu", causes, cpu_starved=None) == ("cpu", "A3")  # no CPU source: the cause stands
+    assert classify("cpu", causes, cpu_starved=False) == ("queue", "A2")
+    assert classify("cpu", [C("A3", "cpu")], cpu_starved=False) == ("none", None)
+
+
+def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None:
+    tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
+    base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.3, inference_mean=8.0)
+    assert tracker.queued(0.0, base) == 0.0
+    # 60 more waiting within a minute: one request a second past the throughput, and a backlog of 60
+    grown = tracker.queued(60.0, signals_with(base, waiting=60.0))
+    assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
+    # the same backlog, steady: only its drain counts
+    assert tracker.queued(180.0, signals_with(base, waiting=60.0)) == pytest.approx(60 / 180 * 8.0)
