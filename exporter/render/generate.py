@@ -47,7 +47,7 @@ GENERATORS: Mapping[str, Callable[[rules.Options | None], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,
     "docs": _docs_outputs,
-    "scaling": lambda options: autoscaling.render_files(),  # KEDA, HPA, prometheus-adapter (issue 51)
+    "scaling": lambda o: autoscaling.render_for(o.thresholds if o else None),  # KEDA, HPA, adapter (issue 51)
 }
 OWNED_DIRS_BY_GENERATOR: Mapping[str, tuple[str, ...]] = {
     "rules": ("alert_rules", "docs/runbooks"),

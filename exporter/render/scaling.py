@@ -19,7 +19,7 @@ Files (``vllm-diag render scaling``; ``render all --check`` fails on drift):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import yaml
@@ -174,6 +174,14 @@ def adapter_config(a: Autoscaling = DEFAULT) -> str:
 
 def render_files(a: Autoscaling = DEFAULT) -> dict[str, str]:
     return {KEDA: scaled_object(a), HPA: hpa(a), ADAPTER: adapter_config(a)}
+
+
+def render_for(thresholds: Mapping[str, float] | None) -> dict[str, str]:
+    """The files with a deployment's thresholds (``render --config``): its scale-down stabilisation window."""
+    if thresholds is None:
+        return render_files()
+    return render_files(replace(DEFAULT, scale_down_stabilization_seconds=int(
+        thresholds["scale_down_stabilization_seconds"])))
 
 
 def adapter_query(matchers: Mapping[str, str], group_by: tuple[str, ...] = ("namespace",),
