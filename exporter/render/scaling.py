@@ -59,7 +59,7 @@ class Autoscaling:
     namespace: str = "default"  # where the Deployment and its sidecars run
     service: str = "vllm-diag"  # the sidecars' Service: Prometheus Operator labels their series service=...
     model_name: str = "Qwen/Qwen2.5-1.5B-Instruct"  # the served model (the series' model_name)
-    min_replicas: int = 1
+    min_replicas: int = 2  # one starved, restarting or rolling replica never leaves the model without another
     max_replicas: int = 8
     sync_seconds: int = 15  # the HPA controller's sync period; KEDA's pollingInterval
     tolerance: float = 0.1  # the HPA controller's default: no change while |ratio - 1| <= 10 %

@@ -15,6 +15,9 @@ sync period (15 s) the HPA (lab/scaling/hpa.py) reads its metric from the replic
 * ``diagnosis``: the sidecars' ``vllm_diag_desired_replicas`` summed, target 1, each replica's from the real
   sidecar pipeline (exporter/pipeline.py) scraping its engine every ``SCRAPE_S``.
 
+The CPU episode starves the oldest half of the replicas serving when it starts (at least one, never
+all: a node's worth); the transfer episode's path is shared by the fleet.
+
 Score (``Score``): minutes in which the first-token objective burns (the share of that minute's requests
 whose first token came later than the objective's threshold, or never, exceeds the error budget),
 replica-hours (from creation until drained), replicas added while a non-capacity episode acts, and
@@ -57,8 +60,10 @@ SLO = {"ttft": {"threshold_seconds": TTFT_THRESHOLD_S, "target": TTFT_TARGET},
 # about 85 % (2500 blocks of 16 tokens), so queue depth and KV usage both move as load nears capacity.
 ENGINE = EngineConfig(max_num_seqs=32, max_model_len=8192, num_gpu_blocks_override=2500)
 # The transfer episode: the replicas take their prompts' KV from prefill instances through a KV connector
-# whose transport fell back to TCP on a congested link (0.3 GB/s); the rest of the time they prefill locally.
-SLOW_LINK = 0.3e9
+# whose transport fell back to TCP on one congested path that all of them share (0.6 GB/s in all, split
+# among the replicas that serve: a replica added gets its share of the same path, not a link of its own);
+# the rest of the time they prefill locally.
+SHARED_SLOW_PATH = 0.6e9
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +71,7 @@ class Episode:
     kind: str  # burst, cpu, template, transfer
     start_s: float
     stop_s: float
-    replicas: tuple[int, ...] = ()  # cpu: which replicas (by creation order) starve
+    share: float = 0.5  # cpu: the share of the serving replicas that starve (a node's worth; one stays healthy)
 
     @property
     def capacity(self) -> bool:
@@ -84,7 +89,7 @@ class Experiment:
     peak_rps: float = 9.0
     burst_rps: float = 6.0  # added during the burst
     episodes: tuple[Episode, ...] = (
-        Episode("cpu", 25 * 60.0, 40 * 60.0, replicas=(0, 1)),
+        Episode("cpu", 25 * 60.0, 40 * 60.0),
         Episode("burst", 60 * 60.0, 70 * 60.0),
         Episode("template", 110 * 60.0, 125 * 60.0),
         Episode("transfer", 145 * 60.0, 160 * 60.0),
@@ -203,12 +208,11 @@ class Score:
     burning: list[int] = field(default_factory=list)  # the minutes that burn
 
 
-def _config_at(x: Experiment, replica: Replica, t: float) -> EngineConfig:
+def _config_at(x: Experiment, replica: Replica, t: float, serving: int, starved: set[int]) -> EngineConfig:
     cfg = ENGINE
     if x.active("transfer", t):
-        cfg = replace(cfg, kv_role="kv_consumer", kv_transfer_bandwidth=SLOW_LINK)
-    cpu = x.active("cpu", t)
-    if cpu is not None and replica.index in cpu.replicas:
+        cfg = replace(cfg, kv_role="kv_consumer", kv_transfer_bandwidth=SHARED_SLOW_PATH / max(1, serving))
+    if x.active("cpu", t) and replica.index in starved:
         cfg = replace(cfg, cpu_share=x.cpu_share, frontend_cost_scale=x.frontend_cost_scale)
     return cfg
 
@@ -257,6 +261,7 @@ def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAU
     added_in_non_capacity = 0
     verdicts: dict[str, dict[str, int]] = {}
     trace: list[tuple[float, int, float | None, str]] = []
+    starved: set[int] = set()  # replicas the CPU episode starves
     t, dt = 0.0, 1.0
     while t < x.duration_s:
         t_next = t + dt
@@ -270,8 +275,14 @@ def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAU
                 choice.assigned += 1
             sent[nxt.rid] = nxt.arrival
             nxt = next(arrivals, None)
+        cpu = x.active("cpu", t)
+        if cpu is None:
+            starved.clear()
+        elif not starved:  # the episode starts: the oldest share of the serving replicas, one kept healthy
+            count = min(len(serving) - 1, max(1, int(len(serving) * cpu.share)))
+            starved.update(r.index for r in sorted(serving, key=lambda r: r.created)[:count])
         for r in live:
-            cfg = _config_at(x, r, t)
+            cfg = _config_at(x, r, t, len(serving), starved)
             if cfg != r.engine.cfg:
                 r.engine.reconfigure(cfg)
             r.engine.advance_to(t_next)
@@ -284,7 +295,7 @@ def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAU
                 state = r.pipeline.ingest(ScrapeResult(START_UNIX + t_next, 0.01, body))
                 r.desired, r.helps, r.reason = state.scaling.desired_replicas, state.scaling.helps, state.scaling.reason
                 for e in x.episodes:
-                    if e.active(t_next) and (e.kind != "cpu" or r.index in e.replicas):
+                    if e.active(t_next) and (e.kind != "cpu" or r.index in starved):
                         counts = verdicts.setdefault(e.kind, {})
                         counts[r.reason] = counts.get(r.reason, 0) + 1
         if int(t_next) % int(SYNC_S) == 0:
