@@ -68,12 +68,12 @@ def test_keda_and_hpa_come_from_one_source() -> None:
 def test_both_queries_sum_the_models_sidecars_under_promtool(tmp_path: Path) -> None:
     """Three replicas of the model (one CPU-starved: it asks for itself), one of another model, one in
     another namespace: KEDA's query and the adapter's each read the model's 3.5 replicas, and follow the
-    series as they move (the burst's replica asks for 2.4)."""
+    series as they move (the burst's replica asks for 2.5)."""
     a = scaling.DEFAULT
     sel = f'namespace="{a.namespace}",service="{a.service}"'
     series = [
-        (f'{{{sel},target="vllm-0",model_name="{a.model_name}"}}', "1.2 1.2 2.4"),
-        (f'{{{sel},target="vllm-1",model_name="{a.model_name}"}}', "1.3 1.3 1.3"),
+        (f'{{{sel},target="vllm-0",model_name="{a.model_name}"}}', "1.25 1.25 2.5"),
+        (f'{{{sel},target="vllm-1",model_name="{a.model_name}"}}', "1.25 1.25 1.25"),
         (f'{{{sel},target="vllm-2",model_name="{a.model_name}"}}', "1 1 1"),  # starved: 1, never more
         (f'{{{sel},target="other-0",model_name="other"}}', "5 5 5"),
         (f'{{namespace="elsewhere",service="{a.service}",target="vllm-0",model_name="{a.model_name}"}}', "7 7 7"),
@@ -88,7 +88,7 @@ def test_both_queries_sum_the_models_sidecars_under_promtool(tmp_path: Path) -> 
             "input_series": [{"series": scaling.METRIC + labels, "values": values} for labels, values in series],
             "promql_expr_test": [
                 {"expr": a.query(), "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 3.5}]},
-                {"expr": a.query(), "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 4.7}]},
+                {"expr": a.query(), "eval_time": "2m", "exp_samples": [{"labels": "{}", "value": 4.75}]},
                 {"expr": adapter, "eval_time": "1m",
                  "exp_samples": [{"labels": f'{{namespace="{a.namespace}"}}', "value": 3.5}]},
                 {"expr": f"count({seriesq})", "eval_time": "1m", "exp_samples": [{"labels": "{}", "value": 5}]},
