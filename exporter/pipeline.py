@@ -26,6 +26,7 @@ from exporter.facts.resolve import engine_facts, resolve
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture, recorded_config
+from exporter.scaling import HOLD, ScaleTracker
 from exporter.signals import HostInputs, compute
 from exporter.state import (
     SCRAPE_ERROR_REASONS,
@@ -60,6 +61,7 @@ class TargetPipeline:
         self.tracker = VerdictTracker()
         self.host_probe = host_probe
         self._recent = int(self.thresholds.recent_evaluations)
+        self.scale = ScaleTracker(settings.window_seconds, self._recent)  # scaling on the diagnosis (issue 51)
         # DCGM utilisation readings 0..1 over the window (point samples, no baseline): the rules read the mean of
         # the newest recent_evaluations, the window's mean is published beside it
         self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
@@ -108,7 +110,7 @@ class TargetPipeline:
         self.state = replace(
             self.state, status="down", evaluated_at=result.started_at, health=self._health, recording=self._recording(),
             diagnosis=replace(unknown_diagnosis(result.started_at), verdict=self.tracker.reset(result.started_at)),
-            objectives=unjudged, inputs=inputs.down(self.state.inputs),
+            objectives=unjudged, inputs=inputs.down(self.state.inputs), scaling=HOLD,
         )
         return self.state
 
@@ -234,6 +236,8 @@ class TargetPipeline:
         else:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"
+        scaling = self.scale.assess(now, status == "ok", diagnosis.verdict.layer, diagnosis.active_causes, signals,
+                                    engine_facts(facts).max_num_seqs, self.thresholds)
         self.state = TargetState(
             target=self.target.name, url=self.target.safe_url, status=status,
             window_seconds=self.settings.window_seconds,
@@ -241,7 +245,7 @@ class TargetPipeline:
             missing=signals.missing, last_scrape_at=latest.timestamp if latest is not None else None, engine=facts,
             rule_errors_total=dict(self.rule_errors_total), source_errors_total=dict(self.source_errors_total),
             advice=self.advice, advice_track=self.advice_track, objectives=judged, recording=self._recording(),
-            inputs=inputs.available(latest, self.target.cpu is not None, host),
+            inputs=inputs.available(latest, self.target.cpu is not None, host), scaling=scaling,
         )
         return self.state
 

@@ -14,6 +14,7 @@ from exporter.catalog.symptoms import LAYERS, UNKNOWN_NOT_JUDGED, UNKNOWN_UNEXPL
 from exporter.facts.base import Fact
 from exporter.objectives import ObjectiveStatus
 from exporter.record import RecordStatus
+from exporter.scaling import HOLD, ScaleSignal  # scaling on the diagnosis (issue 51)
 from exporter.signals import Signals
 
 # sleeping: vLLM's engine_sleep_state says every engine behind the target sleeps (/sleep); no rule judges it.
@@ -184,6 +185,7 @@ class TargetState:
     # The paging rules' inputs (catalog.metrics.WATCHED_INPUTS) -> available; empty before the first scrape.
     inputs: Mapping[str, bool] = field(default_factory=dict)
     recording: RecordStatus | None = None  # the target's record_dir recorder (exporter/record.py), when on
+    scaling: ScaleSignal = HOLD  # would more replicas help, and how many this target needs (exporter/scaling.py)
 
     def to_dict(self) -> dict[str, Any]:
         d = self.diagnosis
@@ -208,6 +210,7 @@ class TargetState:
             "objectives": {name: status.to_dict() for name, status in self.objectives.items()},
             "inputs": dict(self.inputs),
             "engine": {name: fact.to_dict() for name, fact in self.engine.items()},
+            "scaling": self.scaling.to_dict(),
             "missing": list(self.missing),
             "abstained": {k: list(v) for k, v in d.abstained.items()},
             "rule_errors": [{"cause": k, "error": v, "total": self.rule_errors_total.get(k, 0)}

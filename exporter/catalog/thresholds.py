@@ -413,6 +413,19 @@ class Thresholds:
         "model's CPU time grows in proportion, and a TTFT tail built by a slow queue needs the length "
         "(small-token-budget at 180 s: TTFT p95 calibration error -16 % replayed whole, -33 % at 90 s, -49 % "
         "at 60 s).", 10)
+    # -- scaling on the diagnosis (exporter/scaling.py; issue 51) ---------------------------
+    scale_target_utilization: float = threshold(0.8, "ratio",
+        "Share of a replica's binding capacity (batch slots, or the KV pool) the traffic may fill at the "
+        "objectives: the desired replicas are demand / capacity / this. Lower it for bursty traffic (more "
+        "headroom, more replicas); raise it when the objectives hold close to the cap.", 0.1, 1)
+    scale_in_headroom: float = threshold(0.9, "ratio",
+        "Scale-in needs the demand to stay below this share of scale_target_utilization on every evaluation of "
+        "the stabilisation window (the sidecar's window): until then a replica asks for itself at least.",
+        0.1, 1)
+    scale_down_stabilization_seconds: float = threshold(300, "seconds",
+        "The generated HPA's and KEDA's scale-down stabilisation window: a replica is removed only when every "
+        "recommendation of this long asks for fewer (the HPA's default). Raise it for traffic with dips shorter "
+        "than a replica's start-up.", 0, 3600)
 
     def __post_init__(self) -> None:
         values = self.as_dict()

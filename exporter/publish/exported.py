@@ -418,6 +418,22 @@ EXPORTED: tuple[ExportedMetric[Source], ...] = (
     ExportedMetric(PREFIX + "verdict_pending", "gauge", "",
                    "1 while the hysteresis holds back a different verdict (label layer).", (*TM, "layer"),
                    each_ok_state(_pending)),
+    # scaling on the diagnosis (exporter/scaling.py; issue 51): KEDA / HPA read these, summed per model
+    ExportedMetric(PREFIX + "scale_helps", "gauge", "",
+                   "1 when more replicas would relieve the target's active cause (a capacity cause: "
+                   "queue, kv_pool, batch_slots), else 0; reason names why (cpu, configuration, prefix_breakage, "
+                   "transfer, workload, unknown, none).",
+                   (*TM, "reason"), each_state(lambda s: [([*_tm(s), s.scaling.reason], float(s.scaling.helps))])),
+    ExportedMetric(PREFIX + "desired_replicas", "gauge", "",
+                   "replicas this target's traffic needs at the objectives (1: itself; summed per "
+                   "model it is the model's replica count); never more than 1 while a non-capacity cause acts.",
+                   TM, each_state(lambda s: [(_tm(s), s.scaling.desired_replicas)])),
+    ExportedMetric(PREFIX + "scale_utilization_ratio", "gauge", "ratio",
+                   "demand on the binding resource (layer: scheduler = batch slots, kv_cache = KV pool) "
+                   "over its capacity; stat now (this evaluation) or peak (over the stabilisation window).",
+                   (*TM, "layer", "stat"),
+                   each_ok_state(lambda s: [([*_tm(s), s.scaling.layer or "", stat], value) for stat, value in (
+                       ("now", s.scaling.utilization), ("peak", s.scaling.utilization_peak)) if value is not None])),
     # failures of the sidecar's own parts
     ExportedMetric(PREFIX + "rule_errors", "counter", "", "vllm-diag: rule evaluations that raised, by cause.",
                    ("target", "cause"),

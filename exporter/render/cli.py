@@ -38,7 +38,7 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                     "--check renders in memory and fails on any drift. Every run fails when a generated query "
                     "reads a series nobody exports, or a vLLM name that a supported release "
                     "(exporter/catalog/versions.py) lacks without the fallback name that release has.")
-    parser.add_argument("what", choices=("rules", "dashboards", "docs", "all"), help="which artefacts")
+    parser.add_argument("what", choices=("rules", "dashboards", "docs", "scaling", "all"), help="which artefacts")
     parser.add_argument("--check", action="store_true",
                         help="compare with the files on disk instead of writing; exit 1 on drift or orphans")
     parser.add_argument("--root", type=Path, default=Path.cwd(),

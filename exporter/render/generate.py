@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from exporter.render import dashboards, docs, kubernetes, rules, runbooks
+from exporter.render import scaling as autoscaling  # issue 51
 
 # Directories whose every file must come from a generator (others there are orphans), with the
 # file suffix they hold.
@@ -17,6 +18,7 @@ OWNED_DIRS: tuple[tuple[str, str], ...] = (
     ("alert_rules", ".yml"),
     ("docs/runbooks", ".md"),
     ("dashboards", ".json"),
+    (autoscaling.DIR, ".yaml"),
 )
 
 Outputs = Mapping[str, str]  # repo-relative path -> exact file content
@@ -45,11 +47,13 @@ GENERATORS: Mapping[str, Callable[[rules.Options | None], dict[str, str]]] = {
     "rules": _rules_outputs,
     "dashboards": _dashboard_outputs,
     "docs": _docs_outputs,
+    "scaling": lambda o: autoscaling.render_for(o.thresholds if o else None),  # KEDA, HPA, adapter (issue 51)
 }
 OWNED_DIRS_BY_GENERATOR: Mapping[str, tuple[str, ...]] = {
     "rules": ("alert_rules", "docs/runbooks"),
     "dashboards": ("dashboards",),
     "docs": (),  # three files in docs/, beside hand-written pages: no directory of its own
+    "scaling": (autoscaling.DIR,),
 }
 
 

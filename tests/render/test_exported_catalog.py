@@ -13,7 +13,7 @@ from exporter.publish.exposition import Exposition
 from exporter.render import dashboards, lint
 
 REPO = Path(__file__).resolve().parents[2]
-GENERATED = ("alert_rules", "dashboards", "docs/runbooks")
+GENERATED = ("alert_rules", "dashboards", "docs/runbooks", "deploy/kubernetes/autoscaling")
 NAME = re.compile(r"\bvllm_diag_[a-z0-9_]+")
 
 # Exported for people and tools reading /metrics, with no rule, panel or runbook of their own (why not):
@@ -37,6 +37,9 @@ NOT_IN_GENERATED: dict[str, str] = {
     "vllm_diag_record_bytes": "recording is a side feature: its folder size is for capacity dashboards",
     "vllm_diag_record_pruned_total": "retention at work, expected while recording",
     "vllm_diag_record_errors_total": "counted and logged once; the diagnosis never depends on recording",
+    # scaling on the diagnosis (issue 51): the autoscalers read vllm_diag_desired_replicas
+    "vllm_diag_scale_helps": "why the desired replicas hold (the reason label), for people and ad-hoc queries",
+    "vllm_diag_scale_utilization_ratio": "what the desired replicas are made of, for explaining a scaling decision",
 }
 
 

@@ -70,7 +70,7 @@ LAYERS: Mapping[str, Layer] = {
                      "the window's numbers, the objectives judged on it, the watched inputs"),
     "host cpu": Layer(("exporter.hostcpu.*",), ("signals",),
                       "CPU evidence from /proc and cgroupfs, reduced to the signals' HostInputs"),
-    "diagnosis": Layer(("exporter.state", "exporter.diagnosis.*"), ("signals", "sources"),
+    "diagnosis": Layer(("exporter.state", "exporter.diagnosis.*", "exporter.scaling"), ("signals", "sources"),
                        "rules, layer scores, verdict, and the published state that holds them"),
     "pipeline": Layer(("exporter.pipeline",), ("diagnosis",), "one target: parse -> window -> signals -> diagnosis"),
     "publish": Layer(("exporter.publish.*",), ("diagnosis",),

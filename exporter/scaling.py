@@ -1,0 +1,217 @@
+"""Scaling on the diagnosis: would more replicas relieve what holds this target back, and how many it needs.
+
+An autoscaler fed queue depth or KV usage adds replicas for causes replicas do not fix (a starved CPU, a
+token budget set too small, a prompt template that empties the prefix cache, a slow KV transfer) and
+removes them on a dip that is no spare capacity. Here the diagnosis decides:
+
+* ``helps``: the verdict's cause is a capacity cause (the queue, the KV pool, the batch slots). Any
+  other active cause, an ``unknown`` verdict or a target without a diagnosis says no, with the reason.
+* ``desired_replicas``: the replicas this target's traffic needs at the objectives, summed per model by
+  the autoscaler (KEDA or an HPA through prometheus-adapter, ``exporter/render/scaling.py``; an
+  ``AverageValue`` target of 1 makes the sum the replica count). It is the demand on the binding resource
+  (requests running and waiting for engine capacity, against ``max_num_seqs`` or the KV pool) over the
+  capacity at ``scale_target_utilization``. While a non-capacity cause acts, or nothing can be judged, a
+  target asks exactly for itself: no replica added, none removed. Scale-in needs the demand under
+  ``scale_in_headroom`` of the target utilisation on every evaluation the stabilisation window holds.
+
+The classification is a pure function of the cause ids (``REASON_BY_CAUSE``, one row per cause of
+``exporter.catalog.symptoms``); :class:`ScaleTracker` keeps the per-evaluation utilisations the
+stabilisation window needs, as ``VerdictTracker`` keeps the verdict's hysteresis.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any, Protocol
+
+from exporter.catalog.symptoms import CAUSES
+from exporter.catalog.thresholds import Thresholds
+from exporter.signals import Signals
+from exporter.timebuffer import TimeBuffer
+
+# More replicas relieve these: the demand exceeds what one engine's slots or KV pool hold.
+CAPACITY_REASONS: tuple[str, ...] = ("queue", "kv_pool", "batch_slots")
+# ... and not these: the fix is a host, a knob, the calling application or a link, or the cause is unknown.
+HOLD_REASONS: tuple[str, ...] = ("cpu", "configuration", "prefix_breakage", "transfer", "workload", "unknown")
+REASONS: tuple[str, ...] = (*CAPACITY_REASONS, *HOLD_REASONS, "none")  # none: no cause acts
+
+# Every cause of the catalog, by what more replicas would do for it.
+REASON_BY_CAUSE: Mapping[str, str] = MappingProxyType({
+    "A0": "unknown", "B0": "unknown",  # an effect no known cause explains: never scale on a guess
+    "A1": "workload",  # long prompts: a replica prefills them no faster
+    "A2": "queue",  # requests wait for the concurrency cap or budget while KV has room
+    "A3": "cpu", "C1": "cpu",
+    "A4": "configuration", "B1": "configuration", "B2": "configuration",  # the token budget
+    "A5": "prefix_breakage", "F": "prefix_breakage",
+    "A6": "configuration",  # LoRA slots: --max-loras or adapter-affinity routing
+    "A7": "transfer", "A8": "transfer",
+    "B3": "batch_slots",  # a full batch slows every stream: fewer streams per replica
+    "B4": "configuration", "B5": "configuration",  # the kernels or the drafter
+    "C2": "none",  # spare capacity: information, handled by the utilisation
+    "C3": "kv_pool", "D": "kv_pool", "E": "kv_pool",
+    "F6": "configuration",  # hot prefixes evicted: prefix-aware routing or a larger cache, not more random replicas
+    "G": "configuration", "G2": "configuration",  # parallelism layout, the load balancer
+})
+assert set(REASON_BY_CAUSE) == {c.id for c in CAUSES} and set(REASON_BY_CAUSE.values()) <= set(REASONS)
+# A cause of these acting anywhere vetoes scaling, whatever the verdict: its queue is not a capacity queue.
+VETO_REASONS: tuple[str, ...] = ("cpu", "transfer", "prefix_breakage")
+
+
+class ActiveCause(Protocol):
+    """What the classification reads of an active cause (``exporter.state.CauseResult`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def layer(self) -> str: ...
+    @property
+    def strength(self) -> float: ...
+    @property
+    def informational(self) -> bool: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ScaleSignal:
+    helps: bool
+    reason: str  # one of REASONS
+    cause: str | None  # the cause id the reason comes from
+    layer: str | None  # the binding resource's layer: scheduler (batch slots) or kv_cache (KV pool)
+    utilization: float | None  # demand / capacity of the binding resource, this evaluation
+    utilization_peak: float | None  # the highest over the stabilisation window
+    desired_replicas: float  # replicas this target's traffic needs at the objectives (1: itself)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"helps": self.helps, "reason": self.reason, "cause": self.cause, "layer": self.layer,
+                "utilization": _round(self.utilization), "utilization_peak": _round(self.utilization_peak),
+                "desired_replicas": round(self.desired_replicas, 3)}
+
+
+HOLD = ScaleSignal(False, "unknown", None, None, None, None, 1.0)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
+def classify(verdict_layer: str, causes: Iterable[ActiveCause],
+             cpu_starved: bool | None = None) -> tuple[str, str | None]:
+    """(reason, cause id) for a diagnosed target: the verdict layer's strongest cause, unless a vetoing
+    cause acts anywhere; ``unknown`` for an unexplained verdict, ``none`` when nothing acts.
+
+    ``cpu_starved`` False (the CPU source reads no starvation over the recent horizon) sets the CPU causes
+    aside: what they still see is the backlog a starved spell left, which is the capacity's to drain."""
+    acting = [c for c in causes if not c.informational
+              and not (cpu_starved is False and REASON_BY_CAUSE.get(c.id) == "cpu")]
+    if verdict_layer == "unknown":
+        return "unknown", next((c.id for c in acting if REASON_BY_CAUSE.get(c.id) == "unknown"), None)
+    vetoes = sorted((c for c in acting if REASON_BY_CAUSE.get(c.id) in VETO_REASONS), key=lambda c: -c.strength)
+    if vetoes:
+        return REASON_BY_CAUSE[vetoes[0].id], vetoes[0].id
+    if verdict_layer == "none" or not acting:
+        return "none", None
+    # The verdict layer's causes first; with none left (a CPU verdict set aside), the strongest of the rest.
+    on_verdict = sorted((c for c in acting if c.layer == verdict_layer), key=lambda c: -c.strength) or sorted(
+        acting, key=lambda c: -c.strength)
+    # A non-capacity cause wins over a capacity one beside it: fix it first.
+    holding = [c for c in on_verdict if REASON_BY_CAUSE.get(c.id, "unknown") not in CAPACITY_REASONS]
+    top = holding[0] if holding else on_verdict[0]
+    return REASON_BY_CAUSE.get(top.id, "unknown"), top.id
+
+
+def utilization(signals: Signals, max_num_seqs: int | None,
+                queued: float | None = None) -> tuple[float | None, str | None]:
+    """(demand / capacity, layer) of the binding resource now: the requests running plus the slots the
+    queue needs (``queued``), against the batch slots (max_num_seqs) and against the KV pool (its usage
+    grown in proportion, at the running requests' mean footprint). None when neither can be read.
+
+    Without ``queued``, the waiting requests count up to one more batch: the backlog is a stock that grows
+    while arrivals exceed the throughput, so counted whole it asks for replicas in proportion to how long
+    an overload has lasted, not to how far it exceeds the capacity."""
+    s = signals.scheduler
+    running = s.running
+    waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
+    if running is None:
+        return None, None
+    demand = running + (queued if queued is not None else min(waiting or 0.0, max(running, 1.0)))
+    candidates: list[tuple[float, str]] = []
+    if max_num_seqs:
+        candidates.append((demand / max_num_seqs, "scheduler"))
+    usage = signals.kv.usage
+    if usage is not None:
+        candidates.append((usage * demand / running if running > 0 else usage, "kv_cache"))
+    if not candidates:
+        return None, None
+    value, layer = max(candidates)
+    return value, layer
+
+
+def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds) -> float:
+    """Replicas this target needs: its demand at the target utilisation when that asks for more (on a
+    capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom."""
+    if reason in HOLD_REASONS or recent is None or peak is None:
+        return 1.0
+    target = t.scale_target_utilization
+    if helps:
+        return max(1.0, recent / target)
+    if recent / target > 1.0 / t.scale_in_headroom:
+        # no cause yet, but the binding resource is clearly past the target: ask ahead. The band between
+        # this and the scale-in line keeps a replica just removed from being asked back at the next wobble.
+        return recent / target
+    if peak / target < t.scale_in_headroom:
+        return peak / target
+    return 1.0
+
+
+class ScaleTracker:
+    """One target's utilisations over the stabilisation window (the sidecar's window)."""
+
+    def __init__(self, window_seconds: float, recent_evaluations: int) -> None:
+        self._readings: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        # the mean of each evaluation's recent readings: the peak the stabilisation window holds is of these,
+        # so one scrape's Poisson spike does not hold a replica for a whole window
+        self._recent_means: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._recent = max(1, recent_evaluations)
+        self._window = window_seconds
+        self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+
+    def queued(self, now: float, signals: Signals) -> float | None:
+        """The batch slots the queue needs: its growth over the newest third of the window (arrivals past the
+        throughput) and its backlog drained over one window, each times a request's time in the engine."""
+        s = signals.scheduler
+        waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
+        service = signals.latency.inference_mean
+        if waiting is None:
+            self._waiting.trim(now)
+            return None
+        self._waiting.push(now, waiting)
+        if service is None:
+            return None
+        horizon = self._window / 3
+        then, before = next(((t0, w) for t0, w in self._waiting.newest(len(self._waiting)) if now - t0 <= horizon),
+                            (now, waiting))
+        growth = (waiting - before) / (now - then) if now > then else 0.0
+        return (max(0.0, growth) + waiting / self._window) * service
+
+    def assess(self, now: float, diagnosed: bool, verdict_layer: str, causes: Iterable[ActiveCause],
+               signals: Signals | None, max_num_seqs: int | None, t: Thresholds) -> ScaleSignal:
+        if not diagnosed or signals is None:
+            self._readings.trim(now)
+            self._recent_means.trim(now)
+            return HOLD
+        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals))
+        if value is None:
+            self._readings.trim(now)
+            self._recent_means.trim(now)
+            recent = peak = None
+        else:
+            self._readings.push(now, value)
+            newest = [v for _, v in self._readings.newest(self._recent)]
+            recent = sum(newest) / len(newest)
+            self._recent_means.push(now, recent)
+            peak = max(self._recent_means)
+        score = signals.cpu.starvation_score
+        reason, cause = classify(verdict_layer, causes, None if score is None else score >= t.cpu_starvation_score)
+        helps = reason in CAPACITY_REASONS
+        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))

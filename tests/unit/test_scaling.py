@@ -1,0 +1,148 @@
+"""Scaling on the diagnosis (exporter/scaling.py): which causes more replicas relieve, and how many a target needs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from exporter.catalog.symptoms import CAUSES
+from exporter.catalog.thresholds import Thresholds
+from exporter.pipeline import TargetPipeline
+from exporter.poll import ScrapeResult
+from exporter.scaling import (
+    CAPACITY_REASONS,
+    HOLD,
+    HOLD_REASONS,
+    REASON_BY_CAUSE,
+    ScaleTracker,
+    classify,
+    desired,
+    utilization,
+)
+from exporter.signals import Signals
+from exporter.simulator import get_scenario
+from exporter.simulator.exposition import render_vllm
+from exporter.simulator.hostcpu import simulated_host_inputs
+from tests.e2e.replay import _settings
+from tests.helpers import signals_with
+
+T = Thresholds()
+
+
+@dataclass(frozen=True)
+class C:
+    id: str
+    layer: str
+    strength: float = 0.8
+    informational: bool = False
+
+
+def test_every_cause_is_classified_and_capacity_means_queue_kv_pool_or_batch_slots() -> None:
+    assert set(REASON_BY_CAUSE) == {c.id for c in CAUSES}
+    capacity = {cid for cid, reason in REASON_BY_CAUSE.items() if reason in CAPACITY_REASONS}
+    assert capacity == {"A2", "B3", "C3", "D", "E"}
+    for cid, reason in (("A3", "cpu"), ("C1", "cpu"), ("A4", "configuration"), ("F", "prefix_breakage"),
+                        ("A5", "prefix_breakage"), ("A7", "transfer"), ("A8", "transfer"), ("A0", "unknown")):
+        assert REASON_BY_CAUSE[cid] == reason
+
+
+@pytest.mark.parametrize(("verdict", "causes", "reason", "cause"), [
+    ("scheduler", [C("A2", "scheduler")], "queue", "A2"),
+    ("kv_cache", [C("D", "kv_cache", 0.9), C("C3", "kv_cache", 0.5)], "kv_pool", "D"),
+    # a starved CPU anywhere vetoes: its queue is the CPU's, whatever the verdict says
+    ("scheduler", [C("A2", "scheduler", 0.9), C("C1", "cpu", 0.3)], "cpu", "C1"),
+    ("distributed", [C("A7", "distributed")], "transfer", "A7"),
+    ("kv_cache", [C("F", "kv_cache"), C("D", "kv_cache", 0.95)], "prefix_breakage", "F"),
+    # a knob on the verdict layer wins over the capacity cause beside it: fix it first
+    ("scheduler", [C("A2", "scheduler", 0.9), C("A4", "scheduler", 0.5)], "configuration", "A4"),
+    ("unknown", [C("A0", "unknown")], "unknown", "A0"),
+    ("none", [C("C2", "request", informational=True)], "none", None),
+    ("none", [], "none", None),
+])
+def test_classify(verdict: str, causes: list[C], reason: str, cause: str | None) -> None:
+    assert classify(verdict, causes) == (reason, cause)
+
+
+def test_utilization_is_demand_over_the_binding_resource() -> None:
+    s = signals_with(Signals(180.0, 36), running=16.0, waiting=8.0, kv_cache_usage=0.4)
+    value, layer = utilization(s, max_num_seqs=32)
+    assert (value, layer) == (pytest.approx(0.75), "scheduler")  # slots 24 / 32; KV 0.4 x 24 / 16 = 0.6
+    value, layer = utilization(signals_with(s, kv_cache_usage=0.9), max_num_seqs=32)
+    assert (value, layer) == (pytest.approx(1.35), "kv_cache")
+    assert utilization(s, max_num_seqs=None) == (pytest.approx(0.6), "kv_cache")
+    assert utilization(Signals(180.0, 36), max_num_seqs=32) == (None, None)
+
+
+def test_desired_holds_on_non_capacity_causes_and_scales_in_only_under_the_headroom() -> None:
+    for reason in HOLD_REASONS:
+        assert desired(False, reason, 3.0, 3.0, T) == 1.0  # never more, never fewer
+    assert desired(True, "queue", 2.0, 2.0, T) == pytest.approx(2.0 / T.scale_target_utilization)
+    assert desired(True, "kv_pool", 0.3, 0.3, T) == 1.0  # a capacity cause never scales in
+    assert desired(False, "none", 0.9, 0.9, T) == pytest.approx(0.9 / T.scale_target_utilization)  # ahead of a cause
+    assert desired(False, "none", 0.4, 0.75, T) == 1.0  # the window's peak leaves no headroom: hold
+    assert desired(False, "none", 0.3, 0.4, T) == pytest.approx(0.4 / T.scale_target_utilization)
+
+
+def test_scale_in_waits_for_the_peak_to_leave_the_window() -> None:
+    tracker = ScaleTracker(window_seconds=60, recent_evaluations=1)
+    busy = signals_with(Signals(180.0, 36), running=24.0, waiting=0.0, kv_cache_usage=0.2)
+    quiet = signals_with(busy, running=4.0, kv_cache_usage=0.05)
+    tracker.assess(0.0, True, "none", [], busy, 32, T)
+    assert tracker.assess(30.0, True, "none", [], quiet, 32, T).desired_replicas == 1.0
+    late = tracker.assess(61.0, True, "none", [], quiet, 32, T)
+    assert late.desired_replicas == pytest.approx(4 / 32 / T.scale_target_utilization)
+    assert tracker.assess(62.0, False, "unknown", [], quiet, 32, T) is HOLD
+
+
+def _run(name: str, minutes: float = 6.0):
+    scenario = get_scenario(name)
+    engine = scenario.build()
+    settings = _settings(name, scenario.engine_facts(), scenario.slo, cpu={"pid": 1})
+    pipeline = TargetPipeline(settings.targets[0], settings, host_probe=lambda now: simulated_host_inputs(engine))
+    state = pipeline.state
+    for k in range(int(minutes * 12) + 1):
+        engine.advance_to(k * 5.0)
+        state = pipeline.ingest(ScrapeResult(1.8e9 + k * 5.0, 0.01, render_vllm(engine, start_unix=1.8e9).encode()))
+    return state
+
+
+@pytest.mark.parametrize(("scenario", "helps", "reason"), [
+    ("queue-backlog", True, "queue"),
+    ("kv-pressure", True, "kv_pool"),
+    ("cpu-starved", False, "cpu"),
+    ("template-instability", False, "prefix_breakage"),
+    ("pd-decode-slow-transfer", False, "transfer"),
+    ("small-token-budget", False, "configuration"),
+    ("healthy", False, "none"),
+])
+def test_simulated_scenarios_through_the_pipeline(scenario: str, helps: bool, reason: str) -> None:
+    state = _run(scenario)
+    s = state.scaling
+    assert (s.helps, s.reason) == (helps, reason)
+    if helps:
+        assert s.desired_replicas > 1.5  # the replica's demand is well past one replica's capacity
+    elif reason == "none":
+        assert s.desired_replicas < 0.5  # a well-sized deployment with room to spare
+    else:
+        assert s.desired_replicas == 1.0
+    assert state.to_dict()["scaling"]["reason"] == reason
+
+
+def test_a_cpu_cause_without_starvation_now_leaves_its_backlog_to_the_capacity() -> None:
+    causes = [C("A3", "cpu", 0.9), C("A2", "scheduler", 0.5)]
+    assert classify("cpu", causes, cpu_starved=True) == ("cpu", "A3")
+    assert classify("cpu", causes, cpu_starved=None) == ("cpu", "A3")  # no CPU source: the cause stands
+    assert classify("cpu", causes, cpu_starved=False) == ("queue", "A2")
+    assert classify("cpu", [C("A3", "cpu")], cpu_starved=False) == ("none", None)
+
+
+def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None:
+    tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
+    base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.3, inference_mean=8.0)
+    assert tracker.queued(0.0, base) == 0.0
+    # 60 more waiting within a minute: one request a second past the throughput, and a backlog of 60
+    grown = tracker.queued(60.0, signals_with(base, waiting=60.0))
+    assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
+    # the same backlog, steady: only its drain counts
+    assert tracker.queued(180.0, signals_with(base, waiting=60.0)) == pytest.approx(60 / 180 * 8.0)
