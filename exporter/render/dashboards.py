@@ -529,8 +529,8 @@ def _kv_usage() -> g.Panel:
     return timeseries(
         "KV cache usage", "Latest, window max and window mean per target (sidecar), and the raw engine gauge.",
         [(diag("vllm_diag_kv_cache_usage_ratio"), "{{target}} {{stat}}"),
-         (recorded("model:vllm_kv_cache_usage:max"), "raw {{pod}} max")],
-        metrics=["vllm_diag_kv_cache_usage_ratio", "model:vllm_kv_cache_usage:max"], unit="percentunit",
+         (recorded("pod:vllm_kv_cache_usage:max"), "raw {{pod}} max")],
+        metrics=["vllm_diag_kv_cache_usage_ratio", "pod:vllm_kv_cache_usage:max"], unit="percentunit",
         judgement=catalog("kv_usage_high"), max_value=1)
 
 
@@ -538,8 +538,8 @@ def _preemptions() -> g.Panel:
     return timeseries(
         "Preemptions per finished request", "Frequent preemption means the KV cache is short (symptom D).",
         [(diag("vllm_diag_preemptions_per_request"), "{{target}}"),
-         (recorded("model:vllm_preemptions_per_request:ratio_rate5m"), "raw {{pod}}")],
-        metrics=["vllm_diag_preemptions_per_request", "model:vllm_preemptions_per_request:ratio_rate5m"],
+         (recorded("pod:vllm_preemptions_per_request:ratio_rate5m"), "raw {{pod}}")],
+        metrics=["vllm_diag_preemptions_per_request", "pod:vllm_preemptions_per_request:ratio_rate5m"],
         unit="none", judgement=catalog("preemptions_per_request"))
 
 
@@ -547,8 +547,8 @@ def _prefix_hits() -> g.Panel:
     return timeseries(
         "Prefix-cache hit ratio", "Cached / queried prompt tokens; low with long prompts = symptom F.",
         [(diag("vllm_diag_prefix_cache_hit_ratio"), "{{target}}"),
-         (recorded("model:vllm_prefix_cache_hit:ratio_rate5m"), "raw {{pod}}")],
-        metrics=["vllm_diag_prefix_cache_hit_ratio", "model:vllm_prefix_cache_hit:ratio_rate5m"],
+         (recorded("pod:vllm_prefix_cache_hit:ratio_rate5m"), "raw {{pod}}")],
+        metrics=["vllm_diag_prefix_cache_hit_ratio", "pod:vllm_prefix_cache_hit:ratio_rate5m"],
         unit="percentunit", judgement=catalog("prefix_hit_ratio_low", high_is_bad=False), max_value=1)
 
 
@@ -575,16 +575,16 @@ def _ttft() -> g.Panel:
     return latency(
         "TTFT quantiles", "Time to first token over the sidecar window, and the raw p95.", "ttft",
         [(diag("vllm_diag_ttft_seconds"), "{{target}} p{{quantile}}"),
-         (recorded("model:vllm_ttft_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
-        metrics=["vllm_diag_ttft_seconds", "model:vllm_ttft_seconds:p95_rate5m"])
+         (recorded("pod:vllm_ttft_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
+        metrics=["vllm_diag_ttft_seconds", "pod:vllm_ttft_seconds:p95_rate5m"])
 
 
 def _itl() -> g.Panel:
     return latency(
         "ITL quantiles", "Inter-token latency over the sidecar window, and the raw p95.", "itl",
         [(diag("vllm_diag_itl_seconds"), "{{target}} p{{quantile}}"),
-         (recorded("model:vllm_itl_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
-        metrics=["vllm_diag_itl_seconds", "model:vllm_itl_seconds:p95_rate5m"])
+         (recorded("pod:vllm_itl_seconds:p95_rate5m"), "raw {{pod}} p0.95")],
+        metrics=["vllm_diag_itl_seconds", "pod:vllm_itl_seconds:p95_rate5m"])
 
 
 def _cpu_score() -> g.Panel:
@@ -600,8 +600,8 @@ def _frontend_overhead() -> g.Panel:
         "Time outside the engine per request", "Mean TTFT spent in the frontend (sidecar) and raw "
         "mean(e2e) - mean(queue) - mean(inference): tokenization, templates, IPC, output handling.",
         [(diag("vllm_diag_ttft_breakdown_seconds", 'phase="frontend"'), "{{target}} frontend (TTFT)"),
-         (recorded("model:vllm_frontend_overhead_seconds:mean_rate5m"), "raw {{pod}} e2e - queue - inference")],
-        metrics=["vllm_diag_ttft_breakdown_seconds", "model:vllm_frontend_overhead_seconds:mean_rate5m"], unit="s")
+         (recorded("pod:vllm_frontend_overhead_seconds:mean_rate5m"), "raw {{pod}} e2e - queue - inference")],
+        metrics=["vllm_diag_ttft_breakdown_seconds", "pod:vllm_frontend_overhead_seconds:mean_rate5m"], unit="s")
 
 
 def _itl_tail_ratio() -> str:
@@ -800,8 +800,8 @@ def overview() -> g.Dashboard:
                        unit=TOKENS_PER_S),
             timeseries("Finished requests per second", "Client disconnects are not counted by vLLM.",
                        [(diag("vllm_diag_requests_per_second"), "{{target}}"),
-                        (recorded("model:vllm_requests_finished:rate5m"), "raw {{pod}}")],
-                       metrics=["vllm_diag_requests_per_second", "model:vllm_requests_finished:rate5m"], unit="reqps"),
+                        (recorded("pod:vllm_requests_finished:rate5m"), "raw {{pod}}")],
+                       metrics=["vllm_diag_requests_per_second", "pod:vllm_requests_finished:rate5m"], unit="reqps"),
             timeseries("Mean prompt and output length", "Tokens per finished request; long prompts make "
                        "prefill cost intrinsic (A1).",
                        [(RAW.mean(vllm.REQUEST_PROMPT_TOKENS, RATE), "{{model_name}} prompt"),

@@ -104,7 +104,7 @@ def _literals(expr: str) -> set[float]:
 
 
 def test_literal_scan_sees_a_typed_objective() -> None:
-    assert 2.5 in _literals('model:vllm_ttft_seconds:p95_rate5m{pod=~"$target"} > 2.5')
+    assert 2.5 in _literals('pod:vllm_ttft_seconds:p95_rate5m{pod=~"$target"} > 2.5')
     assert not _literals('vllm_diag_itl_seconds{quantile="0.99"}[5m]')
 
 

@@ -461,7 +461,7 @@ def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
     """No fleet-wide raw line next to one target's: every raw `vllm:` selector and every per-replica
     recording rule a panel reads carries `pod=~"$target"` (the target is named after its pod).
     Per-model SLI recordings (namespace_model:*) have no pod: tests/render/test_dashboards_slo.py."""
-    selector = re.compile(r"(?<![\w:])((?:vllm:|model:vllm_|pod:vllm_)[\w:]*)(\{[^{}]*\})?")
+    selector = re.compile(r"(?<![\w:])((?:vllm:|pod:vllm_|pod:vllm_)[\w:]*)(\{[^{}]*\})?")
     checked = 0
     for query in dashboards.raw_queries():
         for name, labels in selector.findall(query):
@@ -473,10 +473,10 @@ def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
 def test_panels_read_recording_rules_where_one_exists() -> None:
     """Panels read the recorded series instead of recomputing them from raw histograms/counters."""
     raw = "\n".join(dashboards.raw_queries())
-    for record in ("model:vllm_kv_cache_usage:max", "model:vllm_preemptions_per_request:ratio_rate5m",
-                   "model:vllm_prefix_cache_hit:ratio_rate5m", "model:vllm_ttft_seconds:p95_rate5m",
-                   "model:vllm_itl_seconds:p95_rate5m", "model:vllm_frontend_overhead_seconds:mean_rate5m",
-                   "model:vllm_requests_finished:rate5m"):
+    for record in ("pod:vllm_kv_cache_usage:max", "pod:vllm_preemptions_per_request:ratio_rate5m",
+                   "pod:vllm_prefix_cache_hit:ratio_rate5m", "pod:vllm_ttft_seconds:p95_rate5m",
+                   "pod:vllm_itl_seconds:p95_rate5m", "pod:vllm_frontend_overhead_seconds:mean_rate5m",
+                   "pod:vllm_requests_finished:rate5m"):
         assert record in rules.recording_names() and record in raw, record
     for recomputed in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
                        "prefix_cache_hits_total", "kv_cache_usage_perc", "request_inference_time_seconds"):

@@ -97,33 +97,34 @@ def recording_rules() -> list[Recording]:
     kv, hits, queries = vllm.KV_CACHE_USAGE_PERC, vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL
     itl = vllm.INTER_TOKEN_LATENCY_SECONDS
     return [
-        Recording(f"model:vllm_preemptions:rate{w}", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w),
-                  "Preemptions per second."),
-        Recording(f"model:vllm_requests_finished:rate{w}", finished,
-                  "Finished requests per second, all finished_reason values (client aborts are not counted by vLLM)."),
-        Recording(f"model:vllm_preemptions_per_request:ratio_rate{w}",
+        Recording(f"pod:vllm_preemptions:rate{w}", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w),
+                  "Preemptions per second, per replica (its data-parallel engines summed)."),
+        Recording(f"pod:vllm_requests_finished:rate{w}", finished,
+                  "Finished requests per second per replica, all finished_reason values (client aborts are not counted by "
+                  "vLLM)."),
+        Recording(f"pod:vllm_preemptions_per_request:ratio_rate{w}",
                   RAW.divide(RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w), finished),
-                  "Preemptions per finished request (symptom D reads this)."),
-        Recording(f"model:vllm_prefix_cache_hit:ratio_rate{w}",
+                  "Preemptions per finished request, per replica (symptom D reads this)."),
+        Recording(f"pod:vllm_prefix_cache_hit:ratio_rate{w}",
                   generations(lambda n: RAW.ratio(n(hits), n(queries), w), hits, queries),
-                  "Prefix-cache hit efficiency: cached / queried prompt tokens (symptom F); "
+                  "Prefix-cache hit efficiency per replica: cached / queried prompt tokens (symptom F); "
                   "vLLM <= 0.9 names: gpu_prefix_cache_*."),
-        Recording("model:vllm_kv_cache_usage:max", generations(lambda n: RAW.agg("max", n(kv)), kv),
-                  "Highest KV cache usage (0..1) across the model's engines and replicas; "
+        Recording("pod:vllm_kv_cache_usage:max", generations(lambda n: RAW.agg("max", n(kv)), kv),
+                  "Highest KV cache usage (0..1) across one replica's data-parallel engines; "
                   "vLLM <= 0.9 name: gpu_cache_usage_perc."),
-        Recording(f"model:vllm_ttft_seconds:p95_rate{w}",
-                  RAW.quantile(0.95, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p95 (the SLO quantile)."),
-        Recording(f"model:vllm_ttft_seconds:p99_rate{w}",
-                  RAW.quantile(0.99, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p99 (tail latency)."),
-        Recording(f"model:vllm_itl_seconds:p95_rate{w}",
+        Recording(f"pod:vllm_ttft_seconds:p95_rate{w}",
+                  RAW.quantile(0.95, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p95 per replica (the SLO quantile)."),
+        Recording(f"pod:vllm_ttft_seconds:p99_rate{w}",
+                  RAW.quantile(0.99, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p99 per replica (tail latency)."),
+        Recording(f"pod:vllm_itl_seconds:p95_rate{w}",
                   generations(lambda n: RAW.quantile(0.95, n(itl), w), itl),
-                  "Inter-token latency p95 (the SLO quantile); vLLM <= 0.10 name: time_per_output_token_seconds."),
-        Recording(f"model:vllm_requests_waiting:deriv{w}",
+                  "Inter-token latency p95 per replica (the SLO quantile); vLLM <= 0.10 name: time_per_output_token_seconds."),
+        Recording(f"pod:vllm_requests_waiting:deriv{w}",
                   f"sum {RAW._without()} (deriv({vllm.NUM_REQUESTS_WAITING}[{w}]))",
-                  "Queue growth: waiting requests added per second (positive = the queue builds up)."),
-        Recording(f"model:vllm_frontend_overhead_seconds:mean_rate{w}",
+                  "Queue growth per replica: waiting requests added per second (positive = the queue builds up)."),
+        Recording(f"pod:vllm_frontend_overhead_seconds:mean_rate{w}",
                   frontend_overhead(RAW, w),
-                  "Mean time per request outside the engine: e2e - queue - inference, clamped at 0 (tokenization, "
+                  "Mean time per request outside the engine, per replica: e2e - queue - inference, clamped at 0 (tokenization, "
                   "templates, IPC, output handling; the CPU path)."),
     ]
 
