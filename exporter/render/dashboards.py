@@ -111,7 +111,7 @@ def _steps(j: Judgement | None) -> list[g.Threshold]:
 
 # Burn-rate colours: the factors of the multiwindow alerts (exporter.render.slo.BURN_ALERTS), so a
 # tile turns the colour of the alert that a sustained burn at that rate would raise.
-BURN_COLOURS: tuple[str, ...] = ("yellow", "orange", "red")
+BURN_COLOURS: tuple[str, ...] = ("yellow", "orange", "dark-orange", "red")
 
 
 def _burn_steps() -> list[g.Threshold]:

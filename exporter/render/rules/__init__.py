@@ -40,11 +40,11 @@ from exporter.render.rules._config import (
 from exporter.render.rules.alert import *  # noqa: F403
 from exporter.render.rules.alert import Alert
 from exporter.render.rules.ops import *  # noqa: F403
-from exporter.render.rules.ops import ops_alerts
+from exporter.render.rules.ops import availability_alerts, inventory_recording_rules, ops_alerts
 from exporter.render.rules.recording import *  # noqa: F403
 from exporter.render.rules.recording import Recording, recording_rules, sli_recording_rules
 from exporter.render.rules.slo_pages import *  # noqa: F403
-from exporter.render.rules.slo_pages import slo_alerts
+from exporter.render.rules.slo_pages import cause_recording_rules, slo_alerts
 from exporter.render.rules.symptoms import *  # noqa: F403
 from exporter.render.rules.symptoms import root_cause_alerts, symptom_alert
 from exporter.render.slo import *  # noqa: F403 - callers read rules.OBJECTIVES, rules.pod_events, ...
@@ -55,7 +55,7 @@ from exporter.render.slo import *  # noqa: F403 - callers read rules.OBJECTIVES,
 
 def alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
     """Every alert, runbook links added (the one post-processing step)."""
-    return add_runbook_links([a for _, _, build in ALERT_GROUPS for a in build(o)])
+    return add_runbook_links([a for _, _, build in ALERT_GROUPS for a in build(o)], o.runbook_base_url)
 
 
 # Alertmanager inhibition: a root cause silences the symptom alerts it explains on the same replica
@@ -66,9 +66,10 @@ INHIBITIONS: tuple[tuple[str, tuple[str, ...], tuple[str, ...]], ...] = (
     ("VLLMCPUStarvation", (*(_ALERT_OF[s] for s in "ABC"), "VLLMCPUStarvationSuspected"), INHIBIT_EQUAL),
     ("VLLMTargetDown", (*(_ALERT_OF[s.id] for s in SYMPTOMS), "VLLMKVCachePressure", "VLLMCPUStarvation",
                         "VLLMCPUStarvationSuspected", "VLLMDiagnosisStale", "VLLMDiagInputMissing"), INHIBIT_EQUAL),
-    ("VLLMErrorBudgetBurn", ("VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"), MODEL_EQUAL),
-    ("VLLMModelUnavailable", ("VLLMTargetsDown", "VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn",
-                              "VLLMEngineStalled"), MODEL_EQUAL),
+    # Not the replica outlier: it names the pod to drain while the model pages.
+    ("VLLMErrorBudgetBurn", ("VLLMErrorBudgetBurnSlow",), MODEL_EQUAL),
+    ("VLLMModelUnavailable", ("VLLMTargetsDown", "VLLMErrorBudgetBurn", "VLLMLowTrafficBurn",
+                              "VLLMReplicaErrorBudgetBurn", "VLLMEngineStalled"), MODEL_EQUAL),
 )
 
 # ---------------------------------------------------------------------------------------------
@@ -113,6 +114,18 @@ def environment() -> jinja2.Environment:
     return env
 
 
+def alert_rules(a: Alert, o: Options = DEFAULT_OPTIONS) -> list[dict[str, Any]]:
+    """The alert's rules: one, or one per tier (its labels added, `severity` and `for` overridden)."""
+    base = alert_rule(a, o)
+    out = []
+    for labels, expr in a.tiers or (({}, a.expr),):
+        extra = dict(labels)
+        severity, for_ = extra.pop("severity", a.severity), extra.pop("for", base["for"])
+        out.append({**base, "expr": expr, "for": for_,
+                    "labels": {**base["labels"], "severity": o.severity(severity), **extra}})
+    return out
+
+
 def alert_rule(a: Alert, o: Options = DEFAULT_OPTIONS) -> dict[str, Any]:
     action, tradeoff = a.actions_text()
     return {
@@ -132,8 +145,9 @@ ALERT_GROUPS: tuple[tuple[str, str, Callable[[Options], list[Alert]]], ...] = (
     (ALERTS_FILE, "vllm-diag.root-causes", root_cause_alerts),
     (ALERTS_FILE, "vllm-diag.operations", ops_alerts),
     (RAW_ALERTS_FILE, "vllm-diag.slo", slo_alerts),
+    (RAW_ALERTS_FILE, "vllm-diag.availability", availability_alerts),
 )
-RECORDING_GROUPS = ("vllm-diag.recording", "vllm-diag.slo-recording")
+RECORDING_GROUPS = ("vllm-diag.recording", "vllm-diag.slo-recording", "vllm-diag.slo-cause", "vllm-diag.inventory")
 # Records before the alerts that read them. Prometheus runs groups concurrently, so in production an
 # alert may see a record one evaluation late; promtool orders groups only when told (otherwise at
 # random per run), and its tests name this order to be deterministic.
@@ -145,10 +159,13 @@ def rule_groups(o: Options = DEFAULT_OPTIONS) -> dict[str, list[dict[str, Any]]]
     out: dict[str, list[dict[str, Any]]] = {}
     for path, name, build in ALERT_GROUPS:
         out.setdefault(path, []).append(
-            {"name": name, "rules": [alert_rule(a, o) for a in add_runbook_links(build(o))]})
+            {"name": name, "rules": [r for a in add_runbook_links(build(o), o.runbook_base_url)
+                                     for r in alert_rules(a, o)]})
     out[RECORDING_FILE] = [
         {"name": RECORDING_GROUPS[0], "rules": [_record(r) for r in recording_rules()]},
         {"name": RECORDING_GROUPS[1], "rules": [_record(r) for r in sli_recording_rules(o)]},
+        {"name": RECORDING_GROUPS[2], "rules": [_record(r) for r in cause_recording_rules(o)]},
+        {"name": RECORDING_GROUPS[3], "rules": [_record(r) for r in inventory_recording_rules(o)]},
     ]
     return out
 
@@ -182,4 +199,5 @@ def all_expressions(o: Options = DEFAULT_OPTIONS) -> list[str]:
 
 
 def recording_names() -> frozenset[str]:
-    return frozenset(r.record for r in (*recording_rules(), *sli_recording_rules()))
+    return frozenset(r.record for r in (*recording_rules(), *sli_recording_rules(), *cause_recording_rules(),
+                                        *inventory_recording_rules()))

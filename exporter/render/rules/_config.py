@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.catalog import buckets
+from exporter.catalog.symptoms import RUNBOOK_BASE_URL
 from exporter.catalog.thresholds import DEFAULTS
 from exporter.config import Settings, Slo
 from exporter.render import slo
@@ -67,12 +68,19 @@ FOR_ROOT_CAUSE = "5m"
 # 2.5 % of an hour: 2.5x, far below 14.4x); `for` only rides out one evaluation's jitter.
 FOR_BURN = "2m"
 FOR_BURN_SLOW = "30m"
+# A low-traffic model: its bad share over 30 minutes needs >= 15 minutes of mostly bad events to cross
+# half; 5 more minutes ride out a short run of slow requests among few.
+FOR_LOW_TRAFFIC = "5m"
 # A stalled engine: running requests and no token in STALL_WINDOW, for one more minute.
 STALL_WINDOW = "5m"
 FOR_STALLED = "1m"
 # kube-prometheus' TargetDown: a share of the targets down for 10 minutes is a warning.
 FOR_TARGETS_DOWN = "10m"
+# A model in the inventory with no ready replica for 5 minutes pages: long enough for a pod to be
+# replaced, short enough to page within 15 minutes of the last replica going away.
 FOR_MODEL_DOWN = "5m"
+# How long the inventory remembers a model that served (and so how long a vanished one pages).
+INVENTORY_WINDOW = "3d"
 # An input a cause alert needs, missing this long, is a warning (a rename after an upgrade).
 FOR_INPUT_MISSING = "30m"
 ERRORS_WINDOW = "15m"
@@ -110,6 +118,11 @@ class Options:
     slo: Slo = Slo()
     thresholds: Mapping[str, float] = field(default_factory=lambda: dict(DEFAULTS))
     sidecar_job: str = SIDECAR_JOB
+    # Where runbook_url points (`render rules --runbook-url BASE`): BASE/<alertname lowercase>.md.
+    runbook_base_url: str = RUNBOOK_BASE_URL
+    # False: a fleet Prometheus scrapes without vllm-diag sidecars (`render rules --raw-only`): no
+    # alert about a missing sidecar.
+    sidecars: bool = True
     severity_labels: Mapping[str, str] = field(default_factory=lambda: {s: s for s in SEVERITIES})
 
     # The engines' histogram edges per --custom-histogram-buckets family (vLLM's defaults unless the

@@ -109,6 +109,9 @@ class Alert:
     # Runbook: what on-call can do right now, without a restart (before the knobs that need one).
     mitigations: tuple[tuple[str, Mitigation], ...] = ()  # (when: a cause, or "any cause"; mitigation)
     extra_labels: Mapping[str, str] = field(default_factory=dict)
+    # Several rules under one name (kube-prometheus' burn-rate tiers): (labels, expr) each; the labels
+    # may override `severity` and `for` for that rule. Empty: one rule, ``expr``.
+    tiers: tuple[tuple[Mapping[str, str], str], ...] = ()
 
     @property
     def duration(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from exporter.catalog import metrics as vllm
+from exporter.render import slo
 from exporter.render.promql import fmt
 from exporter.render.rules._config import (
     DEFAULT_OPTIONS,
@@ -13,6 +14,7 @@ from exporter.render.rules._config import (
     FOR_TARGET_DOWN,
     FOR_TARGETS_DOWN,
     IDENTITY,
+    INVENTORY_WINDOW,
     MODEL,
     Options,
     _indent,
@@ -20,10 +22,17 @@ from exporter.render.rules._config import (
     duration,
 )
 from exporter.render.rules.alert import Alert, Mitigation, Verify, always
+from exporter.render.rules.recording import Recording
 
 # ---------------------------------------------------------------------------------------------
 # Operations: targets, the sidecar itself, its inputs
 # ---------------------------------------------------------------------------------------------
+
+
+K8S_DOWN = Mitigation("look at the pod: `kubectl -n NAMESPACE describe pod POD` (events, OOMKilled, probe "
+                     "failures), `kubectl -n NAMESPACE logs POD -c vllm --previous` (the crashed container's "
+                     "last words), and on GPU nodes the Xid errors (`dmesg | grep -i xid` on the node, or the "
+                     "DCGM exporter's DCGM_FI_DEV_XID_ERRORS)", "none: read-only")
 
 
 def model_targets() -> str:
@@ -31,6 +40,90 @@ def model_targets() -> str:
     have none: VLLMTargetNeverUp covers them)."""
     return (f"vllm_diag_up\n* {_on()} group_left (model_name)\n"
             f"group by ({', '.join((*IDENTITY, 'model_name'))}) (last_over_time(vllm_diag_requests[1h]))")
+
+
+# ---------------------------------------------------------------------------------------------
+# The model inventory: absence is an event
+# ---------------------------------------------------------------------------------------------
+
+READY_RECORD = "namespace_model:vllm_replicas_ready:count"
+INVENTORY_RECORD = f"namespace_model:vllm_replicas_ready:max{INVENTORY_WINDOW}"
+
+
+def ready_replicas() -> str:
+    """Replicas of each model that answer now: vLLM's own series (present only while Prometheus scrapes
+    them) or a sidecar whose target is up; the larger count where both are scraped."""
+    model = ", ".join(MODEL)
+    raw = f"group by ({model}, pod, instance) ({vllm.NUM_REQUESTS_RUNNING})"
+    sidecar = (f"group by ({', '.join((*MODEL, *IDENTITY))}) (vllm_diag_requests)\n"
+               f"and {_on()}\nvllm_diag_up == 1")
+    return (f"max by ({model}) (\n  label_replace(count by ({model}) (\n{_indent(raw, '    ')}\n  ), "
+            f'"source", "vllm", "", "")\n  or\n  label_replace(count by ({model}) (\n{_indent(sidecar, "    ")}\n'
+            f'  ), "source", "vllm-diag", "", "")\n)')
+
+
+def inventory_recording_rules(o: Options = DEFAULT_OPTIONS) -> list[Recording]:
+    return [
+        Recording(READY_RECORD, ready_replicas(),
+                  "Replicas of the model that answer now (vLLM's series scraped, or a sidecar's target up); "
+                  "absent when none does."),
+        Recording(INVENTORY_RECORD, f"max_over_time({READY_RECORD}[{INVENTORY_WINDOW}])",
+                  f"The inventory: every model that served in the last {INVENTORY_WINDOW}, with the most replicas "
+                  "it had; a model here and absent from the ready count has vanished."),
+    ]
+
+
+def availability_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
+    """A model that served and now has no ready replica pages, held by the inventory (not by the
+    sidecar's last hour of signals, which a down target stops publishing)."""
+    where = "{{ $labels.model_name }}{{ if $labels.namespace }} (namespace {{ $labels.namespace }}){{ end }}"
+    sel = '{namespace="$namespace", model_name="$model_name"}'
+    return [Alert(
+        name="VLLMModelUnavailable", scope="model",
+        expr=f"{INVENTORY_RECORD}\nunless on ({', '.join(MODEL)})\n{READY_RECORD}",
+        severity="critical", symptom="none", layer="unknown", for_=FOR_MODEL_DOWN,
+        summary="No replica of a model answers: the model is not served.",
+        description=(f"Model {where} served with up to {{{{ $value }}}} replicas in the last {INVENTORY_WINDOW} and "
+                     f"none has answered for {FOR_MODEL_DOWN}: its pods are gone or down."),
+        meaning=("The rules keep an inventory of every model seen in the last "
+                 f"{INVENTORY_WINDOW} (`{INVENTORY_RECORD}`), so absence is an event: when no replica of a model in "
+                 f"it answers (vLLM's series gone, or every sidecar target down) for {FOR_MODEL_DOWN}, requests "
+                 "to the model fail and this pages, per model, until a replica serves again. Deleted pods (a bad "
+                 "rollout of a `Recreate` Deployment, a scale to zero, an evicted node) and pods down in place "
+                 "page alike. A rolling restart never takes every replica away at once, so it does not fire; a "
+                 "model that was never seen (a first load) is VLLMTargetNeverUp's. To retire a model on purpose, "
+                 f"silence `model_name=\"NAME\"` (and its namespace) for {INVENTORY_WINDOW}, until the inventory "
+                 "forgets it."),
+        verify=(Verify("replicas that answer now (empty: none)", f"{READY_RECORD}{sel}"),
+                Verify(f"replicas seen in the last {INVENTORY_WINDOW}", f"{INVENTORY_RECORD}{sel}")),
+        action="check the pods (`kubectl get pods`, events, previous logs, OOMKilled, GPU Xid) and roll back a "
+               "failed rollout; if the model was retired on purpose, silence it",
+        tradeoff="none",
+        mitigations=always(K8S_DOWN, Mitigation("roll back the rollout (`kubectl rollout undo`) if it began with "
+                                                "one", "back to the previous version")),
+    )]
+
+
+# ---------------------------------------------------------------------------------------------
+# Operations: targets, the sidecar itself, its inputs
+# ---------------------------------------------------------------------------------------------
+
+
+def input_missing() -> str:
+    """Inputs a page needs, missing: the sidecar's list, its thresholds off the histogram's edges, and (from
+    vLLM's own series, so also without a sidecar) an objective with events but no bad-events series, or a
+    replica serving vLLM with no events for an objective."""
+    up = f"and {_on()}\nvllm_diag_up == 1"
+    pods = ", ".join((*IDENTITY, "model_name"))
+    serving = f"group by ({pods}) ({vllm.NUM_REQUESTS_RUNNING})"
+    parts = [f"vllm_diag_input_available == 0\n{up}",
+             'label_replace(vllm_diag_slo_threshold_on_bucket_edge == 0, "input", "${1}_bucket_edge", '
+             f'"objective", "(.+)")\n{up}',
+             f'label_replace(\n  {slo.pod_events("1h")} > 0\n  unless on ({pods}, objective)\n  '
+             f'{slo.pod_bad_events("1h")},\n  "input", "${{1}}_bucket_edge", "objective", "(.+)")']
+    parts += [f'label_replace(\n  {serving}\n  unless on ({pods})\n  {slo.pod_events("1h")}{{objective="{obj}"}},\n'
+              f'  "input", "{obj}_events", "", "")' for obj in slo.OBJECTIVES]
+    return "\nor\n".join(f"(\n{_indent(p)}\n)" for p in parts)
 
 
 def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
@@ -43,79 +136,8 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                    Verify("failed scrapes by reason", 'rate(vllm_diag_scrape_errors_total{target="$target"}[5m]) > 0'),
                    Verify("seconds since the last good scrape",
                           'time() - vllm_diag_last_success_timestamp_seconds{target="$target"}'))
-    k8s_down = Mitigation("look at the pod: `kubectl -n NAMESPACE describe pod POD` (events, OOMKilled, probe "
-                          "failures), `kubectl -n NAMESPACE logs POD -c vllm --previous` (the crashed container's "
-                          "last words), and on GPU nodes the Xid errors (`dmesg | grep -i xid` on the node, or the "
-                          "DCGM exporter's DCGM_FI_DEV_XID_ERRORS)", "none: read-only")
-    return [
-        Alert(
-            name="VLLMTargetDown",
-            expr=f"vllm_diag_up == 0\nand {_on()}\nvllm_diag_last_success_timestamp_seconds",
-            severity="info", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
-            summary="A vLLM that was serving stopped answering its /metrics.",
-            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails (vllm_diag_up "
-                         "{{ $value }}); its diagnosis is suspended and the alerts it would repeat are inhibited."),
-            meaning=("Context, not a page: one replica is down (a crash, an in-place container restart, a node "
-                     "drain). It inhibits that replica's diagnosis alerts, which would only repeat stale evidence. "
-                     "Users are protected by the model's other replicas; VLLMTargetsDown warns when more than "
-                     f"{fmt(t['targets_down_share'] * 100)} % of a model's replicas are down, VLLMModelUnavailable "
-                     "pages when none is up, and the error-budget page fires if the loss hurts."),
-            verify=down_verify,
-            action="check the vLLM process/pod (logs of the previous container, OOM kills, restarts, events)",
-            tradeoff="none: restoring the engine has no downside; a restart drops in-flight requests",
-            mitigations=always(k8s_down),
-        ),
-        Alert(
-            name="VLLMTargetsDown", scope="model",
-            expr=(f"count {by_model} (\n{_indent(model_targets())} == 0\n)\n/\ncount {by_model} (\n"
-                  f"{_indent(model_targets())}\n)\n> {fmt(t['targets_down_share'])}"),
-            severity="warning", symptom="none", layer="unknown", for_=FOR_TARGETS_DOWN,
-            summary="More than a tenth of a model's vLLM replicas are down.",
-            description=("{{ $value | humanizePercentage }} of the replicas of model {{ $labels.model_name }}"
-                         "{{ if $labels.namespace }} (namespace {{ $labels.namespace }}){{ end }} do not answer."),
-            meaning=("kube-prometheus' TargetDown convention, per model: more than "
-                     f"{fmt(t['targets_down_share'] * 100)} % of the replicas a sidecar watches have failed their "
-                     f"scrapes for {FOR_TARGETS_DOWN}. Capacity is lost; the error-budget page fires if users feel "
-                     "it."),
-            verify=(Verify("replicas up per model", f"sum {by_model} ({model_targets()})"),),
-            action="find why the replicas are down (VLLMTargetDown per replica, `kubectl get pods`)",
-            tradeoff="none", mitigations=always(k8s_down),
-        ),
-        Alert(
-            name="VLLMModelUnavailable", scope="model",
-            expr=f"max {by_model} (\n{_indent(model_targets())}\n) == 0",
-            severity="critical", symptom="none", layer="unknown", for_=FOR_MODEL_DOWN,
-            summary="No replica of a model answers: the model is not served.",
-            description=("None of the replicas of model {{ $labels.model_name }}{{ if $labels.namespace }} "
-                         "(namespace {{ $labels.namespace }}){{ end }} has answered for "
-                         f"{FOR_MODEL_DOWN} (replicas up: {{{{ $value }}}})."),
-            meaning=("Every replica that served the model in the last hour now fails its scrapes: requests to "
-                     "this model fail. A rolling restart never takes every replica down at once, so it does not "
-                     "fire; a model load that never finishes is VLLMTargetNeverUp."),
-            verify=(Verify("replicas up", f"{model_targets()}"),),
-            action="check the pods (events, previous logs, OOMKilled, GPU Xid) and roll back a failed rollout",
-            tradeoff="none",
-            mitigations=always(k8s_down, Mitigation("roll back the rollout (`kubectl rollout undo`) if it began with "
-                                                    "one", "back to the previous version")),
-        ),
-        Alert(
-            name="VLLMTargetNeverUp",
-            expr=f"vllm_diag_up == 0\nunless {_on()}\nvllm_diag_last_success_timestamp_seconds",
-            severity="warning", symptom="none", layer="unknown", for_=grace,
-            summary="A vLLM target has not come up within the startup grace.",
-            description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
-                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): the model load hangs, crashes "
-                         "or the URL is wrong."),
-            meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
-                     f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
-                     "startupProbe budget): a rollout never alerts while replicas load. A warning: during a "
-                     "rolling update the old replicas still serve; when none does, VLLMModelUnavailable pages."),
-            verify=down_verify,
-            action="check the vLLM container's logs (download, OOM at load, CUDA errors) and the target URL",
-            tradeoff="none",
-            mitigations=always(k8s_down, Mitigation("roll back the rollout (`kubectl rollout undo`) if the new "
-                                                    "version does not load", "back to the previous version")),
-        ),
+    # The raw-only profile (a fleet scraped without sidecars) has no sidecar to miss.
+    sidecar_down = [
         Alert(
             name="VLLMDiagSidecarDown", scope="namespace",
             expr=(f"{sidecar_up} == 0\nor\n(\n  count by (namespace) ({vllm.NUM_REQUESTS_RUNNING})\n"
@@ -136,6 +158,59 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                     Verify("namespaces serving vLLM", f"count by (namespace) ({vllm.NUM_REQUESTS_RUNNING})")),
             action="check the sidecar container (logs, restarts) and the Prometheus scrape config / ServiceMonitor",
             tradeoff="none",
+        ),
+    ] if o.sidecars else []
+    return [
+        Alert(
+            name="VLLMTargetDown",
+            expr=f"vllm_diag_up == 0\nand {_on()}\nvllm_diag_last_success_timestamp_seconds",
+            severity="info", symptom="none", layer="unknown", for_=FOR_TARGET_DOWN,
+            summary="A vLLM that was serving stopped answering its /metrics.",
+            description=("vllm-diag scraped {{ $labels.target }} successfully before and now fails (vllm_diag_up "
+                         "{{ $value }}); its diagnosis is suspended and the alerts it would repeat are inhibited."),
+            meaning=("Context, not a page: one replica is down (a crash, an in-place container restart, a node "
+                     "drain). It inhibits that replica's diagnosis alerts, which would only repeat stale evidence. "
+                     "Users are protected by the model's other replicas; VLLMTargetsDown warns when more than "
+                     f"{fmt(t['targets_down_share'] * 100)} % of a model's replicas are down, VLLMModelUnavailable "
+                     "pages when none is up, and the error-budget page fires if the loss hurts."),
+            verify=down_verify,
+            action="check the vLLM process/pod (logs of the previous container, OOM kills, restarts, events)",
+            tradeoff="none: restoring the engine has no downside; a restart drops in-flight requests",
+            mitigations=always(K8S_DOWN),
+        ),
+        Alert(
+            name="VLLMTargetsDown", scope="model",
+            expr=(f"count {by_model} (\n{_indent(model_targets())} == 0\n)\n/\ncount {by_model} (\n"
+                  f"{_indent(model_targets())}\n)\n> {fmt(t['targets_down_share'])}"),
+            severity="warning", symptom="none", layer="unknown", for_=FOR_TARGETS_DOWN,
+            summary="More than a tenth of a model's vLLM replicas are down.",
+            description=("{{ $value | humanizePercentage }} of the replicas of model {{ $labels.model_name }}"
+                         "{{ if $labels.namespace }} (namespace {{ $labels.namespace }}){{ end }} do not answer."),
+            meaning=("kube-prometheus' TargetDown convention, per model: more than "
+                     f"{fmt(t['targets_down_share'] * 100)} % of the replicas a sidecar watches have failed their "
+                     f"scrapes for {FOR_TARGETS_DOWN}. Capacity is lost; the error-budget page fires if users feel "
+                     "it."),
+            verify=(Verify("replicas up per model", f"sum {by_model} ({model_targets()})"),),
+            action="find why the replicas are down (VLLMTargetDown per replica, `kubectl get pods`)",
+            tradeoff="none", mitigations=always(K8S_DOWN),
+        ),
+        Alert(
+            name="VLLMTargetNeverUp",
+            expr=f"vllm_diag_up == 0\nunless {_on()}\nvllm_diag_last_success_timestamp_seconds",
+            severity="warning", symptom="none", layer="unknown", for_=grace,
+            summary="A vLLM target has not come up within the startup grace.",
+            description=("vllm-diag has not scraped {{ $labels.target }} once since it started, for longer than "
+                         f"the {grace} startup grace (vllm_diag_up {{{{ $value }}}}): the model load hangs, crashes "
+                         "or the URL is wrong."),
+            meaning=("The sidecar (or its pod) started and the target has never answered since. Model loads take "
+                     f"minutes, so this waits `target_startup_grace_seconds` ({grace}, the deployment's "
+                     "startupProbe budget): a rollout never alerts while replicas load. A warning: during a "
+                     "rolling update the old replicas still serve; when none does, VLLMModelUnavailable pages."),
+            verify=down_verify,
+            action="check the vLLM container's logs (download, OOM at load, CUDA errors) and the target URL",
+            tradeoff="none",
+            mitigations=always(K8S_DOWN, Mitigation("roll back the rollout (`kubectl rollout undo`) if the new "
+                                                    "version does not load", "back to the previous version")),
         ),
         Alert(
             name="VLLMDiagnosisStale",
@@ -160,7 +235,7 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         ),
         Alert(
             name="VLLMDiagInputMissing",
-            expr=f"vllm_diag_input_available == 0\nand {_on()}\nvllm_diag_up == 1",
+            expr=input_missing(),
             severity="warning", symptom="none", layer="unknown", for_=FOR_INPUT_MISSING,
             summary="An input a vllm-diag alert needs is missing: that alert cannot fire.",
             description=("{{ $labels.target }} answers, but input `{{ $labels.input }}` has been missing "
@@ -168,8 +243,17 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             meaning=("vllm_diag_input_available lists every input a cause alert needs (KV usage, preemptions, the "
                      "TTFT and ITL histograms, finished requests, the host CPU source). It goes to 0 after a vLLM "
                      "upgrade renamed a metric, with `--disable-log-stats`, or when the CPU source became "
-                     "unreadable (a PID namespace or cgroup change)."),
-            verify=(Verify("inputs per target", 'vllm_diag_input_available{target="$target"}'),),
+                     "unreadable (a PID namespace or cgroup change). The rules watch the pages' own inputs too, "
+                     "with or without a sidecar: an objective's threshold that is not an edge of the replica's "
+                     "histogram (input `<objective>_bucket_edge`: the bad-events series vanishes and the page "
+                     "with it), and a replica that serves vLLM but has no histogram or finished-requests series "
+                     "under any name the rules know (input `<objective>_events`: renamed or missing)."),
+            verify=(Verify("inputs per target", 'vllm_diag_input_available{target="$target"}'),
+                    Verify("objectives whose threshold is a bucket edge of the target's histogram (0: not)",
+                           'vllm_diag_slo_threshold_on_bucket_edge{target="$target"}'),
+                    Verify("SLI events and bad events per replica (an objective with events and no bad-events "
+                           "series: its threshold is off the histogram's edges)",
+                           f"{slo.pod_events('1h')} or {slo.pod_bad_events('1h')}")),
             action="restore the input: check vLLM's flags (`--disable-log-stats`), its version against the "
                    "sidecar's, and the target's `cpu:` source",
             tradeoff="none",
@@ -197,6 +281,6 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             verify=(Verify("failures by rule", 'increase(vllm_diag_rule_errors_total[15m]) > 0'),),
             action="report it with the sidecar's logs and a capture (`record_dir`)", tradeoff="none",
         ),
-    ]
+    ] + sidecar_down
 
 

@@ -100,8 +100,8 @@ def recording_rules() -> list[Recording]:
         Recording(f"pod:vllm_preemptions:rate{w}", RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w),
                   "Preemptions per second, per replica (its data-parallel engines summed)."),
         Recording(f"pod:vllm_requests_finished:rate{w}", finished,
-                  "Finished requests per second per replica, all finished_reason values (client aborts are not counted by "
-                  "vLLM)."),
+                  "Finished requests per second per replica, all finished_reason values (client aborts are not "
+                  "counted by vLLM)."),
         Recording(f"pod:vllm_preemptions_per_request:ratio_rate{w}",
                   RAW.divide(RAW.sum_rate(vllm.NUM_PREEMPTIONS_TOTAL, w), finished),
                   "Preemptions per finished request, per replica (symptom D reads this)."),
@@ -118,13 +118,14 @@ def recording_rules() -> list[Recording]:
                   RAW.quantile(0.99, vllm.TIME_TO_FIRST_TOKEN_SECONDS, w), "TTFT p99 per replica (tail latency)."),
         Recording(f"pod:vllm_itl_seconds:p95_rate{w}",
                   generations(lambda n: RAW.quantile(0.95, n(itl), w), itl),
-                  "Inter-token latency p95 per replica (the SLO quantile); vLLM <= 0.10 name: time_per_output_token_seconds."),
+                  "Inter-token latency p95 per replica (the SLO quantile); vLLM <= 0.10 name: "
+                  "time_per_output_token_seconds."),
         Recording(f"pod:vllm_requests_waiting:deriv{w}",
                   f"sum {RAW._without()} (deriv({vllm.NUM_REQUESTS_WAITING}[{w}]))",
                   "Queue growth per replica: waiting requests added per second (positive = the queue builds up)."),
         Recording(f"pod:vllm_frontend_overhead_seconds:mean_rate{w}",
                   frontend_overhead(RAW, w),
-                  "Mean time per request outside the engine, per replica: e2e - queue - inference, clamped at 0 (tokenization, "
-                  "templates, IPC, output handling; the CPU path)."),
+                  "Mean time per request outside the engine, per replica: e2e - queue - inference, clamped at 0 "
+                  "(tokenization, templates, IPC, output handling; the CPU path)."),
     ]
 
