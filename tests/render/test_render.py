@@ -110,19 +110,23 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
     names = [r["alert"] for r in _alert_rules()]
     assert len(names) == len(set(names))
     expected = {s.alert for s in SYMPTOMS} | {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMCPUStarvationSuspected",
-                                               "VLLMTargetDown", "VLLMTargetsDown", "VLLMModelUnavailable",
+                                               "VLLMTargetDown", "VLLMTargetsDown",
                                                "VLLMTargetNeverUp", "VLLMDiagSidecarDown", "VLLMDiagnosisStale",
                                                "VLLMDiagInputMissing", "VLLMDiagSourceErrors", "VLLMDiagRuleErrors"}
     assert set(names) == expected
     slo_alerts = {r["alert"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
     assert slo_alerts == {"VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow",
-                          "VLLMEngineStalled"}
+                          "VLLMEngineStalled", "VLLMLowTrafficBurn", "VLLMModelUnavailable"}
     for rule in _alert_rules(ALL_ALERT_FILES):
         assert rule["for"], rule["alert"]
         assert rule["labels"]["severity"] in SEVERITIES
-        # A burn's symptom and layer come from the cause the sidecar names (series labels).
-        static = {"severity"} if rule["alert"] in {"VLLMErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"} else {
-            "severity", "layer"}
+        # A burn's cause, symptom and layer are annotations read from the majority-cause record, never
+        # labels: the page's identity must not change with them.
+        burns = {"VLLMErrorBudgetBurn", "VLLMErrorBudgetBurnSlow", "VLLMLowTrafficBurn"}
+        static = {"severity"} if rule["alert"] in burns else {"severity", "layer"}
+        if rule["alert"] in burns:
+            assert not {"cause", "layer", "symptom"} & set(rule["labels"]), rule["alert"]
+            assert {"cause", "layer", "symptom"} <= set(rule["annotations"]), rule["alert"]
         assert static <= set(rule["labels"]), rule["alert"]
         ann = rule["annotations"]
         assert {"summary", "description", "runbook_url", "action", "tradeoff"} <= set(ann), rule["alert"]
@@ -131,7 +135,7 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
         assert all(ann[k].strip() for k in ("action", "tradeoff")), rule["alert"]
     # What wakes someone: a model's budget burning, a model with no replica up, a hung engine.
     pages = {r["alert"] for r in _alert_rules(ALL_ALERT_FILES) if r["labels"]["severity"] == "critical"}
-    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled"}
+    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled", "VLLMLowTrafficBurn"}
     # No rule leans on keep_firing_for (older Prometheus Operator CRDs drop it silently).
     assert all("keep_firing_for" not in r for r in _alert_rules(ALL_ALERT_FILES))
     # Cause alerts outlast a burst.
@@ -156,10 +160,14 @@ def test_the_page_reads_which_classes_explain_an_objective_from_the_catalog() ->
     """One table (the catalog's EXPLAINED_BY) for the page's cause and the diagnosis's A0/B0."""
     from exporter.catalog.symptoms import EXPLAINED_BY
 
+    from exporter.render.rules.slo_pages import CAUSE_RECORD
+
+    [record] = [r for r in _all_rules() if r.get("record") == CAUSE_RECORD]
     page = next(r for r in _alert_rules(ALL_ALERT_FILES) if r["alert"] == "VLLMErrorBudgetBurn")
+    assert CAUSE_RECORD in page["annotations"]["cause"]
     for objective, classes in EXPLAINED_BY.items():
-        assert f'symptom=~"{"|".join(classes)}"' in page["expr"], objective
-        assert f'"objective", "{objective}"' in page["expr"], objective
+        assert f'symptom=~"{"|".join(classes)}"' in record["expr"], objective
+        assert f'"objective", "{objective}"' in record["expr"], objective
 
 
 def test_runbooks_carry_catalog_actions_and_costs() -> None:
@@ -174,7 +182,8 @@ def test_runbooks_carry_catalog_actions_and_costs() -> None:
 # exceptions: `== 0/1` on 0/1 state series, and the `> 0` guard on a ratio's denominator.
 SLO_NUMBERS = {v for o in Slo().model_dump().values() for v in o.values()}
 CATALOG_NUMBERS = {*DEFAULTS.values(), *SLO_NUMBERS, Settings.model_fields["window_seconds"].default}
-STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up", "vllm_diag_input_available"}
+STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up", "vllm_diag_input_available",
+                "vllm_diag_slo_threshold_on_bucket_edge"}
 # The burn-rate factors are the SRE workbook's, declared once in exporter/render/slo.py.
 BURN_FACTORS = {a.factor for a in slo.BURN_ALERTS}
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")
@@ -238,7 +247,7 @@ def test_render_rules_config_renders_the_deployments_objectives(tmp_path: Path) 
     recording = (out / rules.RECORDING_FILE).read_text()
     assert 'le=~"0\\\\.75"' in recording and 'le=~"0\\\\.05"' in recording
     assert "vector(0.005)" in recording and "vector(0.05)" in recording  # 1 - 0.995; the p95 key is target 0.95
-    alerts = (out / rules.ALERTS_FILE).read_text()
+    alerts = (out / rules.ALERTS_FILE).read_text() + (out / rules.RAW_ALERTS_FILE).read_text()
     assert "for: 30m" in alerts and 'up{job="diag"}' in alerts and 'severity: "P1"' in alerts
     assert 'severity: "critical"' not in alerts
     am = yaml.safe_load((out / rules.ALERTMANAGER_FILE).read_text())
@@ -295,7 +304,8 @@ def test_alertmanager_inhibitions_name_real_alerts() -> None:
     assert sources["VLLMKVCachePressure"] == {alert[s] for s in "ACDEF"}
     assert sources["VLLMCPUStarvation"] == {alert[s] for s in "ABC"} | {"VLLMCPUStarvationSuspected"}
     assert sources["VLLMTargetDown"] >= set(alert.values()) | {"VLLMKVCachePressure", "VLLMCPUStarvation"}
-    assert sources["VLLMErrorBudgetBurn"] == {"VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"}
+    # The replica outlier stays named while the model pages: it says which pod to drain.
+    assert sources["VLLMErrorBudgetBurn"] == {"VLLMErrorBudgetBurnSlow"}
 
 
 def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:

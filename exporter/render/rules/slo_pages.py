@@ -51,18 +51,19 @@ def smoothed_causes(o: Options = DEFAULT_OPTIONS, matchers: str = "") -> str:
 
 
 
-# The majority cause per model and objective, with ties broken by the cause's priority (its symptom's
-# severity, then its id): a constant under one half added to the replica count, so topk picks the same
-# cause in every run.
+# The majority cause per model and objective, with ties broken by the cause's priority (a known cause
+# first, then its symptom's severity, then its id): a constant under one half added to the replica
+# count, so topk picks the same cause in every run.
 CAUSE_RECORD = "namespace_model:vllm_slo_cause:majority"
 PRIORITY_RECORD = "vllm_slo:cause_priority:ratio"
 _SEVERITY_RANK = {"critical": 0, "warning": 1, "info": 2}
 
 
 def cause_priority() -> dict[str, float]:
-    """cause id -> a fraction in (0, 0.5): higher for the cause that wins a tie."""
+    """cause id -> a fraction in (0, 0.5): higher for the cause that wins a tie. A known cause beats an
+    effect without one (A0/B0, layer `unknown`), then the more severe symptom, then the lower id."""
     severity = {s.id: s.severity for s in SYMPTOMS}
-    ranked = sorted(CAUSES, key=lambda c: (_SEVERITY_RANK[severity[c.symptom]], c.id))
+    ranked = sorted(CAUSES, key=lambda c: (c.layer == "unknown", _SEVERITY_RANK[severity[c.symptom]], c.id))
     return {c.id: round((len(ranked) - i) / (2 * (len(ranked) + 1)), 4) for i, c in enumerate(ranked)}
 
 
