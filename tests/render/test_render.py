@@ -159,7 +159,6 @@ def test_runbook_urls_point_at_existing_runbooks_and_back() -> None:
 def test_the_page_reads_which_classes_explain_an_objective_from_the_catalog() -> None:
     """One table (the catalog's EXPLAINED_BY) for the page's cause and the diagnosis's A0/B0."""
     from exporter.catalog.symptoms import EXPLAINED_BY
-
     from exporter.render.rules.slo_pages import CAUSE_RECORD
 
     [record] = [r for r in _all_rules() if r.get("record") == CAUSE_RECORD]

@@ -116,10 +116,11 @@ def input_missing() -> str:
     up = f"and {_on()}\nvllm_diag_up == 1"
     pods = ", ".join((*IDENTITY, "model_name"))
     serving = f"group by ({pods}) ({vllm.NUM_REQUESTS_RUNNING})"
+    latency = "|".join(slo.HISTOGRAM)
     parts = [f"vllm_diag_input_available == 0\n{up}",
              'label_replace(vllm_diag_slo_threshold_on_bucket_edge == 0, "input", "${1}_bucket_edge", '
              f'"objective", "(.+)")\n{up}',
-             f'label_replace(\n  {slo.pod_events("1h")}\n  unless on ({pods}, objective)\n  '
+             f'label_replace(\n  {slo.pod_events("1h")}{{objective=~"{latency}"}}\n  unless on ({pods}, objective)\n  '
              f'{slo.pod_bad_events("1h")},\n  "input", "${{1}}_bucket_edge", "objective", "(.+)")']
     parts += [f'label_replace(\n  {serving}\n  unless on ({pods})\n  {slo.pod_events("1h")}{{objective="{obj}"}},\n'
               f'  "input", "{obj}_events", "", "")' for obj in slo.OBJECTIVES]

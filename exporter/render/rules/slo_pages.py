@@ -152,9 +152,15 @@ def _gated(condition: str, o: Options, *, level: str = "model") -> str:
 
 
 def tiers(alerts: tuple[slo.BurnAlert, ...], o: Options) -> tuple[tuple[Mapping[str, str], str], ...]:
-    """One rule per pair, kube-prometheus style: the `long`/`short` labels say which pair fired."""
-    return tuple(({"long": a.long_window, "short": a.short_window}, _gated(slo.burn_condition(a), o))
-                 for a in alerts)
+    """One rule per pair, kube-prometheus style: the `long`/`short` labels say which pair fired. A ticket
+    holds only while no paging pair does (the page says it all; Alertmanager's inhibition too)."""
+    def expr(a: slo.BurnAlert) -> str:
+        gated = _gated(slo.burn_condition(a), o)
+        if a.severity == "critical":
+            return gated
+        return f"(\n{_indent(gated)}\n)\nunless {_MODEL_OBJ_ON}\n(\n{_indent(slo.page_condition())}\n)"
+    return tuple(({"long": a.long_window, "short": a.short_window, **({"for": a.for_} if a.for_ else {})},
+                  expr(a)) for a in alerts)
 
 
 def low_traffic(o: Options, window: str, min_events: float, *, unless: str = "") -> str:
