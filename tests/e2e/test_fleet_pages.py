@@ -211,7 +211,9 @@ def _alertmanager_config(webhook: str) -> dict[str, Any]:
             scale(sub)
     scale(config["route"])
     for receiver in config["receivers"]:
-        receiver["webhook_configs"] = [{"url": f"{webhook}/{receiver['name']}", "send_resolved": False}]
+        # Resolved notifications too: a page is a notification that opens an incident (a group that was
+        # not firing), and only a resolution closes one.
+        receiver["webhook_configs"] = [{"url": f"{webhook}/{receiver['name']}", "send_resolved": True}]
     return config
 
 
@@ -292,9 +294,20 @@ def _during(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
     return [n for n in fleet["hook"].posts if _minutes(fleet, n.at) <= case.end_s / 60]
 
 
+def _page_posts(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
+    return [n for n in _during(fleet, case) if n.receiver == "page" and _model_of(n) == case.model]
+
+
 def _pages(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
-    return [n for n in _during(fleet, case)
-            if n.receiver == "page" and n.status == "firing" and _model_of(n) == case.model]
+    """The notifications that open an incident: the group's first firing one, or the first after it
+    resolved. Further firing notifications of an open group update it (an alert of another burn tier
+    joined, annotations changed): receivers such as PagerDuty dedupe them by the group key."""
+    opening, open_ = [], False
+    for n in _page_posts(fleet, case):
+        if n.status == "firing" and not open_:
+            opening.append(n)
+        open_ = n.status == "firing"
+    return opening
 
 
 def _warnings(fleet: dict[str, Any], case: FleetCase) -> dict[str, float]:
@@ -305,13 +318,15 @@ def _warnings(fleet: dict[str, Any], case: FleetCase) -> dict[str, float]:
         if n.receiver != "ticket":
             continue
         for a in n.alerts:
+            if a.get("status") != "firing":
+                continue
             if a["labels"].get("model_name") == model or a["labels"].get("target", "").startswith(f"{model}-"):
                 out.setdefault(a["labels"]["alertname"], _minutes(fleet, n.at))
     return out
 
 
 def test_print_the_fleet_table(fleet: dict[str, Any]) -> None:
-    lines = ["| case | replicas | pages (notifications) | page names | first page (sim. min) | warnings delivered |",
+    lines = ["| case | replicas | pages (incidents opened) | page names | first page (sim. min) | warnings delivered |",
              "|---|---|---|---|---|---|"]
     for case in CASES:
         pages = _pages(fleet, case)
@@ -351,6 +366,7 @@ def test_one_page_per_problem_naming_its_cause(fleet: dict[str, Any], case: Flee
 @pytest.mark.parametrize("case", [c for c in CASES if c.stays_open], ids=[c.model for c in CASES if c.stays_open])
 def test_a_vanished_model_pages_until_the_case_ends(fleet: dict[str, Any], case: FleetCase) -> None:
     """Once the page fires it stays firing in Prometheus for every poll until the case ends."""
+    assert not [n for n in _page_posts(fleet, case) if n.status == "resolved"], "the page resolved"
     first = next(m for m, critical in fleet["polls"] if case.model in critical)
     held = [("VLLMModelUnavailable" in critical.get(case.model, set()), m) for m, critical in fleet["polls"]
             if first <= m <= case.end_s / 60 - 0.5]
