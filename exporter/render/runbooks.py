@@ -85,8 +85,21 @@ def render_files(o: rules.Options = rules.DEFAULT_OPTIONS) -> dict[str, str]:
     out[f"{rules.RUNBOOK_DIR}/README.md"] = rules.environment().get_template("runbooks-index.md.j2").render(
         alerts=[rules.alert_rule(a, o) for a in rules.alerts(o)],
         files={a.name: rules.runbook_file(a.name).rsplit("/", 1)[1] for a in rules.alerts(o)},
+        fors={a.name: for_text(a, o) for a in rules.alerts(o)},
     )
     return out
+
+
+def for_text(alert: rules.Alert, o: rules.Options = rules.DEFAULT_OPTIONS) -> str:
+    """The alert's `for:`, per rule where it has several (its tiers: `long`/`short` and severity)."""
+    found = rules.alert_rules(alert, o)
+    if len(found) == 1:
+        return f"`{found[0]['for']}`"
+    parts = []
+    for r in found:
+        pair = "/".join(r["labels"][k] for k in ("long", "short") if k in r["labels"])
+        parts.append(f"`{r['for']}` ({pair} {r['labels']['severity']})")
+    return ", ".join(parts)
 
 
 def verify_expressions() -> list[str]:

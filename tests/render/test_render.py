@@ -526,3 +526,13 @@ def test_every_flag_a_runbook_names_has_its_vllm_versions() -> None:
     assert not [f for f in named if FLAGS[f].removed], "a runbook names a flag vLLM removed"
     text = (REPO / rules.runbook_file("VLLMKVCachePressure")).read_text()
     assert "`--kv-cache-dtype` 0.3.0+ (the value fp8 since 0.4.1)" in text
+
+
+def test_the_docs_for_values_are_the_rules() -> None:
+    """Every rule's `for:` is listed in the generated runbook index; docs/alerting.md's tables quote none."""
+    index = {line.split("](")[0].lstrip("| ["): line for line in
+             (REPO / "docs/runbooks/README.md").read_text().splitlines() if line.startswith("| [VLLM")}
+    for rule in _alert_rules(ALL_ALERT_FILES):
+        assert f"`{rule['for']}`" in index[rule["alert"]], rule["alert"]
+    headers = [line for line in (REPO / "docs/alerting.md").read_text().splitlines() if line.startswith("| alert |")]
+    assert headers and not any("for" in h for h in headers), headers
