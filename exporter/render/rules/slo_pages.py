@@ -253,7 +253,8 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
         Alert(
             name="VLLMLowTrafficBurn", scope="model", severity="critical", symptom="", layer="",
             for_=FOR_LOW_TRAFFIC, expr=low_page,
-            tiers=(({"long": page_window}, low_page), ({"long": ticket_window, "severity": "warning", "for": FOR_BURN_SLOW}, low_ticket)),
+            tiers=(({"long": page_window}, low_page),
+                   ({"long": ticket_window, "severity": "warning", "for": FOR_BURN_SLOW}, low_ticket)),
             summary="Most of a low-traffic model's requests miss their objective.",
             description=(f"{{{{ $value | humanizePercentage }}}} of the {title} events of model {where} over "
                          f"{{{{ $labels.long }}}} were bad; " + cause + "."),
