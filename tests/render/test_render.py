@@ -181,8 +181,7 @@ def test_runbooks_carry_catalog_actions_and_costs() -> None:
 # exceptions: `== 0/1` on 0/1 state series, and the `> 0` guard on a ratio's denominator.
 SLO_NUMBERS = {v for o in Slo().model_dump().values() for v in o.values()}
 CATALOG_NUMBERS = {*DEFAULTS.values(), *SLO_NUMBERS, Settings.model_fields["window_seconds"].default}
-STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up", "vllm_diag_input_available",
-                "vllm_diag_slo_threshold_on_bucket_edge"}
+STATE_SERIES = {"vllm_diag_symptom_active", "vllm_diag_up", "up", "vllm_diag_input_available"}
 # The burn-rate factors are the SRE workbook's, declared once in exporter/render/slo.py.
 BURN_FACTORS = {a.factor for a in slo.BURN_ALERTS}
 _COMPARISON = re.compile(r"(==|!=|>=|<=|>|<)\s*(-?\d+(?:\.\d+)?(?:e-?\d+)?)")

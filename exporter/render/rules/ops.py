@@ -110,16 +110,16 @@ def availability_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
 
 
 def input_missing() -> str:
-    """Inputs a page needs, missing: the sidecar's list, its thresholds off the histogram's edges, and (from
-    vLLM's own series, so also without a sidecar) an objective with events but no bad-events series, or a
-    replica serving vLLM with no events for an objective."""
+    """Inputs a page needs, missing: the sidecar's list and, from vLLM's own series (so also without a
+    sidecar), a latency objective with events but no bad-events series (its threshold is not an edge of
+    the replica's histogram), or a replica serving vLLM with no events for an objective (renamed)."""
     up = f"and {_on()}\nvllm_diag_up == 1"
     pods = ", ".join((*IDENTITY, "model_name"))
     serving = f"group by ({pods}) ({vllm.NUM_REQUESTS_RUNNING})"
     latency = "|".join(slo.HISTOGRAM)
+    # Not the sidecar's vllm_diag_slo_threshold_on_bucket_edge: it judges speculative decoding per token,
+    # where thresholds are off the scaled edges by design; vLLM's own series say what the page can count.
     parts = [f"vllm_diag_input_available == 0\n{up}",
-             'label_replace(vllm_diag_slo_threshold_on_bucket_edge == 0, "input", "${1}_bucket_edge", '
-             f'"objective", "(.+)")\n{up}',
              f'label_replace(\n  {slo.pod_events("1h")}{{objective=~"{latency}"}}\n  unless on ({pods}, objective)\n  '
              f'{slo.pod_bad_events("1h")},\n  "input", "${{1}}_bucket_edge", "objective", "(.+)")']
     parts += [f'label_replace(\n  {serving}\n  unless on ({pods})\n  {slo.pod_events("1h")}{{objective="{obj}"}},\n'
@@ -250,8 +250,6 @@ def ops_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      "with it), and a replica that serves vLLM but has no histogram or finished-requests series "
                      "under any name the rules know (input `<objective>_events`: renamed or missing)."),
             verify=(Verify("inputs per target", 'vllm_diag_input_available{target="$target"}'),
-                    Verify("objectives whose threshold is a bucket edge of the target's histogram (0: not)",
-                           'vllm_diag_slo_threshold_on_bucket_edge{target="$target"}'),
                     Verify("SLI events and bad events per replica (an objective with events and no bad-events "
                            "series: its threshold is off the histogram's edges)",
                            f"{slo.pod_events('1h')} or {slo.pod_bad_events('1h')}")),
