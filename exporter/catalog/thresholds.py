@@ -223,7 +223,7 @@ class Thresholds:
         "Strength shown for informational findings (capacity, saturation, zero prefix reuse). They never count "
         "towards a layer score; it must stay below verdict_enter_score.", 0, 1)
 
-    # -- alerting (generated Prometheus rules; exporter/render/rules.py) ------------------
+    # -- alerting (generated Prometheus rules; exporter/render/rules/) ------------------
     alert_symptom_active_share: float = threshold(0.3, "ratio",
         "Share of the smoothing range (alert_smoothing_seconds) a symptom must be active for its alert "
         "condition to hold. Symptoms flap with bursty traffic (case 1 is active ~1/3 of the time); "
