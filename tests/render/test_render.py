@@ -535,3 +535,21 @@ def test_the_docs_for_values_are_the_rules() -> None:
         assert f"`{rule['for']}`" in index[rule["alert"]], rule["alert"]
     headers = [line for line in (REPO / "docs/alerting.md").read_text().splitlines() if line.startswith("| alert |")]
     assert headers and not any("for" in h for h in headers), headers
+
+
+def test_render_raw_only_and_runbook_url(tmp_path: Path) -> None:
+    """`--raw-only`: rules for a fleet without sidecars, no sidecar-down alert (the default keeps it);
+    `--runbook-url`: every alert links to the deployment's own runbooks."""
+    out = tmp_path / "out"
+    assert _run_cli(["render", "rules", "--root", str(out), "--raw-only",
+                     "--runbook-url", "https://runbooks.example/vllm/"]) == 0
+    rendered = yaml.safe_load((out / rules.ALERTS_FILE).read_text())
+    names = {r["alert"] for g in rendered["groups"] for r in g["rules"]}
+    assert "VLLMDiagSidecarDown" not in names and "VLLMTargetDown" in names
+    urls = {r["annotations"]["runbook_url"] for f in (rules.ALERTS_FILE, rules.RAW_ALERTS_FILE)
+            for g in yaml.safe_load((out / f).read_text())["groups"] for r in g["rules"]}
+    assert urls and all(u.startswith("https://runbooks.example/vllm/vllm") and u.endswith(".md") for u in urls)
+    assert "https://runbooks.example/vllm/vllmmodelunavailable.md" in urls
+    committed = yaml.safe_load((REPO / rules.ALERTS_FILE).read_text())
+    assert "VLLMDiagSidecarDown" in {r["alert"] for g in committed["groups"] for r in g["rules"]}
+    assert _run_cli(["render", "rules", "--root", str(out), "--runbook-url", "runbooks.example"]) == 2
