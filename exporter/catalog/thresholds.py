@@ -338,7 +338,7 @@ class Thresholds:
         "Strength shown for informational findings (capacity, saturation, zero prefix reuse). They never count "
         "towards a layer score; it must stay below verdict_enter_score.", 0, 1)
 
-    # -- alerting (generated Prometheus rules; exporter/render/rules.py) ------------------
+    # -- alerting (generated Prometheus rules; exporter/render/rules/) ------------------
     alert_symptom_active_share: float = threshold(0.3, "ratio",
         "Share of the smoothing range (alert_smoothing_seconds) a symptom must be active for its alert "
         "condition to hold. Symptoms flap with bursty traffic (case 1 is active ~1/3 of the time); "
@@ -355,6 +355,19 @@ class Thresholds:
     slo_min_requests: float = threshold(100, "requests",
         "Events (first tokens, finished requests) the last hour must hold before a burn rate pages: a "
         "burn of a handful of requests is noise.", 1)
+    slo_low_traffic_min_events: float = threshold(10, "events",
+        "Events (first tokens, finished requests) the last 30 minutes must hold before a low-traffic model "
+        "(under slo_min_requests an hour) pages on its bad share; the SRE workbook's path for low-traffic "
+        "services.", 1)
+    slo_low_traffic_bad_share: float = threshold(0.5, "ratio",
+        "Share of a low-traffic model's events that must be bad (over 30 minutes for the page, 6 hours for "
+        "the ticket): most of its few users are hurt.", 0, 1)
+    slo_low_traffic_ticket_min_events: float = threshold(3, "events",
+        "Events the last 6 hours must hold before a low-traffic model too quiet to page gets a ticket on its "
+        "bad share.", 1)
+    replica_outlier_ratio: float = threshold(3, "ratio",
+        "How many times its siblings' bad share one replica's must reach (while it burns at a paging rate "
+        "itself) to be named as the outlier: a fleet-wide problem raises every replica alike.", 1)
     targets_down_share: float = threshold(0.1, "ratio",
         "Share of a model's replicas down (for 10 minutes) at which VLLMTargetsDown warns "
         "(kube-prometheus' TargetDown).", 0, 1)

@@ -50,6 +50,11 @@ def register(subparsers: argparse._SubParsersAction[Any]) -> None:
                         help="Prometheus job name that scrapes the sidecar (default vllm-diag)")
     parser.add_argument("--severity-labels", default=None, metavar="critical=X,warning=Y,info=Z",
                         help="rename the severity label values for your routing tree")
+    parser.add_argument("--runbook-url", default=None, metavar="BASE",
+                        help="base URL of the runbooks the alerts link to (BASE/<alertname lowercase>.md; default "
+                             "the project's docs/runbooks on GitHub)")
+    parser.add_argument("--raw-only", action="store_true",
+                        help="rules for a fleet Prometheus scrapes without vllm-diag sidecars: no sidecar-down alert")
     parser.add_argument("--histogram-buckets", default=None, metavar="JSON",
                         help="the JSON given to vLLM's --custom-histogram-buckets (0.32+), when it replaces the "
                              "time_to_first_token or inter_token_latency edges: objectives must sit on an edge")
@@ -63,7 +68,8 @@ def options_from(args: argparse.Namespace) -> Options | None:
     config, job, labels = getattr(args, "config", None), getattr(args, "sidecar_job", None), \
         getattr(args, "severity_labels", None)
     custom = getattr(args, "histogram_buckets", None)
-    if config is None and job is None and labels is None and custom is None:
+    runbooks, raw_only = getattr(args, "runbook_url", None), getattr(args, "raw_only", False)
+    if config is None and job is None and labels is None and custom is None and runbooks is None and not raw_only:
         return None
     extra: dict[str, Any] = {}
     if custom is not None:
@@ -72,6 +78,12 @@ def options_from(args: argparse.Namespace) -> Options | None:
     o = (Options.from_settings(settings, **extra) if settings is not None
          else replace(DEFAULT_OPTIONS, **extra) if extra else DEFAULT_OPTIONS)
     extra = {}
+    if runbooks is not None:
+        if not runbooks.startswith(("http://", "https://")):
+            raise ValueError(f"--runbook-url: {runbooks!r} is not an http(s) URL")
+        extra["runbook_base_url"] = runbooks.rstrip("/")
+    if raw_only:
+        extra["sidecars"] = False
     if job is not None:
         extra["sidecar_job"] = job
     if labels is not None:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from exporter.catalog.flags import versions_of
+from exporter.publish.exported import exported
 from exporter.render import rules
 
 # A selector of a sidecar (vllm_diag_*) or raw vLLM (vllm:*) series, with its optional matchers.
@@ -29,14 +30,30 @@ _SCOPES: Mapping[str, Mapping[str, Mapping[str, str]]] = {
 }
 
 
+def _labels_of(name: str) -> frozenset[str] | None:
+    """The labels a sidecar family carries (the exported catalog, plus the scrape's own); None for vLLM's."""
+    if not name.startswith("vllm_diag_"):
+        return None
+    try:
+        found = exported(name)
+    except KeyError:
+        return None
+    return frozenset((*found.labels, "namespace", "pod", "instance", "job"))
+
+
 def scoped(expr: str, scope: str) -> str:
     """``expr`` with every vllm_diag_* and vllm:* selector restricted to the alert's labels
-    (`$target` etc., to be replaced by the values in the notification). Matchers already there win."""
+    (`$target` etc., to be replaced by the values in the notification). Matchers already there win;
+    a label the family does not carry (vllm_diag_up has no model_name) is not added: it would match
+    nothing."""
     labels = _SCOPES[scope]
 
     def add(m: re.Match[str]) -> str:
         name, inner = m.group(1), m.group(3) or ""
         wanted = labels["diag" if name.startswith("vllm_diag_") else "raw"]
+        carried = _labels_of(name)
+        if carried is not None:
+            wanted = {k: v for k, v in wanted.items() if k in carried}
         have = {part.split("=")[0].strip().rstrip("=~!") for part in inner.split(",") if part.strip()}
         extra = [f'{k}="{v}"' for k, v in wanted.items() if k not in have]
         return f"{name}{{{', '.join(p for p in (inner.strip(), *extra) if p)}}}"
@@ -68,8 +85,21 @@ def render_files(o: rules.Options = rules.DEFAULT_OPTIONS) -> dict[str, str]:
     out[f"{rules.RUNBOOK_DIR}/README.md"] = rules.environment().get_template("runbooks-index.md.j2").render(
         alerts=[rules.alert_rule(a, o) for a in rules.alerts(o)],
         files={a.name: rules.runbook_file(a.name).rsplit("/", 1)[1] for a in rules.alerts(o)},
+        fors={a.name: for_text(a, o) for a in rules.alerts(o)},
     )
     return out
+
+
+def for_text(alert: rules.Alert, o: rules.Options = rules.DEFAULT_OPTIONS) -> str:
+    """The alert's `for:`, per rule where it has several (its tiers: `long`/`short` and severity)."""
+    found = rules.alert_rules(alert, o)
+    if len(found) == 1:
+        return f"`{found[0]['for']}`"
+    parts = []
+    for r in found:
+        pair = "/".join(r["labels"][k] for k in ("long", "short") if k in r["labels"])
+        parts.append(f"`{r['for']}` ({pair} {r['labels']['severity']})")
+    return ", ".join(parts)
 
 
 def verify_expressions() -> list[str]:

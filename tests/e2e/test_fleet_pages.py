@@ -15,7 +15,8 @@ What an on-call SRE must get (issue: pages an on-call SRE trusts):
 * CPU contention within the objectives: no page; CPU starvation that burns the budget: one page
   naming the CPU;
 * a sidecar that loses its CPU source: a warning naming the input within 45 minutes;
-* a model load shorter than the startup grace, a rolling restart, a 3-minute burst: no page.
+* a model load shorter than the startup grace, a rolling restart, a 3-minute burst: no page;
+* every pod of a model deleted: exactly one page, which stays open.
 
 The burst needs an hour of history before it (80 simulated minutes); the suite leaves it out and
 ``python -m lab.fleet_pages`` plays every case. The table is printed (``-s``, and
@@ -68,6 +69,7 @@ class FleetCase:
     page_within_min: float | None = None  # simulated minutes from the start
     warnings: frozenset[str] = frozenset()  # warning alerts that must be delivered
     warning_within_min: float | None = None
+    stays_open: bool = False  # the page keeps firing until the case ends
     note: str = ""
 
     @property
@@ -81,6 +83,7 @@ def _fleet(model: str, timeline: str, n: int = 8) -> tuple[Replica, ...]:
 
 
 ROLLING_DOWN_S = 120.0  # each pod restarts in 2 minutes, one after the other
+VANISH_AT_S = 720.0  # the minute a model's pods are all deleted
 ALL_CASES: tuple[FleetCase, ...] = (
     FleetCase("outage", _fleet("outage", "fleet-queue"), pages=1, page_layer="scheduler", page_within_min=20,
               note="queue-backlog on 8 replicas: ~96 % of first tokens over 2.5 s, no KV or CPU cause"),
@@ -101,6 +104,11 @@ ALL_CASES: tuple[FleetCase, ...] = (
     FleetCase("rolling", tuple(Replica(f"rolling-{i}", "fleet-healthy", (600.0 + i * 180, 600.0 + i * 180
                                                                         + ROLLING_DOWN_S)) for i in range(4)),
               pages=0, note="a rolling restart: each of 4 pods gone for 2 minutes, one after the other"),
+    # Every pod of a model deleted (a bad rollout of a Recreate Deployment): its targets answer nothing
+    # any more, and the inventory remembers the model.
+    FleetCase("vanish", tuple(Replica(f"vanish-{i}", "fleet-healthy", (VANISH_AT_S, float("inf"))) for i in range(4)),
+              pages=1, page_within_min=VANISH_AT_S / 60 + 15, stays_open=True,
+              note=f"all 4 pods deleted at minute {VANISH_AT_S / 60:.0f}: one page, still open at the end"),
     FleetCase("burst", _fleet("burst", "fleet-burst"), pages=0,
               note=f"a 3-minute burst of 8k-token prompts at minute {replay.BURST_AT_S / 60:.0f} on 8 replicas: "
                    "~3 minutes of first tokens over 2.5 s, ~7x over the hour"),
@@ -203,7 +211,9 @@ def _alertmanager_config(webhook: str) -> dict[str, Any]:
             scale(sub)
     scale(config["route"])
     for receiver in config["receivers"]:
-        receiver["webhook_configs"] = [{"url": f"{webhook}/{receiver['name']}", "send_resolved": False}]
+        # Resolved notifications too: a page is a notification that opens an incident (a group that was
+        # not firing), and only a resolution closes one.
+        receiver["webhook_configs"] = [{"url": f"{webhook}/{receiver['name']}", "send_resolved": True}]
     return config
 
 
@@ -248,17 +258,22 @@ def fleet(tmp_path_factory: pytest.TempPathFactory):
         wait_alertmanager_discovered(prom_url, servers.report)
         playback.started = time.time()
         fired: dict[str, set[str]] = {}
+        polls: list[tuple[float, dict[str, set[str]]]] = []  # (simulated minute, model -> critical alerts)
         end = playback.started + max(c.end_s for c in CASES) / SPEED
         while time.time() < end:
             try:
+                critical: dict[str, set[str]] = {}
                 for a in get_json(f"{prom_url}/api/v1/alerts")["data"]["alerts"]:
                     if a["state"] == "firing":
                         fired.setdefault(a["labels"].get("model_name", ""), set()).add(a["labels"]["alertname"])
+                        if a["labels"].get("severity") == "critical":
+                            critical.setdefault(a["labels"].get("model_name", ""), set()).add(a["labels"]["alertname"])
+                polls.append(((time.time() - playback.started) * SPEED / 60, critical))
             except Exception:  # noqa: BLE001 - a slow poll is skipped
                 pass
             time.sleep(1.0)
         time.sleep(2.0)
-        yield {"hook": hook, "started": playback.started, "fired": fired, "replay_s": replay_s,
+        yield {"hook": hook, "started": playback.started, "fired": fired, "polls": polls, "replay_s": replay_s,
                "report": servers.report}
     finally:
         servers.stop()
@@ -279,9 +294,20 @@ def _during(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
     return [n for n in fleet["hook"].posts if _minutes(fleet, n.at) <= case.end_s / 60]
 
 
+def _page_posts(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
+    return [n for n in _during(fleet, case) if n.receiver == "page" and _model_of(n) == case.model]
+
+
 def _pages(fleet: dict[str, Any], case: FleetCase) -> list[Notification]:
-    return [n for n in _during(fleet, case)
-            if n.receiver == "page" and n.status == "firing" and _model_of(n) == case.model]
+    """The notifications that open an incident: the group's first firing one, or the first after it
+    resolved. Further firing notifications of an open group update it (an alert of another burn tier
+    joined, annotations changed): receivers such as PagerDuty dedupe them by the group key."""
+    opening, open_ = [], False
+    for n in _page_posts(fleet, case):
+        if n.status == "firing" and not open_:
+            opening.append(n)
+        open_ = n.status == "firing"
+    return opening
 
 
 def _warnings(fleet: dict[str, Any], case: FleetCase) -> dict[str, float]:
@@ -292,18 +318,20 @@ def _warnings(fleet: dict[str, Any], case: FleetCase) -> dict[str, float]:
         if n.receiver != "ticket":
             continue
         for a in n.alerts:
+            if a.get("status") != "firing":
+                continue
             if a["labels"].get("model_name") == model or a["labels"].get("target", "").startswith(f"{model}-"):
                 out.setdefault(a["labels"]["alertname"], _minutes(fleet, n.at))
     return out
 
 
 def test_print_the_fleet_table(fleet: dict[str, Any]) -> None:
-    lines = ["| case | replicas | pages (notifications) | page names | first page (sim. min) | warnings delivered |",
+    lines = ["| case | replicas | pages (incidents opened) | page names | first page (sim. min) | warnings delivered |",
              "|---|---|---|---|---|---|"]
     for case in CASES:
         pages = _pages(fleet, case)
         names = sorted({f"{a['labels']['alertname']} {a['labels'].get('objective', '')} cause "
-                        f"{a['labels'].get('cause', '-')} ({a['labels'].get('layer', '-')})"
+                        f"{a['annotations'].get('cause', '-')} ({a['annotations'].get('layer', '-')})"
                         for n in pages for a in n.alerts})
         first = f"{_minutes(fleet, pages[0].at):.1f}" if pages else "-"
         warnings = ", ".join(f"{k} {v:.0f}" for k, v in sorted(_warnings(fleet, case).items())) or "-"
@@ -327,10 +355,22 @@ def test_one_page_per_problem_naming_its_cause(fleet: dict[str, Any], case: Flee
     if case.pages:
         first = pages[0]
         assert _minutes(fleet, first.at) <= case.page_within_min, detail
-        layers = {a["labels"].get("layer") for a in first.alerts}
-        assert case.page_layer in layers, detail
+        if case.page_layer is not None:
+            # The cause and its layer are annotations (the page's identity never changes with them).
+            layers = {a["annotations"].get("layer") for a in first.alerts}
+            assert case.page_layer in layers, detail
         # One notification carries the whole model: never a group per replica.
         assert set(first.group) <= {"cluster", "namespace", "model_name"}, detail
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c.stays_open], ids=[c.model for c in CASES if c.stays_open])
+def test_a_vanished_model_pages_until_the_case_ends(fleet: dict[str, Any], case: FleetCase) -> None:
+    """Once the page fires it stays firing in Prometheus for every poll until the case ends."""
+    assert not [n for n in _page_posts(fleet, case) if n.status == "resolved"], "the page resolved"
+    first = next(m for m, critical in fleet["polls"] if case.model in critical)
+    held = [("VLLMModelUnavailable" in critical.get(case.model, set()), m) for m, critical in fleet["polls"]
+            if first <= m <= case.end_s / 60 - 0.5]
+    assert held and all(ok for ok, _ in held), [m for ok, m in held if not ok]
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.warnings], ids=[c.model for c in CASES if c.warnings])

@@ -115,19 +115,23 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
     names = [r["alert"] for r in _alert_rules()]
     assert len(names) == len(set(names))
     expected = {s.alert for s in SYMPTOMS} | {"VLLMKVCachePressure", "VLLMCPUStarvation", "VLLMCPUStarvationSuspected",
-                                               "VLLMTargetDown", "VLLMTargetsDown", "VLLMModelUnavailable",
+                                               "VLLMTargetDown", "VLLMTargetsDown",
                                                "VLLMTargetNeverUp", "VLLMDiagSidecarDown", "VLLMDiagnosisStale",
                                                "VLLMDiagInputMissing", "VLLMDiagSourceErrors", "VLLMDiagRuleErrors"}
     assert set(names) == expected
     slo_alerts = {r["alert"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
     assert slo_alerts == {"VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow",
-                          "VLLMEngineStalled"}
+                          "VLLMEngineStalled", "VLLMLowTrafficBurn", "VLLMModelUnavailable"}
     for rule in _alert_rules(ALL_ALERT_FILES):
         assert rule["for"], rule["alert"]
         assert rule["labels"]["severity"] in SEVERITIES
-        # A burn's symptom and layer come from the cause the sidecar names (series labels).
-        static = {"severity"} if rule["alert"] in {"VLLMErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"} else {
-            "severity", "layer"}
+        # A burn's cause, symptom and layer are annotations read from the majority-cause record, never
+        # labels: the page's identity must not change with them.
+        burns = {"VLLMErrorBudgetBurn", "VLLMErrorBudgetBurnSlow", "VLLMLowTrafficBurn"}
+        static = {"severity"} if rule["alert"] in burns else {"severity", "layer"}
+        if rule["alert"] in burns:
+            assert not {"cause", "layer", "symptom"} & set(rule["labels"]), rule["alert"]
+            assert {"cause", "layer", "symptom"} <= set(rule["annotations"]), rule["alert"]
         assert static <= set(rule["labels"]), rule["alert"]
         ann = rule["annotations"]
         assert {"summary", "description", "runbook_url", "action", "tradeoff"} <= set(ann), rule["alert"]
@@ -136,7 +140,7 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
         assert all(ann[k].strip() for k in ("action", "tradeoff")), rule["alert"]
     # What wakes someone: a model's budget burning, a model with no replica up, a hung engine.
     pages = {r["alert"] for r in _alert_rules(ALL_ALERT_FILES) if r["labels"]["severity"] == "critical"}
-    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled"}
+    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled", "VLLMLowTrafficBurn"}
     # No rule leans on keep_firing_for (older Prometheus Operator CRDs drop it silently).
     assert all("keep_firing_for" not in r for r in _alert_rules(ALL_ALERT_FILES))
     # Cause alerts outlast a burst.
@@ -160,11 +164,14 @@ def test_runbook_urls_point_at_existing_runbooks_and_back() -> None:
 def test_the_page_reads_which_classes_explain_an_objective_from_the_catalog() -> None:
     """One table (the catalog's EXPLAINED_BY) for the page's cause and the diagnosis's A0/B0."""
     from exporter.catalog.symptoms import EXPLAINED_BY
+    from exporter.render.rules.slo_pages import CAUSE_RECORD
 
+    [record] = [r for r in _all_rules() if r.get("record") == CAUSE_RECORD]
     page = next(r for r in _alert_rules(ALL_ALERT_FILES) if r["alert"] == "VLLMErrorBudgetBurn")
+    assert CAUSE_RECORD in page["annotations"]["cause"]
     for objective, classes in EXPLAINED_BY.items():
-        assert f'symptom=~"{"|".join(classes)}"' in page["expr"], objective
-        assert f'"objective", "{objective}"' in page["expr"], objective
+        assert f'symptom=~"{"|".join(classes)}"' in record["expr"], objective
+        assert f'"objective", "{objective}"' in record["expr"], objective
 
 
 def test_runbooks_carry_catalog_actions_and_costs() -> None:
@@ -243,7 +250,7 @@ def test_render_rules_config_renders_the_deployments_objectives(tmp_path: Path) 
     recording = (out / rules.RECORDING_FILE).read_text()
     assert 'le=~"0\\\\.75"' in recording and 'le=~"0\\\\.05"' in recording
     assert "vector(0.005)" in recording and "vector(0.05)" in recording  # 1 - 0.995; the p95 key is target 0.95
-    alerts = (out / rules.ALERTS_FILE).read_text()
+    alerts = (out / rules.ALERTS_FILE).read_text() + (out / rules.RAW_ALERTS_FILE).read_text()
     assert "for: 30m" in alerts and 'up{job="diag"}' in alerts and 'severity: "P1"' in alerts
     assert 'severity: "critical"' not in alerts
     am = yaml.safe_load((out / rules.ALERTMANAGER_FILE).read_text())
@@ -300,7 +307,8 @@ def test_alertmanager_inhibitions_name_real_alerts() -> None:
     assert sources["VLLMKVCachePressure"] == {alert[s] for s in "ACDEF"}
     assert sources["VLLMCPUStarvation"] == {alert[s] for s in "ABC"} | {"VLLMCPUStarvationSuspected"}
     assert sources["VLLMTargetDown"] >= set(alert.values()) | {"VLLMKVCachePressure", "VLLMCPUStarvation"}
-    assert sources["VLLMErrorBudgetBurn"] == {"VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow"}
+    # The replica outlier stays named while the model pages: it says which pod to drain.
+    assert sources["VLLMErrorBudgetBurn"] == {"VLLMErrorBudgetBurnSlow"}
 
 
 def test_promtool_tests_cover_every_alert_and_recording_rule() -> None:
@@ -466,7 +474,7 @@ def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
     """No fleet-wide raw line next to one target's: every raw `vllm:` selector and every per-replica
     recording rule a panel reads carries `pod=~"$target"` (the target is named after its pod).
     Per-model SLI recordings (namespace_model:*) have no pod: tests/render/test_dashboards_slo.py."""
-    selector = re.compile(r"(?<![\w:])((?:vllm:|model:vllm_|pod:vllm_)[\w:]*)(\{[^{}]*\})?")
+    selector = re.compile(r"(?<![\w:])((?:vllm:|pod:vllm_|pod:vllm_)[\w:]*)(\{[^{}]*\})?")
     checked = 0
     for query in dashboards.raw_queries():
         for name, labels in selector.findall(query):
@@ -478,10 +486,10 @@ def test_every_raw_series_panel_is_filtered_by_the_selected_target() -> None:
 def test_panels_read_recording_rules_where_one_exists() -> None:
     """Panels read the recorded series instead of recomputing them from raw histograms/counters."""
     raw = "\n".join(dashboards.raw_queries())
-    for record in ("model:vllm_kv_cache_usage:max", "model:vllm_preemptions_per_request:ratio_rate5m",
-                   "model:vllm_prefix_cache_hit:ratio_rate5m", "model:vllm_ttft_seconds:p95_rate5m",
-                   "model:vllm_itl_seconds:p95_rate5m", "model:vllm_frontend_overhead_seconds:mean_rate5m",
-                   "model:vllm_requests_finished:rate5m"):
+    for record in ("pod:vllm_kv_cache_usage:max", "pod:vllm_preemptions_per_request:ratio_rate5m",
+                   "pod:vllm_prefix_cache_hit:ratio_rate5m", "pod:vllm_ttft_seconds:p95_rate5m",
+                   "pod:vllm_itl_seconds:p95_rate5m", "pod:vllm_frontend_overhead_seconds:mean_rate5m",
+                   "pod:vllm_requests_finished:rate5m"):
         assert record in rules.recording_names() and record in raw, record
     for recomputed in ("time_to_first_token_seconds_bucket", "inter_token_latency_seconds_bucket",
                        "prefix_cache_hits_total", "kv_cache_usage_perc", "request_inference_time_seconds"):
@@ -522,3 +530,31 @@ def test_every_flag_a_runbook_names_has_its_vllm_versions() -> None:
     assert not [f for f in named if FLAGS[f].removed], "a runbook names a flag vLLM removed"
     text = (REPO / rules.runbook_file("VLLMKVCachePressure")).read_text()
     assert "`--kv-cache-dtype` 0.3.0+ (the value fp8 since 0.4.1)" in text
+
+
+def test_the_docs_for_values_are_the_rules() -> None:
+    """Every rule's `for:` is listed in the generated runbook index; docs/alerting.md's tables quote none."""
+    index = {line.split("](")[0].lstrip("| ["): line for line in
+             (REPO / "docs/runbooks/README.md").read_text().splitlines() if line.startswith("| [VLLM")}
+    for rule in _alert_rules(ALL_ALERT_FILES):
+        assert f"`{rule['for']}`" in index[rule["alert"]], rule["alert"]
+    headers = [line for line in (REPO / "docs/alerting.md").read_text().splitlines() if line.startswith("| alert |")]
+    assert headers and not any("for" in h for h in headers), headers
+
+
+def test_render_raw_only_and_runbook_url(tmp_path: Path) -> None:
+    """`--raw-only`: rules for a fleet without sidecars, no sidecar-down alert (the default keeps it);
+    `--runbook-url`: every alert links to the deployment's own runbooks."""
+    out = tmp_path / "out"
+    assert _run_cli(["render", "rules", "--root", str(out), "--raw-only",
+                     "--runbook-url", "https://runbooks.example/vllm/"]) == 0
+    rendered = yaml.safe_load((out / rules.ALERTS_FILE).read_text())
+    names = {r["alert"] for g in rendered["groups"] for r in g["rules"]}
+    assert "VLLMDiagSidecarDown" not in names and "VLLMTargetDown" in names
+    urls = {r["annotations"]["runbook_url"] for f in (rules.ALERTS_FILE, rules.RAW_ALERTS_FILE)
+            for g in yaml.safe_load((out / f).read_text())["groups"] for r in g["rules"]}
+    assert urls and all(u.startswith("https://runbooks.example/vllm/vllm") and u.endswith(".md") for u in urls)
+    assert "https://runbooks.example/vllm/vllmmodelunavailable.md" in urls
+    committed = yaml.safe_load((REPO / rules.ALERTS_FILE).read_text())
+    assert "VLLMDiagSidecarDown" in {r["alert"] for g in committed["groups"] for r in g["rules"]}
+    assert _run_cli(["render", "rules", "--root", str(out), "--runbook-url", "runbooks.example"]) == 2
