@@ -1,0 +1,88 @@
+"""One query per family for every target of a shard, and which shard owns a target.
+
+``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
+time: one window), with one range-selector query per family of the catalog for all its targets at
+once; the answer is split by the target labels and each target's part is rebuilt into its scrapes
+(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets, and the
+bytes read grow with the targets.
+
+Shards split a fleet the way Prometheus' ``hashmod`` relabelling splits scrapes: the MD5 of the target
+labels' values joined by ``;``, its low 64 bits modulo the number of shards. Every process computes the
+same owner for a target with no coordination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
+from exporter.promsource.client import PromClient, PromError
+from exporter.promsource.rebuild import TargetKey, scrapes, selector
+from exporter.promsource.settings import PrometheusSource
+
+
+def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
+    if kind is Kind.HISTOGRAM:
+        return tuple(name + suffix for name in names for suffix, _ in HISTOGRAM_PARTS)
+    return tuple(names)
+
+
+# Each family's sample names in every naming generation the parser reads: one query each.
+FAMILY_NAMES: tuple[tuple[str, ...], ...] = tuple(_wire((m.name, *m.aliases), m.kind) for m in METRICS)
+
+
+def shard_of(key: TargetKey, shards: int) -> int:
+    """The shard that owns a target: ``hashmod`` of its label values, as Prometheus computes it."""
+    joined = ";".join(value for _, value in key.labels)
+    return int.from_bytes(hashlib.md5(joined.encode()).digest()[8:], "big") % shards
+
+
+def owned(keys: Sequence[TargetKey], shard: int, shards: int) -> list[TargetKey]:
+    return list(keys) if shards == 1 else [key for key in keys if shard_of(key, shards) == shard]
+
+
+def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> dict[str, str]:
+    """A matcher on the one target label that keeps a shard's targets out of the others' answers."""
+    if everything or len(source.target_labels) != 1 or not keys:
+        return {}
+    label = source.target_labels[0]
+    return {label: "|".join(re.escape(value) for _, value in (key.labels[0] for key in keys))}
+
+
+async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
+                        end: float, *, everything: bool) -> dict[TargetKey, list[Mapping[str, Any]]]:
+    """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
+
+    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed).
+    """
+    wanted = set(keys)
+    narrowing = _narrowing(source, keys, everything)
+    millis = max(1, int((end - start) * 1000 + 0.999))
+    limit = asyncio.Semaphore(source.max_concurrency)
+    by_target: dict[TargetKey, list[Mapping[str, Any]]] = {key: [] for key in keys}
+
+    async def one(names: tuple[str, ...]) -> None:
+        expr = selector(source.match, names)
+        if narrowing:
+            label, pattern = next(iter(narrowing.items()))
+            expr = expr[:-1] + f', {label}=~"{pattern.replace(chr(92), chr(92) * 2)}"}}'
+        async with limit:
+            data = await client.query(f"{expr}[{millis}ms]", end)
+        if data.get("resultType") != "matrix":
+            raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
+        for series in data.get("result") or []:
+            key = TargetKey.of(series.get("metric", {}), source.target_labels)
+            if key in wanted:
+                by_target[key].append(series)
+
+    await asyncio.gather(*(one(names) for names in FAMILY_NAMES))
+    return by_target
+
+
+def target_scrapes(series: Sequence[Mapping[str, Any]], after: float | None) -> list[tuple[float, str]]:
+    """One target's series from the per-family answers -> its scrapes after ``after``, oldest first."""
+    return scrapes(series, after=after)
