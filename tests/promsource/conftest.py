@@ -61,3 +61,56 @@ def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
         log.close()
+
+
+VICTORIA_METRICS_BIN = "/usr/bin/victoria-metrics"
+
+
+@contextmanager
+def victoria_metrics(storage: Path) -> Iterator[str]:
+    """A single-node VictoriaMetrics (Debian's package) on a free 127.0.0.1 port over ``storage``.
+
+    ``-search.latencyOffset=0s``: its default hides the newest 30 s from queries (samples still being
+    ingested), which would make a replayed clock read a different window than Prometheus does.
+    ``-maxLabelsPerTimeseries=64``: its default of 30 drops labels of ``vllm:cache_config_info`` (about 37).
+    """
+    port = free_port()
+    log = (storage.parent / f"victoria-metrics-{port}.log").open("w")
+    process = subprocess.Popen(
+        [VICTORIA_METRICS_BIN, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={storage}",
+         "-retentionPeriod=10y", "-search.latencyOffset=0s", "-search.disableCache",
+         "-maxLabelsPerTimeseries=64"],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+                    if response.status == 200:
+                        break
+            except OSError:
+                pass
+            assert process.poll() is None, f"victoria-metrics exited: {log.name}"
+            assert time.monotonic() < deadline, "victoria-metrics not ready after 60 s"
+            time.sleep(0.2)
+        yield url
+    finally:
+        os.kill(process.pid, signal.SIGTERM)
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            os.kill(process.pid, signal.SIGKILL)
+            process.wait(5)
+        log.close()
+
+
+def vm_import(url: str, body: str) -> None:
+    """Samples in the Prometheus text format (millisecond timestamps) through VictoriaMetrics' own import
+    path, then flushed so that queries see them at once."""
+    request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=body.encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 204, response.status
+    with urllib.request.urlopen(f"{url}/internal/force_flush", timeout=30) as response:
+        assert response.status == 200
