@@ -26,33 +26,23 @@ def backfill(openmetrics: Path, storage: Path) -> None:
 
 
 @contextmanager
-def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
-               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
-    """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
-    port = free_port()
-    config_file = storage.parent / f"prometheus-{port}.yml"
-    config_file.write_text(config)
-    log = (storage.parent / f"prometheus-{port}.log").open("w")
-    process = subprocess.Popen(
-        [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
-         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle", *extra_flags],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+def serving(what: str, argv: list[str], ready: str, log_path: Path) -> Iterator[None]:
+    """Run a server until the block ends (stopped by its PID); wait until ``ready`` answers 200 first."""
+    log = log_path.open("w")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                with urllib.request.urlopen(ready, timeout=2) as response:
                     if response.status == 200:
                         break
             except OSError:
                 pass
-            logged = storage.parent / f"prometheus-{port}.log"
-            assert process.poll() is None, f"prometheus exited: {logged.read_text()}"
-            assert time.monotonic() < deadline, "prometheus not ready after 60 s"
+            assert process.poll() is None, f"{what} exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"{what} not ready after 60 s"
             time.sleep(0.2)
-        yield url
+        yield
     finally:
         os.kill(process.pid, signal.SIGTERM)
         try:
@@ -61,6 +51,21 @@ def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
         log.close()
+
+
+@contextmanager
+def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
+               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
+    """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
+    port = free_port()
+    config_file = storage.parent / f"prometheus-{port}.yml"
+    config_file.write_text(config)
+    url = f"http://127.0.0.1:{port}"
+    argv = [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle",
+            *extra_flags]
+    with serving("prometheus", argv, f"{url}/-/ready", storage.parent / f"prometheus-{port}.log"):
+        yield url
 
 
 VICTORIA_METRICS_BIN = "/usr/bin/victoria-metrics"
@@ -75,35 +80,11 @@ def victoria_metrics(storage: Path) -> Iterator[str]:
     ``-maxLabelsPerTimeseries=64``: its default of 30 drops labels of ``vllm:cache_config_info`` (about 37).
     """
     port = free_port()
-    log = (storage.parent / f"victoria-metrics-{port}.log").open("w")
-    process = subprocess.Popen(
-        [VICTORIA_METRICS_BIN, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={storage}",
-         "-retentionPeriod=10y", "-search.latencyOffset=0s", "-search.disableCache",
-         "-maxLabelsPerTimeseries=64"],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            assert process.poll() is None, f"victoria-metrics exited: {log.name}"
-            assert time.monotonic() < deadline, "victoria-metrics not ready after 60 s"
-            time.sleep(0.2)
+    argv = [VICTORIA_METRICS_BIN, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={storage}",
+            "-retentionPeriod=10y", "-search.latencyOffset=0s", "-search.disableCache", "-maxLabelsPerTimeseries=64"]
+    with serving("victoria-metrics", argv, f"{url}/health", storage.parent / f"victoria-metrics-{port}.log"):
         yield url
-    finally:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(5)
-        log.close()
 
 
 def vm_import(url: str, body: str) -> None:
