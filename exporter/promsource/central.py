@@ -6,14 +6,15 @@ Each cycle (every ``interval`` seconds, never two at once):
    (``group by (<target labels>) (...)``), and the shard keeps its own (``--shard i/N``: hashmod of
    the target labels, :mod:`exporter.promsource.batch`);
 2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
-   since the oldest one a target has fed (a target new to the cycle: one window), at most
-   ``max_concurrency`` in flight;
+   since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
+   diagnoser get a second read of one window (narrowed to them with one target label);
 3. each target's pipeline (the sidecar's, window and hysteresis included) is fed its new scrapes and
    evaluated once.
 
-So a cycle costs 1 + one query per family, whatever the number of targets, and reads each stored
-sample about once. Memory is one window per target, at most ``max_targets`` targets; a target without
-samples reads as down and is dropped after ``grace_seconds``.
+So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
+targets, and reads each stored sample about once. Memory is one window per target, at most
+``max_targets`` targets; a target without samples reads as down and is dropped after
+``grace_seconds``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from prometheus_client.core import Metric
@@ -164,10 +166,18 @@ class CentralDiagnoser(Sidecar):
         for key in keys:
             latest = self._pipeline(key).window.latest
             since[key] = latest.timestamp if latest is not None else None
-        oldest = min((at if at is not None else 0.0) for at in since.values())
-        start = max(oldest, now - window - LEAD_SECONDS)
+        # Targets new to the diagnoser need a whole window; the others only what came since their newest
+        # scrape: two reads when targets arrive, so one arrival does not make every target read a window.
+        known = [key for key in keys if since[key] is not None]
+        fresh = [key for key in keys if since[key] is None]
+        series: dict[TargetKey, list[Any]] = {}
         try:
-            series = await read_families(client, self.source, keys, start, now, everything=everything)
+            for group in (known, fresh):
+                if group:
+                    oldest = min(since[key] or 0.0 for key in group)
+                    start = max(oldest, now - window - LEAD_SECONDS)
+                    series |= await read_families(client, self.source, group, start, now,
+                                                  everything=everything and len(group) == len(keys))
         except PromError as exc:
             self.errors_total += 1
             log.warning("reading %d targets failed: %s", len(keys), exc)

@@ -170,6 +170,11 @@ def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(fle
     now = fleet["start"] + 200
     central, stats = _cycles(fleet, (now, now + INTERVAL, now + 2 * INTERVAL))
     assert [s.queries for s in stats] == [1 + len(FAMILY_NAMES)] * 3  # whatever the targets
+    # A target that arrives reads one window by itself; the others still read only their new scrapes.
+    central.pipelines.pop("vllm-0")
+    arrival = asyncio.run(_cycle_again(central, now + 3 * INTERVAL))
+    assert arrival.queries == 1 + 2 * len(FAMILY_NAMES) and arrival.diagnosed == TARGETS
+    assert arrival.bytes_read < stats[0].bytes_read / 2
     assert stats[1].bytes_read < stats[0].bytes_read / 3, "later cycles read only the new scrapes"
     assert all(s.diagnosed == TARGETS for s in stats)
     # The same instant judged by `diagnose --prometheus --at` (one window read per target).
@@ -200,6 +205,12 @@ def test_shards_split_the_fleet_with_every_target_in_exactly_one(fleet: Any) -> 
             owners[name] = shard
         assert all(state.status == "ok" for state in central.states.values())
     assert set(owners) == {f"vllm-{i}" for i in range(TARGETS)}
+
+
+async def _cycle_again(central: CentralDiagnoser, now: float) -> Any:
+    async with PromClient(central.source) as client:
+        central.client = client
+        return await central.cycle(now=now)
 
 
 def _config(fleet: Any) -> Any:
