@@ -8,6 +8,7 @@ relabelling; its target list (no scrape needs to succeed) says which shard each 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 import urllib.request
 from pathlib import Path
@@ -19,7 +20,7 @@ from exporter.promsource.batch import owned, shard_of
 from exporter.promsource.command import shard_spec
 from exporter.promsource.rebuild import TargetKey
 from exporter.promsource.settings import PrometheusSource
-from tests.promsource.conftest import prometheus
+from tests.promsource.conftest import PROMTOOL_BIN, prometheus
 
 SHARDS = 4
 # Loopback only: Prometheus may try to scrape them (nothing listens on those ports).
@@ -71,3 +72,49 @@ def test_shard_flag_and_setting_refuse_an_index_out_of_range() -> None:
             shard_spec(bad)
     with pytest.raises(ValueError, match="numbered 0..1"):
         PrometheusSource(url="http://127.0.0.1:9", shard=2, shards=2)
+
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "prometheus-source.md"
+
+
+def documented_shard_alert() -> dict:
+    """The alert docs/prometheus-source.md gives for engines no shard diagnoses, as written there."""
+    text = DOCS.read_text(encoding="utf-8")
+    block = text.split("- alert: VllmDiagShardTargetsUndiagnosed", 1)[1].split("```", 1)[0]
+    rules = yaml.safe_load("- alert: VllmDiagShardTargetsUndiagnosed" + block)
+    assert isinstance(rules, list) and len(rules) == 1
+    return rules[0]
+
+
+@pytest.mark.prometheus
+def test_documented_alert_reports_the_engines_of_a_killed_shard(tmp_path: Path) -> None:
+    """Two shards of a 10-engine fleet; shard 1 (4 engines) dies at 5 m: promtool evaluates the documented
+    alert, which stays quiet while both run and then fires with the 4 engines nobody diagnoses."""
+    (tmp_path / "rules.yml").write_text(yaml.safe_dump({"groups": [{"name": "shards",
+                                                                     "rules": [documented_shard_alert()]}]}))
+    fleet, diagnosed = "vllm_diag_prometheus_fleet_targets", "vllm_diag_prometheus_targets_diagnosed"
+    tests = {
+        "rule_files": ["rules.yml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [
+                {"series": f'{fleet}{{instance="shard-0"}}', "values": "10x30"},
+                {"series": f'{diagnosed}{{instance="shard-0"}}', "values": "6x30"},
+                {"series": f'{fleet}{{instance="shard-1"}}', "values": "10x5"},  # killed after 5 m
+                {"series": f'{diagnosed}{{instance="shard-1"}}', "values": "4x5"},
+            ],
+            "alert_rule_test": [
+                {"eval_time": "8m", "alertname": "VllmDiagShardTargetsUndiagnosed", "exp_alerts": []},
+                {"eval_time": "25m", "alertname": "VllmDiagShardTargetsUndiagnosed", "exp_alerts": [{
+                    "exp_labels": {},
+                    "exp_annotations": {"summary": "4 vLLM engines are diagnosed by no shard (a central diagnoser "
+                                                   "shard is down or failing)"},
+                }]},
+            ],
+        }],
+    }
+    (tmp_path / "tests.yml").write_text(yaml.safe_dump(tests))
+    done = subprocess.run([PROMTOOL_BIN, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
