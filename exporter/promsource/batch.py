@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.rebuild import TargetKey, scrapes, selector
+from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
 from exporter.promsource.settings import PrometheusSource
 
 
@@ -45,12 +44,20 @@ def owned(keys: Sequence[TargetKey], shard: int, shards: int) -> list[TargetKey]
     return list(keys) if shards == 1 else [key for key in keys if shard_of(key, shards) == shard]
 
 
-def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> dict[str, str]:
-    """A matcher on the one target label that keeps a shard's targets out of the others' answers."""
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _literal(value: str) -> str:
+    """``value`` as an RE2 literal (Python's ``re.escape`` also escapes spaces, which RE2 refuses)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
+
+
+def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> str:
+    """A matcher on the one target label that keeps other targets (other shards') out of the answers."""
     if everything or len(source.target_labels) != 1 or not keys:
-        return {}
-    label = source.target_labels[0]
-    return {label: "|".join(re.escape(value) for _, value in (key.labels[0] for key in keys))}
+        return ""
+    pattern = "|".join(_literal(key.labels[0][1]) for key in keys)
+    return f'{source.target_labels[0]}=~"{quote_label_value(pattern)}"'
 
 
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
@@ -68,8 +75,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     async def one(names: tuple[str, ...]) -> None:
         expr = selector(source.match, names)
         if narrowing:
-            label, pattern = next(iter(narrowing.items()))
-            expr = expr[:-1] + f', {label}=~"{pattern.replace(chr(92), chr(92) * 2)}"}}'
+            expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             data = await client.query(f"{expr}[{millis}ms]", end)
         if data.get("resultType") != "matrix":
@@ -82,7 +88,3 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     await asyncio.gather(*(one(names) for names in FAMILY_NAMES))
     return by_target
 
-
-def target_scrapes(series: Sequence[Mapping[str, Any]], after: float | None) -> list[tuple[float, str]]:
-    """One target's series from the per-family answers -> its scrapes after ``after``, oldest first."""
-    return scrapes(series, after=after)

@@ -33,9 +33,9 @@ from prometheus_client.registry import Collector
 from exporter.config import Settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
-from exporter.promsource.batch import owned, read_families, target_scrapes
+from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
+from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, scrapes, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
 from exporter.publish.collector import new_family
@@ -183,7 +183,7 @@ class CentralDiagnoser(Sidecar):
             log.warning("reading %d targets failed: %s", len(keys), exc)
             return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
                                                                  error=str(exc))) for key in keys]
-        return [self._feed(key, target_scrapes(series[key], since[key]), since[key], now) for key in keys]
+        return [self._feed(key, scrapes(series[key], after=since[key]), since[key], now) for key in keys]
 
     def _feed(self, key: TargetKey, found: list[tuple[float, str]], since: float | None, now: float) -> TargetState:
         pipeline = self.pipelines[key.name]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.promsource.batch import owned, shard_of
+from exporter.promsource.batch import _narrowing, owned, shard_of
 from exporter.promsource.command import shard_spec
 from exporter.promsource.rebuild import TargetKey
 from exporter.promsource.settings import PrometheusSource
@@ -118,3 +118,13 @@ def test_documented_alert_reports_the_engines_of_a_killed_shard(tmp_path: Path) 
     done = subprocess.run([PROMTOOL_BIN, "test", "rules", "tests.yml"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_shard_asks_the_store_for_its_own_targets_only() -> None:
+    source = PrometheusSource(url="http://127.0.0.1:9", shard=1, shards=2)
+    keys = [TargetKey((("instance", "10.0.0.1:8000"),)), TargetKey((("instance", "pod a"),))]
+    # RE2 literals: dots escaped, a space left alone (RE2 refuses "\ "), backslashes doubled for PromQL.
+    assert _narrowing(source, keys, everything=False) == 'instance=~"10\\\\.0\\\\.0\\\\.1:8000|pod a"'
+    assert _narrowing(source, keys, everything=True) == ""
+    two_labels = PrometheusSource(url="http://127.0.0.1:9", target_labels=("namespace", "pod"))
+    assert _narrowing(two_labels, keys, everything=False) == ""  # read all, keep its own client-side
