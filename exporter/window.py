@@ -112,18 +112,48 @@ def _went_down(old: HistogramSample, new: HistogramSample) -> bool:
             or any(n < o for n, o in zip(new.cumulative, old.cumulative)))
 
 
+# A window holds 36 steps of every histogram series at the shipped 180 s / 5 s, most of whose deltas are
+# small whole numbers and whose bounds repeat: shared tuples and float objects keep a step's memory to its
+# pointers (a float object per bucket and step was most of a window's memory).
+_SHARED: dict[object, object] = {}
+_SHARED_MAX = 65536
+
+
+def _shared_floats(values: tuple[float, ...]) -> tuple[float, ...]:
+    """The same numbers, as tuples and float objects shared with every equal one seen before."""
+    found = _SHARED.get(values)
+    if found is not None:
+        return found  # type: ignore[return-value]
+    if len(_SHARED) >= _SHARED_MAX:
+        _SHARED.clear()
+    shared = tuple(_shared_float(v) for v in values)
+    _SHARED[shared] = shared
+    return shared
+
+
+def _shared_float(value: float) -> float:
+    if value != value:  # NaN: not a key (it equals nothing), and rare
+        return value
+    found = _SHARED.get(value)
+    if found is None:
+        if len(_SHARED) >= _SHARED_MAX:
+            _SHARED.clear()
+        _SHARED[value] = found = value
+    return found  # type: ignore[return-value]
+
+
 def _histogram_step(old: HistogramSample | None, new: HistogramSample, reset: bool) -> HistogramDelta:
+    bounds = _shared_floats(new.bounds)
     if old is None:
         # A series that appears mid-window has no known start: it contributes nothing yet.
-        zeros = tuple(0.0 for _ in new.bounds)
-        return HistogramDelta(new.bounds, zeros, 0.0, 0.0)
+        return HistogramDelta(bounds, _shared_floats(tuple(0.0 for _ in bounds)), 0.0, 0.0)
     if reset or _went_down(old, new):
-        return HistogramDelta(new.bounds, new.cumulative, new.sum, new.count)
+        return HistogramDelta(bounds, _shared_floats(new.cumulative), new.sum, new.count)
     return HistogramDelta(
-        new.bounds,
-        tuple(n - o for n, o in zip(new.cumulative, old.cumulative)),
-        new.sum - old.sum,
-        new.count - old.count,
+        bounds,
+        _shared_floats(tuple(n - o for n, o in zip(new.cumulative, old.cumulative))),
+        _shared_float(new.sum - old.sum),
+        _shared_float(new.count - old.count),
     )
 
 
@@ -167,7 +197,7 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
                 any_reset = any_reset or value < before
                 deltas[key] = value
             else:
-                deltas[key] = value - before
+                deltas[key] = _shared_float(value - before)
         counters[name] = deltas
     histograms: dict[str, dict[LabelSet, HistogramDelta]] = {}
     for name, new_histograms in new.histograms.items():
@@ -180,6 +210,9 @@ def diff(old: Snapshot, new: Snapshot, counter_names: frozenset[str]) -> Step:
                 any_reset = True
         histograms[name] = steps
     return Step(old.timestamp, new.timestamp, counters, histograms, any_reset)
+
+
+_NOTHING: MappingProxyType = MappingProxyType({})
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,10 +403,14 @@ class Window:
             last = None
         step = diff(last.snapshot, snapshot, self._counter_names) if last is not None else None
         if last is not None:
-            # Older snapshots only serve gauge history and shape; their histograms live on as step
-            # deltas, so dropping them keeps a window's memory to about one full scrape.
-            self._scrapes.replace_latest(replace(last, snapshot=replace(last.snapshot,
-                                                                        histograms=MappingProxyType({})),
+            # Older snapshots only serve gauge history and shape; their counters and histograms live on as
+            # step deltas (and the info families are read at the newest scrape only), so dropping them keeps
+            # a window's memory to about one full scrape.
+            older = last.snapshot
+            gauges_only = MappingProxyType({name: series for name, series in older.scalars.items()
+                                            if name not in self._counter_names})
+            self._scrapes.replace_latest(replace(last, snapshot=replace(older, scalars=gauges_only,
+                                                                        histograms=_NOTHING, info=_NOTHING),
                                                  gauges=last.gauges))
         self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step))
         self._totals.sync(self.steps)

@@ -2,6 +2,10 @@
 
     .venv/bin/python -m lab.fleet            # about 3-4 minutes on 2 cores
     .venv/bin/python -m lab.fleet --sizes 10 50
+    .venv/bin/python -m lab.fleet --store victoria-metrics --sizes 250 500 1000
+
+With ``--store victoria-metrics`` the fleet goes into Debian's VictoriaMetrics through its own import
+path (``/api/v1/import/prometheus``, only the families the diagnosis reads) instead of promtool blocks.
 
 200 simulated targets in one real Prometheus 2.42: eight scenarios' captures (``write_captures``,
 15 s apart) are backfilled with ``promtool tsdb create-blocks-from openmetrics``, each scenario
@@ -49,7 +53,7 @@ def rss_mb() -> float:
 
 
 def instance(i: int) -> str:
-    return f"vllm-{i:03d}"
+    return f"vllm-{i:05d}"
 
 
 def build_store(root: Path, targets: int, start: float) -> Path:
@@ -74,6 +78,49 @@ def build_store(root: Path, targets: int, start: float) -> Path:
                    check=True, capture_output=True, timeout=900)
     source.unlink()
     return storage
+
+
+def build_victoria_metrics(root: Path, targets: int, start: float) -> tuple[subprocess.Popen[bytes], str]:
+    """Captures for each scenario under ``targets`` instances, imported into a fresh VictoriaMetrics."""
+    from exporter.promsource import backfill
+    from exporter.promsource.rebuild import WIRE_NAMES
+    from exporter.simulator import write_captures
+
+    wanted = frozenset(WIRE_NAMES)
+    # Per scenario and scrape, the lines once, with a placeholder for the instance.
+    lines: dict[str, list[str]] = {}
+    for name in SCENARIOS:
+        write_captures(name, root / name, DURATION, INTERVAL)
+        lines[name] = ["".join(line + "\n" for line in backfill.samples(text, at, {"instance": "@I@", "job": "vllm"},
+                                                                        millis=True)
+                               if line.split("{", 1)[0].split(" ", 1)[0] in wanted)
+                       for at, text in backfill.folder(root / name, start, INTERVAL)]
+    port = free_port()
+    (root / "vm").mkdir()
+    process = subprocess.Popen(
+        ["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={root / 'vm'}",
+         "-retentionPeriod=10y", "-search.latencyOffset=0s", "-maxLabelsPerTimeseries=64",
+         "-search.maxUniqueTimeseries=10000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2):
+                break
+        except OSError:
+            if time.monotonic() > deadline:
+                stop(process)
+                raise SystemExit("victoria-metrics did not become ready") from None
+            time.sleep(0.3)
+    for index in range(len(lines[SCENARIOS[0]])):
+        body = "".join(lines[SCENARIOS[i % len(SCENARIOS)]][index].replace("@I@", instance(i)) for i in range(targets))
+        request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=body.encode(), method="POST")
+        with urllib.request.urlopen(request, timeout=600):
+            pass
+    with urllib.request.urlopen(f"{url}/internal/force_flush", timeout=60):
+        pass
+    return process, url
 
 
 def start_prometheus(root: Path, storage: Path) -> tuple[subprocess.Popen[bytes], str]:
@@ -112,7 +159,8 @@ def worker(url: str, size: int, start: float) -> dict[str, Any]:
     from exporter.promsource.settings import PrometheusSource
 
     names = "|".join(instance(i) for i in range(size))
-    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{names}"}}', interval=INTERVAL)
+    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{names}"}}', interval=INTERVAL,
+                              max_targets=max(1000, size))
     settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
     baseline = rss_mb()
@@ -123,8 +171,10 @@ def worker(url: str, size: int, start: float) -> dict[str, Any]:
             central.client = client
             first = start + INTERVAL + WINDOW  # the first instant with a full window stored
             for k in range(1 + STEADY_CYCLES):
+                cpu = time.process_time()
                 stats = await central.cycle(now=first + k * INTERVAL)
-                cycles.append({"seconds": stats.duration_seconds, "queries": stats.queries,
+                cycles.append({"seconds": stats.duration_seconds, "cpu_seconds": time.process_time() - cpu,
+                               "queries": stats.queries,
                                "bytes": stats.bytes_read, "targets": stats.targets, "diagnosed": stats.diagnosed,
                                "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
         return cycles
@@ -135,6 +185,8 @@ def worker(url: str, size: int, start: float) -> dict[str, Any]:
         "targets": size,
         "cold": cycles[0],
         "cycle_seconds": statistics.median(c["seconds"] for c in steady),
+        "cycle_cpu_seconds": statistics.median(c["cpu_seconds"] for c in steady),
+        "load_average": os.getloadavg()[0],
         "queries": statistics.median(c["queries"] for c in steady),
         "bytes": statistics.median(c["bytes"] for c in steady),
         "every_target_every_cycle": all(c["diagnosed"] == size and c["targets"] == size for c in cycles),
@@ -189,6 +241,7 @@ def table(results: list[dict[str, Any]], sidecar: dict[str, float]) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.fleet", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[10, 50, 200])
+    parser.add_argument("--store", choices=("prometheus", "victoria-metrics"), default="prometheus")
     parser.add_argument("--worker", nargs=3, metavar=("URL", "SIZE", "START"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -199,15 +252,20 @@ def main() -> int:
     start = math.floor(time.time() / 3600) * 3600 - 2 * 3600  # inside retention, whole hours
     with tempfile.TemporaryDirectory(prefix="vllm-diag-fleet-") as tmp:
         root = Path(tmp)
-        storage = build_store(root, max(args.sizes), start)
-        built = time.perf_counter() - started
-        sidecar = sidecar_per_target(root)
-        process, url = start_prometheus(root, storage)
+        if args.store == "victoria-metrics":
+            process, url = build_victoria_metrics(root, max(args.sizes), start)
+            built = time.perf_counter() - started
+            sidecar = sidecar_per_target(root)
+        else:
+            storage = build_store(root, max(args.sizes), start)
+            built = time.perf_counter() - started
+            sidecar = sidecar_per_target(root)
+            process, url = start_prometheus(root, storage)
         try:
             results = []
             for size in args.sizes:
                 out = subprocess.run([sys.executable, "-m", "lab.fleet", "--worker", url, str(size), str(start)],
-                                     check=True, capture_output=True, text=True, timeout=900)
+                                     check=True, capture_output=True, text=True, timeout=3600)
                 results.append(json.loads(out.stdout.strip().splitlines()[-1]))
                 print(f"{size} targets: {json.dumps(results[-1])}", file=sys.stderr)
         finally:

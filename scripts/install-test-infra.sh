@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Everything the full test suite talks to for real: Prometheus, Alertmanager, promtool,
+# Everything the full test suite talks to for real: Prometheus, VictoriaMetrics, Alertmanager, promtool,
 # headless Chromium (Debian packages) and a real vLLM on the CPU (its own cached venv).
 # Idempotent: each part is skipped when already present.
 set -euo pipefail
@@ -13,6 +13,7 @@ command -v dockerd >/dev/null 2>&1 || need_apt+=(docker.io)
 command -v debootstrap >/dev/null 2>&1 || need_apt+=(debootstrap)
 command -v docker-compose >/dev/null 2>&1 || need_apt+=(docker-compose)
 command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
+command -v victoria-metrics >/dev/null 2>&1 || need_apt+=(victoria-metrics)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   # Debian's maintainer scripts would start these services on 0.0.0.0: forbid that first.
   if [ ! -e /usr/sbin/policy-rc.d ]; then

@@ -182,9 +182,7 @@ METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_INFERENCE_TIME_SECONDS, _H, "First SCHEDULED to last token"),
     MetricDef(REQUEST_PROMPT_TOKENS, _H, "Prompt length per finished request"),
     MetricDef(REQUEST_GENERATION_TOKENS, _H, "Output length per finished request"),
-    MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
     MetricDef(ITERATION_TOKENS_TOTAL, _H, "Tokens per engine output batch (about one per step)"),
-    MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
     # The API server's rendering of a request (chat template, tokenisation, multimodal preprocessing), by
     # request_type (chat, completion); registered at the first rendered request (vllm/renderers/metrics.py).
     MetricDef(REQUEST_RENDER_DURATION_SECONDS, _H, "Time the API server spent rendering a request (template, "
@@ -212,7 +210,6 @@ METRICS: tuple[MetricDef, ...] = (
     # API-server process (absent with --api-server-count > 1)
     MetricDef(PROCESS_CPU_SECONDS_TOTAL, _C, "API-server process CPU time"),
     MetricDef(PROCESS_START_TIME_SECONDS, _G, "API-server process start time"),
-    MetricDef(HTTP_REQUEST_DURATION_SECONDS, _H, "HTTP request duration by handler"),
     # -- KV transfer and offload (issue 29), only with a KV connector or native offload ----------------------
     MetricDef(NUM_REQUESTS_KV_FETCH_BY_STAGE, _G,
               "Waiting requests by async KV load stage (waiting_to_start, in_progress, completed_waiting); "
@@ -247,6 +244,10 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_PARAMS_N, _H, "n request parameter"),
     MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)",
               since="0.13"),
+    # Read by no signal: the parser skips them (tests/unit/test_needed_families.py keeps the two lists honest).
+    MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
+    MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
+    MetricDef(HTTP_REQUEST_DURATION_SECONDS, _H, "HTTP request duration by handler"),
     # -- KV transfer and offload (issue 29): exported with the connector, not read -----------------------------
     MetricDef(NIXL_POST_TIME_SECONDS, _H, "NIXL KV transfer post time", since="0.11.1"),
     MetricDef(NIXL_NUM_DESCRIPTORS, _H, "Descriptors per NIXL KV transfer", since="0.11.1"),

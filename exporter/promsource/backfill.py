@@ -1,6 +1,8 @@
-"""Captures -> OpenMetrics with timestamps, for ``promtool tsdb create-blocks-from openmetrics``.
+"""Captures -> OpenMetrics with timestamps, for ``promtool tsdb create-blocks-from openmetrics``,
+or the Prometheus text format with millisecond timestamps, for VictoriaMetrics'
+``/api/v1/import/prometheus``.
 
-Loads saved ``/metrics`` captures (``simulate --out``, a ``record_dir``) into a Prometheus as if
+Loads saved ``/metrics`` captures (``simulate --out``, a ``record_dir``) into a store as if
 it had scraped them: each sample gets the capture's time and the target's labels (``instance``,
 ``job``). Comments and ``*_created`` twins are left out (an untyped ``_created`` sample would read
 as a counter of its own); everything else is kept as written.
@@ -20,9 +22,11 @@ def _labels(extra: Mapping[str, str]) -> str:
     return ",".join(f'{key}="{value}"' for key, value in extra.items())
 
 
-def samples(text: str, at: float, extra: Mapping[str, str]) -> Iterable[str]:
-    """The sample lines of one capture, each with ``extra`` labels and the timestamp ``at``."""
+def samples(text: str, at: float, extra: Mapping[str, str], *, millis: bool = False) -> Iterable[str]:
+    """The sample lines of one capture, each with ``extra`` labels and the timestamp ``at`` (seconds, as
+    OpenMetrics writes it; in integer milliseconds with ``millis``, as the Prometheus text format does)."""
     added = _labels(extra)
+    stamp = str(round(at * 1000)) if millis else f"{at:.3f}"
     for line in text.split("\n"):
         if not line or line[0] == "#":
             continue
@@ -34,7 +38,7 @@ def samples(text: str, at: float, extra: Mapping[str, str]) -> Iterable[str]:
             continue
         inner = block[1:-1].rstrip(", ") if block else ""
         labels = f"{inner},{added}" if inner and added else inner or added
-        yield f"{name}{{{labels}}} {value} {at:.3f}" if labels else f"{name} {value} {at:.3f}"
+        yield f"{name}{{{labels}}} {value} {stamp}" if labels else f"{name} {value} {stamp}"
 
 
 def write(out: TextIO, captures: Iterable[tuple[float, str, Mapping[str, str]]]) -> int:
@@ -46,6 +50,11 @@ def write(out: TextIO, captures: Iterable[tuple[float, str, Mapping[str, str]]])
             count += 1
     out.write("# EOF\n")
     return count
+
+
+def prometheus_text(captures: Iterable[tuple[float, str, Mapping[str, str]]]) -> str:
+    """(time, capture text, labels) -> one Prometheus text-format body, timestamps in milliseconds."""
+    return "".join(line + "\n" for at, text, extra in captures for line in samples(text, at, extra, millis=True))
 
 
 def folder(path: Path, start: float, interval: float) -> list[tuple[float, str]]:

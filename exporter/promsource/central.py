@@ -3,14 +3,18 @@
 Each cycle (every ``interval`` seconds, never two at once):
 
 1. one instant query lists the targets that have a vLLM sample now
-   (``group by (<target labels>) (...)``);
-2. per target, one range-selector query reads only the scrapes since the last one it fed
-   (the first time: one window), at most ``max_concurrency`` in flight;
-3. each target's pipeline (the sidecar's, window and hysteresis included) is evaluated once.
+   (``group by (<target labels>) (...)``), and the shard keeps its own (``--shard i/N``: hashmod of
+   the target labels, :mod:`exporter.promsource.batch`);
+2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
+   since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
+   diagnoser get a second read of one window (narrowed to them with one target label);
+3. each target's pipeline (the sidecar's, window and hysteresis included) is fed its new scrapes and
+   evaluated once.
 
-So a cycle costs 1 + N queries and reads each stored sample once. Memory is one window per
-target, at most ``max_targets`` targets; a target without samples reads as down and is dropped
-after ``grace_seconds``.
+So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
+targets, and reads each stored sample about once. Memory is one window per target, at most
+``max_targets`` targets; a target without samples reads as down and is dropped after
+``grace_seconds``.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -28,10 +33,11 @@ from prometheus_client.registry import Collector
 from exporter.config import Settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
+from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
+from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, scrapes, selector
 from exporter.promsource.settings import PrometheusSource
-from exporter.promsource.span import LEAD_SECONDS, read_scrapes, target_for
+from exporter.promsource.span import LEAD_SECONDS, target_for
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.state import TargetState
@@ -68,6 +74,7 @@ class CentralDiagnoser(Sidecar):
         self.bytes_read_total = 0
         self.errors_total = 0
         self.dropped_targets_total = 0
+        self.fleet_targets = 0  # targets the store holds, every shard's
         self.registry.register(_CentralCollector(self))
         self.client: PromClient | None = None
 
@@ -85,8 +92,10 @@ class CentralDiagnoser(Sidecar):
     async def discover(self, client: PromClient, now: float) -> list[TargetKey]:
         by = ", ".join(self.source.target_labels)
         data = await client.query(f"group by ({by}) ({selector(self.source.match, DISCOVERY_NAMES)})", now)
-        keys = sorted({TargetKey.of(item.get("metric", {}), self.source.target_labels)
-                       for item in data.get("result") or []}, key=lambda k: k.name)
+        found = sorted({TargetKey.of(item.get("metric", {}), self.source.target_labels)
+                        for item in data.get("result") or []}, key=lambda k: k.name)
+        keys = owned(found, self.source.shard, self.source.shards)
+        self.fleet_targets = len(found)
         if len(keys) > self.source.max_targets:
             log.warning("%d targets match %s; diagnosing the first %d (max_targets)", len(keys), self.source.match,
                         self.source.max_targets)
@@ -113,7 +122,8 @@ class CentralDiagnoser(Sidecar):
         for key in keys:
             self.last_seen[key.name] = now
         states = dict(self.states)
-        results = await asyncio.gather(*(self._refresh(client, key, now) for key in keys))
+        results = await self._refresh_all(client, keys, now, everything=self.source.shards == 1
+                                          and len(keys) == self.fleet_targets)
         for key, state in zip(keys, results, strict=True):
             states[key.name] = state
             self.history_for(key.name).record(state)
@@ -145,18 +155,38 @@ class CentralDiagnoser(Sidecar):
         pipeline = self.pipelines[name]
         return pipeline.ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="connect", error=why))
 
-    async def _refresh(self, client: PromClient, key: TargetKey, now: float) -> TargetState:
-        pipeline = self._pipeline(key)
-        latest = pipeline.window.latest
+    async def _refresh_all(self, client: PromClient, keys: list[TargetKey], now: float,
+                           everything: bool) -> list[TargetState]:
+        """Read what is new for every target (one query per family), then feed and evaluate each."""
+        if not keys:
+            return []
         window = self.settings.window_seconds
-        since = latest.timestamp if latest is not None else None
-        start = max(since if since is not None else 0.0, now - window - LEAD_SECONDS)
+        since: dict[TargetKey, float | None] = {}
+        for key in keys:
+            latest = self._pipeline(key).window.latest
+            since[key] = latest.timestamp if latest is not None else None
+        # Targets new to the diagnoser need a whole window; the others only what came since their newest
+        # scrape: two reads when targets arrive, so one arrival does not make every target read a window.
+        known = [key for key in keys if since[key] is not None]
+        fresh = [key for key in keys if since[key] is None]
+        series: dict[TargetKey, list[Any]] = {}
         try:
-            found = await read_scrapes(client, self.source, key, start, now, after=since)
+            for group in (known, fresh):
+                if group:
+                    oldest = min(since[key] or 0.0 for key in group)
+                    start = max(oldest, now - window - LEAD_SECONDS)
+                    series |= await read_families(client, self.source, group, start, now,
+                                                  everything=everything and len(group) == len(keys))
         except PromError as exc:
             self.errors_total += 1
-            log.warning("reading %s failed: %s", key.name, exc)
-            return pipeline.ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http", error=str(exc)))
+            log.warning("reading %d targets failed: %s", len(keys), exc)
+            return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
+                                                                 error=str(exc))) for key in keys]
+        return [self._feed(key, scrapes(series[key], after=since[key]), since[key], now) for key in keys]
+
+    def _feed(self, key: TargetKey, found: list[tuple[float, str]], since: float | None, now: float) -> TargetState:
+        pipeline = self.pipelines[key.name]
+        window = self.settings.window_seconds
         if since is not None and found and found[0][0] - since > window:
             pipeline.window.clear()  # back after a gap longer than the window: start afresh
         for at, text in found:

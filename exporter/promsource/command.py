@@ -80,6 +80,17 @@ def add_serve_flags(parser: argparse.ArgumentParser) -> None:
     add_source_flags(parser)
     parser.add_argument("--interval", type=positive, metavar="SECONDS",
                         help="with --prometheus: seconds between diagnosis cycles (default 15)")
+    parser.add_argument("--shard", type=shard_spec, metavar="I/N",
+                        help="with --prometheus: diagnose only shard I of N (0-based), the targets whose target "
+                             "labels hash to I modulo N, as Prometheus' hashmod does")
+
+
+def shard_spec(text: str) -> tuple[int, int]:
+    """``I/N`` -> (I, N), with 0 <= I < N."""
+    index, _, count = text.partition("/")
+    if not (index.isdigit() and count.isdigit()) or int(count) < 1 or int(index) >= int(count):
+        raise argparse.ArgumentTypeError(f"{text!r}: write the shard as I/N with 0 <= I < N, e.g. 0/4")
+    return int(index), int(count)
 
 
 def overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]:
@@ -111,6 +122,9 @@ def overrides(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, str]]
             put(path, value, flag)
     if getattr(args, "interval", None) is not None and getattr(args, "command", "") == "serve":
         put("prometheus.interval", args.interval, "--interval")
+    if getattr(args, "shard", None) is not None and getattr(args, "command", "") == "serve":
+        put("prometheus.shard", args.shard[0], "--shard")
+        put("prometheus.shards", args.shard[1], "--shard")
     return ({"prometheus": values} if values else {}), origins
 
 

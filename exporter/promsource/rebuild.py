@@ -26,7 +26,7 @@ DISCOVERY_NAMES: tuple[str, ...] = (vllm.NUM_REQUESTS_RUNNING, vllm.NUM_REQUESTS
 _TARGET_NAME = re.compile(r"[^A-Za-z0-9_.:-]")
 
 
-def _quote(value: str) -> str:
+def quote_label_value(value: str) -> str:
     if "\\" not in value and '"' not in value and "\n" not in value:
         return value
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
@@ -36,7 +36,7 @@ def selector(match: str, names: Sequence[str], labels: Mapping[str, str] | None 
     """``{__name__=~"a|b", <match>, label="value"}``: the series of ``names`` for one target (or all)."""
     parts = ['__name__=~"' + "|".join(re.escape(n) for n in names) + '"']
     parts += matchers(match)
-    parts += [f'{key}="{_quote(value)}"' for key, value in (labels or {}).items()]
+    parts += [f'{key}="{quote_label_value(value)}"' for key, value in (labels or {}).items()]
     return "{" + ", ".join(parts) + "}"
 
 
@@ -98,7 +98,7 @@ def scrapes(matrix: Sequence[Mapping[str, Any]], after: float | None = None) -> 
         name = metric.get("__name__")
         if name is None:
             continue
-        block = ",".join(f'{key}="{_quote(value)}"' for key, value in sorted(metric.items())
+        block = ",".join(f'{key}="{quote_label_value(value)}"' for key, value in sorted(metric.items())
                          if key != "__name__" and key not in drop)
         head = f"{name}{{{block}}} " if block else f"{name} "
         for stamp, value in series.get("values", ()):

@@ -93,6 +93,9 @@ class PrometheusSource(_Strict):
     max_targets: int = Field(default=1000, gt=0, description="serve: targets beyond this are not diagnosed")
     grace_seconds: float = Field(default=300.0, ge=0, description="serve: keep a vanished target this long")
     chunk_seconds: float = Field(default=MAX_CHUNK_SECONDS, gt=0, le=MAX_CHUNK_SECONDS)
+    shard: int = Field(default=0, ge=0, description="serve: this process' shard, 0..shards-1 (--shard i/N)")
+    shards: int = Field(default=1, ge=1, le=4096,
+                        description="serve: processes splitting the targets by hashmod of the target labels")
     staleness_seconds: float = Field(default=300.0, gt=0,
                                      description="no sample for this long: the target reads as down (Prometheus' "
                                                  "lookback is 5 min)")
@@ -121,6 +124,12 @@ class PrometheusSource(_Strict):
             if not label.replace("_", "a").isalnum() or label[0].isdigit() or label == "__name__":
                 raise ValueError(f"{label!r} is not a label name")
         return value
+
+    @model_validator(mode="after")
+    def _shard(self) -> PrometheusSource:
+        if self.shard >= self.shards:
+            raise ValueError(f"shard {self.shard} of {self.shards}: shards are numbered 0..{self.shards - 1}")
+        return self
 
     @model_validator(mode="after")
     def _one_auth(self) -> PrometheusSource:

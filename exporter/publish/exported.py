@@ -50,6 +50,7 @@ class CentralNumbers(Protocol):
     bytes_read_total: int
     errors_total: int
     dropped_targets_total: int
+    fleet_targets: int
 
     @property
     def last_cycle(self) -> CycleNumbers: ...
@@ -480,6 +481,9 @@ CENTRAL_EXPORTED: tuple[ExportedMetric[CentralSource], ...] = (
                    lambda c: c.last_cycle.duration_seconds),
     ExportedMetric(CENTRAL + "targets", "gauge", "", "Targets found in the last cycle.", (),
                    lambda c: c.last_cycle.targets),
+    ExportedMetric(CENTRAL + "fleet_targets", "gauge", "",
+                   "Targets the store holds, every shard's: the shards' targets add up to it.", (),
+                   lambda c: c.fleet_targets),
     ExportedMetric(CENTRAL + "targets_diagnosed", "gauge", "",
                    "Targets with fresh samples, diagnosed in the last cycle.", (),
                    lambda c: c.last_cycle.diagnosed),

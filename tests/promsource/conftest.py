@@ -26,33 +26,23 @@ def backfill(openmetrics: Path, storage: Path) -> None:
 
 
 @contextmanager
-def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
-               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
-    """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
-    port = free_port()
-    config_file = storage.parent / f"prometheus-{port}.yml"
-    config_file.write_text(config)
-    log = (storage.parent / f"prometheus-{port}.log").open("w")
-    process = subprocess.Popen(
-        [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
-         f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle", *extra_flags],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
-    url = f"http://127.0.0.1:{port}"
+def serving(what: str, argv: list[str], ready: str, log_path: Path) -> Iterator[None]:
+    """Run a server until the block ends (stopped by its PID); wait until ``ready`` answers 200 first."""
+    log = log_path.open("w")
+    process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as response:
+                with urllib.request.urlopen(ready, timeout=2) as response:
                     if response.status == 200:
                         break
             except OSError:
                 pass
-            logged = storage.parent / f"prometheus-{port}.log"
-            assert process.poll() is None, f"prometheus exited: {logged.read_text()}"
-            assert time.monotonic() < deadline, "prometheus not ready after 60 s"
+            assert process.poll() is None, f"{what} exited: {log_path.read_text()}"
+            assert time.monotonic() < deadline, f"{what} not ready after 60 s"
             time.sleep(0.2)
-        yield url
+        yield
     finally:
         os.kill(process.pid, signal.SIGTERM)
         try:
@@ -61,3 +51,47 @@ def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
             os.kill(process.pid, signal.SIGKILL)
             process.wait(5)
         log.close()
+
+
+@contextmanager
+def prometheus(storage: Path, config: str = "global:\n  scrape_interval: 15s\n",
+               extra_flags: tuple[str, ...] = ()) -> Iterator[str]:
+    """A Prometheus on a free 127.0.0.1 port over ``storage``; yields its base URL."""
+    port = free_port()
+    config_file = storage.parent / f"prometheus-{port}.yml"
+    config_file.write_text(config)
+    url = f"http://127.0.0.1:{port}"
+    argv = [PROMETHEUS_BIN, f"--config.file={config_file}", f"--web.listen-address=127.0.0.1:{port}",
+            f"--storage.tsdb.path={storage}", "--storage.tsdb.retention.time=30d", "--web.enable-lifecycle",
+            *extra_flags]
+    with serving("prometheus", argv, f"{url}/-/ready", storage.parent / f"prometheus-{port}.log"):
+        yield url
+
+
+VICTORIA_METRICS_BIN = "/usr/bin/victoria-metrics"
+
+
+@contextmanager
+def victoria_metrics(storage: Path) -> Iterator[str]:
+    """A single-node VictoriaMetrics (Debian's package) on a free 127.0.0.1 port over ``storage``.
+
+    ``-search.latencyOffset=0s``: its default hides the newest 30 s from queries (samples still being
+    ingested), which would make a replayed clock read a different window than Prometheus does.
+    ``-maxLabelsPerTimeseries=64``: its default of 30 drops labels of ``vllm:cache_config_info`` (about 37).
+    """
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [VICTORIA_METRICS_BIN, f"-httpListenAddr=127.0.0.1:{port}", f"-storageDataPath={storage}",
+            "-retentionPeriod=10y", "-search.latencyOffset=0s", "-search.disableCache", "-maxLabelsPerTimeseries=64"]
+    with serving("victoria-metrics", argv, f"{url}/health", storage.parent / f"victoria-metrics-{port}.log"):
+        yield url
+
+
+def vm_import(url: str, body: str) -> None:
+    """Samples in the Prometheus text format (millisecond timestamps) through VictoriaMetrics' own import
+    path, then flushed so that queries see them at once."""
+    request = urllib.request.Request(f"{url}/api/v1/import/prometheus", data=body.encode(), method="POST")
+    with urllib.request.urlopen(request, timeout=120) as response:
+        assert response.status == 204, response.status
+    with urllib.request.urlopen(f"{url}/internal/force_flush", timeout=30) as response:
+        assert response.status == 200

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.cli import main
 from exporter.config import load_settings
 from exporter.promsource import backfill
+from exporter.promsource.batch import FAMILY_NAMES, shard_of
 from exporter.promsource.central import CentralDiagnoser
 from exporter.promsource.client import PromClient
 from exporter.promsource.settings import PrometheusSource
@@ -112,7 +113,9 @@ def test_serve_diagnoses_every_target_every_cycle(fleet: Any) -> None:
         for labels, value in verdicts:
             by_target[labels["target"]] = by_target.get(labels["target"], 0) + value
         assert by_target == {f"vllm-{i}": 1.0 for i in range(TARGETS)}, "one verdict per discovered target"
-        assert metrics["vllm_diag_prometheus_queries_total"][0][1] >= len(seen) * (1 + TARGETS)
+        # One query to discover, then one per family for all targets: none per target.
+        assert metrics["vllm_diag_prometheus_cycle_queries"][0][1] == 1 + len(FAMILY_NAMES)
+        assert metrics["vllm_diag_prometheus_fleet_targets"][0][1] == TARGETS
         doc = json.loads(get(f"{base}/api/v1/diagnosis"))
         states = {t["target"]: t["state"] for t in doc["targets"]}
         assert states == {f"vllm-{i}": "ok" for i in range(TARGETS)}
@@ -148,6 +151,72 @@ def test_vanished_target_is_down_then_dropped(fleet: Any) -> None:
     assert vanished[VANISHING] == "down" and central.dropped_targets_total == 1
     assert VANISHING not in dropped and len(dropped) == TARGETS - 1
     assert all(status == "ok" for status in dropped.values())
+
+
+def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1) -> tuple[CentralDiagnoser, list[Any]]:
+    source = PrometheusSource(url=fleet["url"], match='{job="vllm"}', interval=INTERVAL, shard=shard, shards=shards)
+    settings = load_settings(None, {"window_seconds": 60, "prometheus": source.model_dump()})
+    central = CentralDiagnoser(settings, source)
+
+    async def run() -> list[Any]:
+        async with PromClient(source) as client:
+            central.client = client
+            return [await central.cycle(now=now) for now in nows]
+
+    return central, asyncio.run(run())
+
+
+def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(fleet: Any) -> None:
+    now = fleet["start"] + 200
+    central, stats = _cycles(fleet, (now, now + INTERVAL, now + 2 * INTERVAL))
+    assert [s.queries for s in stats] == [1 + len(FAMILY_NAMES)] * 3  # whatever the targets
+    # A target that arrives reads one window by itself; the others still read only their new scrapes.
+    central.pipelines.pop("vllm-0")
+    arrival = asyncio.run(_cycle_again(central, now + 3 * INTERVAL))
+    assert arrival.queries == 1 + 2 * len(FAMILY_NAMES) and arrival.diagnosed == TARGETS
+    assert arrival.bytes_read < stats[0].bytes_read / 2
+    assert stats[1].bytes_read < stats[0].bytes_read / 3, "later cycles read only the new scrapes"
+    assert all(s.diagnosed == TARGETS for s in stats)
+    # The same instant judged by `diagnose --prometheus --at` (one window read per target).
+    single, _ = _cycles(fleet, (now,))
+    code, out, err = run_cli("diagnose", "--prometheus", fleet["url"], "--match", '{job="vllm"}',
+                             "--at", str(now), "--format", "json", "--config", str(_config(fleet)))
+    assert code == 0, err
+    def judged(target: dict[str, Any]) -> tuple[Any, ...]:
+        return target["verdict"]["layer"], target["layer_scores"], target["symptoms"], target["signals"]
+
+    expected = {t["target"]: judged(t) for t in json.loads(out)["targets"]}
+    got = {name: judged(json.loads(json.dumps(state.to_dict()))) for name, state in single.states.items()}
+    assert got.keys() == expected.keys() and len(got) == TARGETS
+    for name in got:
+        assert got[name] == expected[name], name
+
+
+def test_shards_split_the_fleet_with_every_target_in_exactly_one(fleet: Any) -> None:
+    now = fleet["start"] + 200
+    owners: dict[str, int] = {}
+    for shard in range(4):
+        central, (stats,) = _cycles(fleet, (now,), shard, 4)
+        assert central.fleet_targets == TARGETS  # every shard sees the whole fleet, and keeps its own
+        assert stats.queries == (1 + len(FAMILY_NAMES) if central.keys else 1)
+        for name, key in central.keys.items():
+            assert name not in owners, f"{name} diagnosed by shards {owners[name]} and {shard}"
+            assert shard_of(key, 4) == shard
+            owners[name] = shard
+        assert all(state.status == "ok" for state in central.states.values())
+    assert set(owners) == {f"vllm-{i}" for i in range(TARGETS)}
+
+
+async def _cycle_again(central: CentralDiagnoser, now: float) -> Any:
+    async with PromClient(central.source) as client:
+        central.client = client
+        return await central.cycle(now=now)
+
+
+def _config(fleet: Any) -> Any:
+    path = fleet["root"] / "at.yaml"
+    path.write_text(yaml.safe_dump({"window_seconds": 60}))
+    return path
 
 
 def run_cli(*argv: str) -> tuple[int, str, str]:

@@ -1,0 +1,90 @@
+"""One query per family for every target of a shard, and which shard owns a target.
+
+``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
+time: one window), with one range-selector query per family of the catalog for all its targets at
+once; the answer is split by the target labels and each target's part is rebuilt into its scrapes
+(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets, and the
+bytes read grow with the targets.
+
+Shards split a fleet the way Prometheus' ``hashmod`` relabelling splits scrapes: the MD5 of the target
+labels' values joined by ``;``, its low 64 bits modulo the number of shards. Every process computes the
+same owner for a target with no coordination.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
+from exporter.promsource.client import PromClient, PromError
+from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
+from exporter.promsource.settings import PrometheusSource
+
+
+def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
+    if kind is Kind.HISTOGRAM:
+        return tuple(name + suffix for name in names for suffix, _ in HISTOGRAM_PARTS)
+    return tuple(names)
+
+
+# Each family's sample names in every naming generation the parser reads: one query each.
+FAMILY_NAMES: tuple[tuple[str, ...], ...] = tuple(_wire((m.name, *m.aliases), m.kind) for m in METRICS)
+
+
+def shard_of(key: TargetKey, shards: int) -> int:
+    """The shard that owns a target: ``hashmod`` of its label values, as Prometheus computes it."""
+    joined = ";".join(value for _, value in key.labels)
+    return int.from_bytes(hashlib.md5(joined.encode()).digest()[8:], "big") % shards
+
+
+def owned(keys: Sequence[TargetKey], shard: int, shards: int) -> list[TargetKey]:
+    return list(keys) if shards == 1 else [key for key in keys if shard_of(key, shards) == shard]
+
+
+_RE2_SPECIAL = frozenset("\\.+*?()|[]{}^$")
+
+
+def _literal(value: str) -> str:
+    """``value`` as an RE2 literal (Python's ``re.escape`` also escapes spaces, which RE2 refuses)."""
+    return "".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
+
+
+def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> str:
+    """A matcher on the one target label that keeps other targets (other shards') out of the answers."""
+    if everything or len(source.target_labels) != 1 or not keys:
+        return ""
+    pattern = "|".join(_literal(key.labels[0][1]) for key in keys)
+    return f'{source.target_labels[0]}=~"{quote_label_value(pattern)}"'
+
+
+async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
+                        end: float, *, everything: bool) -> dict[TargetKey, list[Mapping[str, Any]]]:
+    """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
+
+    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed).
+    """
+    wanted = set(keys)
+    narrowing = _narrowing(source, keys, everything)
+    millis = max(1, int((end - start) * 1000 + 0.999))
+    limit = asyncio.Semaphore(source.max_concurrency)
+    by_target: dict[TargetKey, list[Mapping[str, Any]]] = {key: [] for key in keys}
+
+    async def one(names: tuple[str, ...]) -> None:
+        expr = selector(source.match, names)
+        if narrowing:
+            expr = expr[:-1] + ", " + narrowing + "}"
+        async with limit:
+            data = await client.query(f"{expr}[{millis}ms]", end)
+        if data.get("resultType") != "matrix":
+            raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
+        for series in data.get("result") or []:
+            key = TargetKey.of(series.get("metric", {}), source.target_labels)
+            if key in wanted:
+                by_target[key].append(series)
+
+    await asyncio.gather(*(one(names) for names in FAMILY_NAMES))
+    return by_target
+
