@@ -40,7 +40,7 @@ async def upstream(fixtures_dir):
         return web.Response(status=503, text="engine dead")
 
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(2)
+        await asyncio.sleep(5)  # far past the 1 s timeout below
         return web.Response(text=capture)
 
     async def garbage(request: web.Request) -> web.Response:
@@ -65,7 +65,9 @@ async def upstream(fixtures_dir):
 async def test_faults_are_counted_and_metrics_keep_serving(upstream):
     refused = f"http://127.0.0.1:{free_port()}/metrics"
     targets = [
-        {"name": name, "url": url, "scrape_interval": 0.3, "timeout": 0.25, "max_bytes": 100_000}
+        # A timeout of 1 s: an answer of a few milliseconds never reads as a timeout on a loaded machine
+        # (0.25 s did, with the suite's lanes side by side), and three scrapes fit in the wait below.
+        {"name": name, "url": url, "scrape_interval": 1.1, "timeout": 1.0, "max_bytes": 100_000}
         for name, url in (("healthy", f"{upstream}/ok"), ("refused", refused), ("http", f"{upstream}/error"),
                           ("slow", f"{upstream}/slow"), ("garbage", f"{upstream}/garbage"),
                           ("truncated", f"{upstream}/truncated"), ("huge", f"{upstream}/huge"))
@@ -74,7 +76,7 @@ async def test_faults_are_counted_and_metrics_keep_serving(upstream):
     client = TestClient(TestServer(create_app(settings), host="127.0.0.1"))
     await client.start_server()
     try:
-        await asyncio.sleep(1.6)
+        await asyncio.sleep(3.6)
         response = await client.get("/metrics")
         assert response.status == 200
         samples = _samples(await response.text())
