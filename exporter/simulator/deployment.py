@@ -88,6 +88,10 @@ class CostModel:
     activation_per_batched_token_bytes: float = 2.0e5  # profiling peak grows with the budget
 
 
+# The release whose /metrics the exposition copies, and what a simulated engine's /version answers by default.
+VLLM_VERSION: Final = "0.32.0"
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Everything about one vLLM deployment the model needs.
@@ -117,7 +121,7 @@ class EngineConfig:
     # --kv-cache-metrics with --kv-cache-metrics-sample: the share of KV blocks whose residency is observed (0: off)
     kv_cache_metrics_sample: float = 0.0
     # The release served: from 0.34 the API server observes each request's render (template, tokenisation).
-    vllm_version: str = "0.32.0"  # exposition.VLLM_VERSION, the release whose /metrics the simulator copies
+    vllm_version: str = VLLM_VERSION
     max_loras: int = 1  # vLLM's --max-loras: adapters in one batch (requests of the base model need none)
     enable_lora: bool = False  # vLLM's --enable-lora: registers vllm:lora_requests_info
     # Sleep mode (--enable-sleep-mode, then POST /sleep?level=N): the simulated second the engine is put to

@@ -35,7 +35,6 @@ KV_FETCH_STAGES: Final = ("waiting_to_start", "in_progress", "completed_waiting"
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
-VLLM_VERSION: Final = "0.32.0"  # the release this exposition copies (what its /version answers)
 
 
 # --------------------------------------------------------------------------------------------
