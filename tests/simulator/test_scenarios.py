@@ -9,11 +9,15 @@ scores every evaluation at 5, 15 and 30 s and with DCGM.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from exporter.simulator import SCENARIOS
+from exporter.config import load_settings
+from exporter.pipeline import TargetPipeline, replay
+from exporter.simulator import SCENARIOS, Scenario, write_captures
+from exporter.simulator.hostcpu import simulated_host_inputs
 from exporter.state import TargetState
 from tests.judged import judge_captured
 from tests.scenario_captures import capture_files, shared_captures
@@ -141,6 +145,31 @@ def test_block_witness_tells_a_pool_too_small_from_prompts_that_never_come_back(
     witnesses = (pool.signals.witnesses, template.signals and template.signals.witnesses)
     assert witnesses[0].block_hit_life_share is not None and witnesses[1]
     assert witnesses[0].block_hit_life_share > 10 * (witnesses[1].block_hit_life_share or 0.0)
+
+
+def _judged_without(scenario: Scenario, out: Path, drop_fact: str | None = None) -> set[str]:
+    """``scenario`` captured and judged at the shipped defaults, optionally without one engine fact: the active
+    causes (not informational)."""
+    files = write_captures(scenario, out, DURATION, INTERVAL)
+    facts = {k: v for k, v in scenario.engine_facts().items() if k != drop_fact}
+    target = {"name": scenario.name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL,
+              "timeout": 3.0, "engine": facts, **({"slo": scenario.slo} if scenario.slo else {})}
+    settings = load_settings(overrides={"targets": [target]})
+    host = simulated_host_inputs(scenario.build())
+    state = replay(files, TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host), INTERVAL)
+    return {c.id for c in state.diagnosis.active_causes if not c.informational}
+
+
+def test_the_witnesses_are_what_names_the_cause(tmp_path):
+    """Without its input the witness changes nothing, and the rules alone misread both scenarios: kv-working-set
+    without --kv-cache-metrics reads F (KV usage is low, so the misses look like a template's), and
+    compute-bound-prompts without the token budget fact leaves the slow first tokens unexplained (A0)."""
+    working_set = SCENARIOS["kv-working-set"]
+    plain = replace(working_set, engine=replace(working_set.engine, kv_cache_metrics_sample=0.0))
+    causes = _judged_without(plain, tmp_path / "pool")
+    assert "F" in causes and "F6" not in causes, sorted(causes)
+    causes = _judged_without(SCENARIOS["compute-bound-prompts"], tmp_path / "steps", "max_num_batched_tokens")
+    assert "A0" in causes and "A1" not in causes, sorted(causes)
 
 
 def test_steps_at_the_budget_are_in_the_budget_findings_evidence(tmp_path_factory):

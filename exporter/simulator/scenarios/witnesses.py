@@ -28,7 +28,7 @@ L4: Final = GpuSpec(
 _WORKING_SET = Scenario(
     name="kv-working-set",
     description=(
-        "Question answering over 96 documents of ~2000 tokens, each asked about in turn, on an engine run with "
+        "Question answering over 96 documents of ~2000 tokens, each asked about at random, on an engine run with "
         "--kv-cache-metrics: the documents together need more blocks than the pool has, so the LRU evicts a "
         "document shortly before it is asked about again. Few requests run at once and KV usage looks low; "
         "the block witness shows the evicted blocks had been reused while they lived (F6, not F)."
