@@ -28,16 +28,16 @@ L4: Final = GpuSpec(
 _WORKING_SET = Scenario(
     name="kv-working-set",
     description=(
-        "Question answering over 96 documents of ~2000 tokens, each asked about at random, on an engine run with "
+        "Question answering over 128 documents of ~2000 tokens, each asked about at random, on an engine run with "
         "--kv-cache-metrics: the documents together need more blocks than the pool has, so the LRU evicts a "
         "document shortly before it is asked about again. Few requests run at once and KV usage looks low; "
         "the block witness shows the evicted blocks had been reused while they lived (F6, not F)."
     ),
-    knobs="num_gpu_blocks 4000 (64k tokens); 96 documents x 2000 tokens, uniform; 3 req/s, ~40 output; "
+    knobs="num_gpu_blocks 4000 (64k tokens); 128 documents x 2000 tokens, uniform; 3 req/s, ~40 output; "
     "--kv-cache-metrics-sample 0.01",
     engine=EngineConfig(num_gpu_blocks_override=4000, max_model_len=8192, kv_cache_metrics_sample=KV_METRICS_SAMPLE),
     workload=single(chat(3.0, prompt=lognormal(60, 0.4, 8, 400), output=lognormal(40, 0.4, 4, 200),
-                         prefix=PrefixSpec(groups=96, shared_len=2000), max_tokens=256)),
+                         prefix=PrefixSpec(groups=128, shared_len=2000), max_tokens=256)),
     expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F6",), also_possible=("A", "A5", "A1")),
     case="F6 (block witness)",
     slo={"ttft": {"threshold_seconds": 0.1, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
