@@ -1,8 +1,9 @@
 """Scenarios for the engine's own witnesses (docs/method.md): vLLM run with ``--kv-cache-metrics``, whose
 block residency tells a pool too small for the working set (F6) from prompts that never come back (F); a
 compute-bound GPU whose prompts, under the long-prompt mark, the step witness names as the first tokens' cost
-(A1); vLLM 0.34's render duration beside a frontend that costs the first tokens (A3). The step witness (``vllm:iteration_tokens_total``)
-is on every scenario, as on every vLLM: small-token-budget and queue-backlog read it too."""
+(A1); vLLM 0.34's render duration beside a frontend that costs the first tokens (A3). The step witness
+(``vllm:iteration_tokens_total``) is on every scenario, as on every vLLM: small-token-budget and queue-backlog
+read it too."""
 
 from __future__ import annotations
 
