@@ -1,4 +1,5 @@
-"""A vLLM V1 engine simulator that speaks vLLM 0.32's exact ``/metrics``.
+"""A vLLM V1 engine simulator that speaks vLLM 0.32's exact ``/metrics`` (plus 0.34's render duration where a
+scenario serves 0.34).
 
 ``vllm-diag simulate --scenario NAME [--port N | --out DIR --duration S --interval S]``
 either serves a scenario live (``server``) or writes captures for offline replay

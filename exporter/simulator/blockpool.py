@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from exporter.simulator.residency import BlockResidency
 
 BlockHash = tuple[int, int]  # (chain key of the content up to the block's end, block index in the request)
 
 
 class BlockPool:
-    __slots__ = ("num_blocks", "block_size", "ref", "free", "_bhash", "_cached")
+    __slots__ = ("num_blocks", "block_size", "ref", "free", "_bhash", "_cached", "residency")
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.num_blocks = num_blocks
@@ -30,6 +34,7 @@ class BlockPool:
         self._cached: dict[BlockHash, int] = {}
         # the LRU free queue: head = next to allocate (and evict); a freed block goes to the tail
         self.free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(1, num_blocks))
+        self.residency: BlockResidency | None = None  # --kv-cache-metrics: told of allocations and hits
 
     @property
     def usage(self) -> float:
@@ -66,6 +71,8 @@ class BlockPool:
             if ref[b] == 0:
                 del free[b]
             ref[b] += 1
+        if self.residency is not None:
+            self.residency.accessed(blocks)
 
     def register(self, blocks: Sequence[int], n_hashed: int, seg_ends: Sequence[int], seg_keys: Sequence[int],
                  computed_tokens: int, stored: Callable[[BlockHash], None] | None = None) -> int:
@@ -104,6 +111,9 @@ class BlockPool:
                 bhash[bid] = None
             ref[bid] = 1
             out.append(bid)
+        if self.residency is not None:
+            for bid in out:
+                self.residency.allocated(bid)
         return out
 
     def release(self, blocks: Sequence[int]) -> None:

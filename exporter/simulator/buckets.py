@@ -28,6 +28,15 @@ HTTP_DURATION_HIGHR_BUCKETS: Final = (
     5.0, 7.5, 10.0, 30.0, 60.0,
 )
 HTTP_DURATION_BUCKETS: Final = (0.1, 0.5, 1.0)
+# --kv-cache-metrics' block residency (kv_cache_residency in vllm/v1/metrics/buckets.py), seconds.
+KV_CACHE_RESIDENCY_BUCKETS: Final = (
+    0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0,
+    600.0, 1200.0, 1800.0,
+)
+# vLLM 0.34's API-server render duration (vllm/renderers/metrics.py), seconds.
+RENDER_DURATION_BUCKETS: Final = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+)
 # NIXL connector (vllm/distributed/kv_transfer/kv_connector/v1/nixl/stats.py): transfer time drops the first
 # edge of the post-time list; bytes run 2^11 .. 2^33 in steps of 4x.
 NIXL_POST_TIME_BUCKETS: Final = (0.001, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.2, 0.3, 0.5, 0.75, 1.0, 5.0)

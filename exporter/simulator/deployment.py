@@ -88,6 +88,10 @@ class CostModel:
     activation_per_batched_token_bytes: float = 2.0e5  # profiling peak grows with the budget
 
 
+# The release whose /metrics the exposition copies, and what a simulated engine's /version answers by default.
+VLLM_VERSION: Final = "0.32.0"
+
+
 @dataclass(frozen=True, slots=True)
 class EngineConfig:
     """Everything about one vLLM deployment the model needs.
@@ -114,6 +118,10 @@ class EngineConfig:
     cpu_share: float = 1.0
     frontend_cost_scale: float = 1.0
     enable_mfu_metrics: bool = False  # vLLM's --enable-mfu-metrics: the estimated_* counters move
+    # --kv-cache-metrics with --kv-cache-metrics-sample: the share of KV blocks whose residency is observed (0: off)
+    kv_cache_metrics_sample: float = 0.0
+    # The release served: from 0.34 the API server observes each request's render (template, tokenisation).
+    vllm_version: str = VLLM_VERSION
     max_loras: int = 1  # vLLM's --max-loras: adapters in one batch (requests of the base model need none)
     enable_lora: bool = False  # vLLM's --enable-lora: registers vllm:lora_requests_info
     # Sleep mode (--enable-sleep-mode, then POST /sleep?level=N): the simulated second the engine is put to
@@ -147,6 +155,8 @@ class EngineConfig:
             raise ValueError("num_speculative_tokens must be >= 0 and spec_acceptance in [0, 1]")
         if not 0.0 < self.cpu_share <= 1.0:
             raise ValueError("cpu_share must be in (0, 1]")
+        if not 0.0 <= self.kv_cache_metrics_sample <= 1.0:
+            raise ValueError("kv_cache_metrics_sample must be in [0, 1]")
         if self.kv_role not in (None, "kv_consumer", "kv_producer", "kv_both") or self.kv_load_failure_policy not in (
                 "fail", "recompute") or not 0.0 <= self.kv_transfer_failure_rate <= 1.0:
             raise ValueError("kv_role, kv_load_failure_policy or kv_transfer_failure_rate out of range")
@@ -159,6 +169,11 @@ class EngineConfig:
     def kv_consumer(self) -> bool:
         """vLLM's ``is_kv_consumer``: the engine loads KV (a decode instance, or native offload's kv_both)."""
         return self.kv_role in ("kv_consumer", "kv_both") or self.kv_offload_blocks > 0
+
+    @property
+    def observes_render(self) -> bool:
+        """vLLM 0.34+: the API server exports vllm:request_render_duration_seconds."""
+        return tuple(int(x) for x in self.vllm_version.split(".")[:2]) >= (0, 34)
 
     @property
     def model_name(self) -> str:

@@ -90,6 +90,7 @@ from exporter.simulator.replaceable import (
     StepTime,
 )
 from exporter.simulator.request import _DECODE, _DONE, _PREFILL, Request
+from exporter.simulator.residency import BlockResidency
 from exporter.simulator.stats import FINISHED_REASONS, EngineStats, GpuBin, Histogram
 from exporter.simulator.workload import Workload, generate
 
@@ -139,6 +140,8 @@ class Engine(KvCache):
         self._order = 0
         self._preempted_this_step = False
         self._pool = BlockPool(self.num_gpu_blocks, self._bs)  # KV cache: block 0 is the null block
+        if config.kv_cache_metrics_sample:
+            self._pool.residency = BlockResidency(config.kv_cache_metrics_sample, lambda: self.now, self.stats, seed)
         # KV loads under way (done time, order, request), the links they share, requests whose load is done
         self._loading: list[tuple[float, int, Request]] = []
         self._link_free = {"nixl": 0.0, "offload": 0.0}
@@ -266,6 +269,9 @@ class Engine(KvCache):
             start = max(spec.arrival, self._frontend_free)
             self._frontend_free = start + work / cfg.cpu_share
             self.stats.frontend_cpu_s += work
+            self.stats.render_duration.observe(work / cfg.cpu_share)  # wall time: the loop runs at its share
+            if self.stats.render_first_at is None:
+                self.stats.render_first_at = self._frontend_free
             req = Request(spec, self._frontend_free)
             req.remote = cfg.kv_role == "kv_consumer"  # a decode instance: the proxy sent the prefill elsewhere
             self._pending.append(req)

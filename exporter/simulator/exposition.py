@@ -6,10 +6,11 @@ twins for every counter and histogram child, labels sorted alphabetically as pro
 prints them, every per-engine child pre-created at zero, HTTP children created on the first
 request, ``vllm:cache_config_info`` with the 0.32 label set and the simulated values. Bucket
 boundaries are vLLM's (``exporter/simulator/buckets.py``).
-Values are printed with prometheus_client's own float formatter.
+Values are printed with prometheus_client's own float formatter. An engine run with
+``--kv-cache-metrics`` adds the three block-residency histograms where 0.32 registers them; one serving
+0.34 (``vllm_version``) adds the API server's render duration, registered at the first rendered request.
 
-The DCGM exposition follows dcgm-exporter's default + DCP counters (its CSV help texts, its
-label order, integers for integer fields).
+The DCGM exposition is ``dcgm``'s (``render_dcgm``, importable from here as before).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from prometheus_client.utils import floatToGoString
 from exporter.catalog import metrics as vllm
 from exporter.simulator.buckets import NIXL_DESCRIPTORS_BUCKETS, NIXL_POST_TIME_BUCKETS
 from exporter.simulator.dataparallel import DataParallelEngine, merge_engine_expositions
+from exporter.simulator.dcgm import DCGM_HELP as DCGM_HELP
+from exporter.simulator.dcgm import render_dcgm as render_dcgm
 from exporter.simulator.engine import FINISHED_REASONS, Engine, Histogram
 
 WAITING_REASONS: Final = ("capacity", "deferred")
@@ -32,7 +35,6 @@ KV_FETCH_STAGES: Final = ("waiting_to_start", "in_progress", "completed_waiting"
 
 HTTP_HANDLER: Final = "/v1/chat/completions"
 CONTENT_TYPE: Final = "text/plain; version=1.0.0; charset=utf-8"  # prometheus_client 0.26
-VLLM_VERSION: Final = "0.32.0"  # the release this exposition copies (what its /version answers)
 
 
 # --------------------------------------------------------------------------------------------
@@ -146,6 +148,21 @@ HELP: Final[dict[str, str]] = {
     vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS: (
         "Histogram of new KV tokens computed during prefill (excluding cached tokens)."
     ),
+    vllm.KV_BLOCK_LIFETIME_SECONDS: (
+        "Histogram of KV cache block lifetime from allocation to eviction. Sampled metrics (controlled by "
+        "--kv-cache-metrics-sample)."
+    ),
+    vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS: (
+        "Histogram of idle time before KV cache block eviction. Sampled metrics (controlled by "
+        "--kv-cache-metrics-sample)."
+    ),
+    vllm.KV_BLOCK_REUSE_GAP_SECONDS: (
+        "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent accesses are "
+        "recorded (ring buffer). Sampled metrics (controlled by --kv-cache-metrics-sample)."
+    ),
+    vllm.REQUEST_RENDER_DURATION_SECONDS: (
+        "Time spent rendering a request, including chat templating, tokenization, and multimodal preprocessing."
+    ),
     vllm.CACHE_CONFIG_INFO: "Information of the LLMEngine CacheConfig",
     "http_requests": "Total number of requests by method, status and handler.",
     "http_request_size_bytes": _HTTP_SIZE.format("incoming requests"),
@@ -178,6 +195,12 @@ _VLLM_HISTOGRAMS: Final = (
     (vllm.REQUEST_DECODE_TIME_SECONDS, "request_decode_time"),
     (vllm.REQUEST_NUM_PREEMPTIONS, "request_num_preemptions"),
     (vllm.REQUEST_PREFILL_KV_COMPUTED_TOKENS, "request_prefill_kv_computed_tokens"),
+)
+# Registered only with --kv-cache-metrics, after the request histograms.
+_KV_BLOCK_HISTOGRAMS: Final = (
+    (vllm.KV_BLOCK_LIFETIME_SECONDS, "kv_block_lifetime"),
+    (vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS, "kv_block_idle"),
+    (vllm.KV_BLOCK_REUSE_GAP_SECONDS, "kv_block_reuse_gap"),
 )
 
 
@@ -440,7 +463,7 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
         vllm.ADMISSION_REJECTIONS_TOTAL,
         [({"model_name": engine.cfg.model_name, "reason": r}, 0) for r in ADMISSION_REASONS],
     )
-    for family, attr in _VLLM_HISTOGRAMS:
+    for family, attr in _VLLM_HISTOGRAMS + (_KV_BLOCK_HISTOGRAMS if cfg.kv_cache_metrics_sample else ()):
         out.histogram(family, HELP[family], base, getattr(st, attr))
     if engine.cfg.enable_lora:
         # Registered only with --enable-lora, last before cache_config_info (a real 0.32 capture); no model_name
@@ -481,109 +504,9 @@ def render_vllm(engine: Engine | DataParallelEngine, *, start_unix: float, speed
         labels = {**handler, "method": "POST"}
         out.histogram_child(fam, labels, st.http_duration)
         out.created(fam, HELP[fam], [labels], first_unix)
+    if cfg.observes_render and st.render_duration.count:
+        # vLLM 0.34's renderer registers its histogram at the first render, after everything else; no engine label.
+        fam = vllm.REQUEST_RENDER_DURATION_SECONDS
+        out.histogram(fam, HELP[fam], {"model_name": cfg.model_name, "request_type": "chat"}, st.render_duration,
+                      at=start_unix + (st.render_first_at or 0.0) / speed)
     return "\n".join(out.lines) + "\n"
-
-
-# --------------------------------------------------------------------------------------------
-# dcgm-exporter
-# --------------------------------------------------------------------------------------------
-
-DCGM_HELP: Final[tuple[tuple[str, str, str], ...]] = (
-    ("DCGM_FI_DEV_SM_CLOCK", "gauge", "SM clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz)."),
-    ("DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C)."),
-    ("DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C)."),
-    ("DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W)."),
-    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter", "Total energy consumption since boot (in mJ)."),
-    ("DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries."),
-    ("DCGM_FI_DEV_GPU_UTIL", "gauge", "GPU utilization (in %)."),
-    ("DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %)."),
-    ("DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %)."),
-    ("DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %)."),
-    ("DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered."),
-    ("DCGM_FI_DEV_FB_FREE", "gauge", "Framebuffer memory free (in MiB)."),
-    ("DCGM_FI_DEV_FB_USED", "gauge", "Framebuffer memory used (in MiB)."),
-    ("DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB)."),
-    ("DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter", "Total number of NVLink bandwidth counters for all lanes."),
-    ("DCGM_FI_DEV_VGPU_LICENSE_STATUS", "gauge", "vGPU License status"),
-    ("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for uncorrectable errors"),
-    ("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS", "counter", "Number of remapped rows for correctable errors"),
-    ("DCGM_FI_DEV_ROW_REMAP_FAILURE", "gauge", "Whether remapping of rows has failed"),
-    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active."),
-    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", "gauge", "Ratio of cycles the tensor (HMMA) pipe is active."),
-    (
-        "DCGM_FI_PROF_DRAM_ACTIVE", "gauge",
-        "Ratio of cycles the device memory interface is active sending or receiving data.",
-    ),
-    (
-        "DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
-        "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
-        "payloads - in bytes per second.",
-    ),
-    (
-        "DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
-        "The rate of data received over the PCIe bus - including both protocol headers and data "
-        "payloads - in bytes per second.",
-    ),
-)
-DCGM_DRIVER_VERSION: Final = "570.124.06"
-DCGM_HOSTNAME: Final = "gpu-node-0"
-
-
-def render_dcgm(engine: Engine | DataParallelEngine) -> str:
-    """dcgm-exporter's ``/metrics`` for the engine's GPUs (TP x PP of them).
-
-    Utilisation gauges cover the last complete simulated second, as DCGM samples them. Every
-    TP rank runs the same kernels in lock step, so ranks report the same activity.
-    """
-    cfg, st, gpu = engine.cfg, engine.stats, engine.cfg.gpu
-    n_gpus = cfg.tensor_parallel_size * cfg.pipeline_parallel_size
-    win = engine.gpu_window(1)
-    busy = min(1.0, win.busy_s)
-    total_mib = int(gpu.memory_bytes / 2**20)
-    reserved_mib = 563
-    used_mib = min(total_mib - reserved_mib, int(gpu.memory_bytes * cfg.gpu_memory_utilization / 2**20) + 520)
-    power = gpu.idle_power_w + (gpu.max_power_w - gpu.idle_power_w) * (0.35 * busy + 0.5 * min(1.0, win.tensor_s))
-    energy_mj = 1000.0 * (gpu.idle_power_w * engine.now + (gpu.max_power_w - gpu.idle_power_w) * 0.6 * st.gpu_busy_s)
-    comm = win.comm_bytes  # bytes each GPU moved over its link in the last second
-    values: dict[str, str] = {
-        "DCGM_FI_DEV_SM_CLOCK": str(gpu.sm_clock_mhz if busy > 0 else 345),
-        "DCGM_FI_DEV_MEM_CLOCK": str(gpu.mem_clock_mhz),
-        "DCGM_FI_DEV_MEMORY_TEMP": str(int(38 + 30 * busy)),
-        "DCGM_FI_DEV_GPU_TEMP": str(int(33 + 35 * busy)),
-        "DCGM_FI_DEV_POWER_USAGE": f"{power:.3f}",
-        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": str(int(energy_mj)),
-        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER": "0",
-        "DCGM_FI_DEV_GPU_UTIL": str(int(round(100 * busy))),
-        "DCGM_FI_DEV_MEM_COPY_UTIL": str(int(round(100 * min(1.0, win.dram_s)))),
-        "DCGM_FI_DEV_ENC_UTIL": "0",
-        "DCGM_FI_DEV_DEC_UTIL": "0",
-        "DCGM_FI_DEV_XID_ERRORS": "0",
-        "DCGM_FI_DEV_FB_FREE": str(total_mib - reserved_mib - used_mib),
-        "DCGM_FI_DEV_FB_USED": str(used_mib),
-        "DCGM_FI_DEV_FB_RESERVED": str(reserved_mib),
-        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL": str(int(st.comm_bytes / 1024) if gpu.nvlink else 0),
-        "DCGM_FI_DEV_VGPU_LICENSE_STATUS": "0",
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": "0",
-        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": "0",
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE": "0",
-        "DCGM_FI_PROF_GR_ENGINE_ACTIVE": f"{busy:.6f}",
-        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": f"{min(1.0, win.tensor_s) * 0.8:.6f}",
-        "DCGM_FI_PROF_DRAM_ACTIVE": f"{min(1.0, win.dram_s):.6f}",
-        "DCGM_FI_PROF_PCIE_TX_BYTES": str(int(2.4e6 + (0 if gpu.nvlink else comm))),
-        "DCGM_FI_PROF_PCIE_RX_BYTES": str(int(3.1e6 + (0 if gpu.nvlink else comm))),
-    }
-    lines: list[str] = []
-    for name, kind, help_text in DCGM_HELP:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-        for i in range(n_gpus):
-            # dcgm-exporter prints labels in its own (not alphabetical) order.
-            labels = (
-                f'gpu="{i}",UUID="GPU-5e1f0c2a-7d3b-4c9e-a1f0-{i:012d}",'
-                f'pci_bus_id="00000000:{0x18 + 0x10 * i:02X}:00.0",'
-                f'device="nvidia{i}",modelName="{gpu.model_name}",Hostname="{DCGM_HOSTNAME}",'
-                f'DCGM_FI_DRIVER_VERSION="{DCGM_DRIVER_VERSION}"'
-            )
-            lines.append(f"{name}{{{labels}}} {values[name]}")
-    return "\n".join(lines) + "\n"

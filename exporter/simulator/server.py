@@ -28,7 +28,7 @@ from aiohttp import web
 from exporter.shutdown import until_stopped
 from exporter.simulator.dataparallel import DataParallelEngine
 from exporter.simulator.engine import Engine
-from exporter.simulator.exposition import CONTENT_TYPE, VLLM_VERSION, render_dcgm, render_vllm
+from exporter.simulator.exposition import CONTENT_TYPE, render_dcgm, render_vllm
 from exporter.simulator.scenarios import Scenario, get_scenario
 
 DEFAULT_PORT = 8000  # vLLM's default
@@ -124,9 +124,10 @@ async def _models(request: web.Request) -> web.Response:
 
 
 async def _version(request: web.Request) -> web.Response:
-    """vLLM's ``GET /version``: the release whose /metrics the simulator copies."""
-    _live(request, request.match_info.get("name"))  # 404 for an unknown scenario, as /metrics
-    return web.json_response({"version": VLLM_VERSION})
+    """vLLM's ``GET /version``: the release the scenario's engine serves (0.32, whose /metrics the simulator
+    copies, unless the scenario runs a later one)."""
+    cfg = _live(request, request.match_info.get("name")).engine.cfg  # 404 for an unknown scenario, as /metrics
+    return web.json_response({"version": cfg.vllm_version})
 
 
 async def _index(request: web.Request) -> web.Response:

@@ -13,8 +13,10 @@ from exporter.simulator.buckets import (
     HTTP_DURATION_HIGHR_BUCKETS,
     INTER_TOKEN_LATENCY_BUCKETS,
     ITERATION_TOKENS_BUCKETS,
+    KV_CACHE_RESIDENCY_BUCKETS,
     NIXL_BYTES_BUCKETS,
     NIXL_XFER_TIME_BUCKETS,
+    RENDER_DURATION_BUCKETS,
     REQUEST_LATENCY_BUCKETS,
     REQUEST_NUM_PREEMPTIONS_BUCKETS,
     REQUEST_PARAMS_N_BUCKETS,
@@ -119,6 +121,10 @@ class EngineStats:
         self.request_prefill_time = Histogram(REQUEST_LATENCY_BUCKETS)
         self.request_decode_time = Histogram(REQUEST_LATENCY_BUCKETS)
         self.request_num_preemptions = Histogram(REQUEST_NUM_PREEMPTIONS_BUCKETS)
+        # sampled KV blocks at their eviction (--kv-cache-metrics; ``residency``)
+        self.kv_block_lifetime = Histogram(KV_CACHE_RESIDENCY_BUCKETS)
+        self.kv_block_idle = Histogram(KV_CACHE_RESIDENCY_BUCKETS)
+        self.kv_block_reuse_gap = Histogram(KV_CACHE_RESIDENCY_BUCKETS)
         # API-server (frontend) families
         self.http_requests = 0
         self.http_request_size_sum = 0.0
@@ -126,6 +132,8 @@ class EngineStats:
         self.http_duration = Histogram(HTTP_DURATION_BUCKETS)
         self.http_duration_highr = Histogram(HTTP_DURATION_HIGHR_BUCKETS)
         self.frontend_cpu_s = 0.0  # CPU seconds of work done by the API server
+        self.render_duration = Histogram(RENDER_DURATION_BUCKETS)  # per request (exposed from vLLM 0.34)
+        self.render_first_at: float | None = None
         # model internals the real engine does not export (tests, DCGM, docs)
         self.steps = 0
         self.step_time_s = 0.0

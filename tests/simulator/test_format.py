@@ -10,6 +10,7 @@ the idle exposition matches the idle capture, captures on disk are deterministic
 
 from __future__ import annotations
 
+import gzip
 import re
 from dataclasses import dataclass, field
 from functools import cache
@@ -120,14 +121,41 @@ def lora_capture(fixtures_dir: Path) -> Exposition:
     return parse((fixtures_dir / "snapshot-lora.txt").read_text())
 
 
+@pytest.fixture(scope="module")
+def kv_metrics_capture(fixtures_dir: Path) -> Exposition:
+    """A real 0.32 capture of an engine started with --kv-cache-metrics (the engine-witness captures: python_*
+    families and _created twins left out)."""
+    folder = fixtures_dir.parent / "vllm-0.32-witnesses" / "kv-thrash"
+    text = gzip.decompress((folder / "kv-thrash-00032.txt.gz").read_bytes()).decode()
+    return parse("\n".join(line for line in text.splitlines() if not line.startswith("# vllm-diag capture")))
+
+
+def without_created_and_python(sim: Exposition) -> Exposition:
+    """The exposition as the engine-witness captures keep it."""
+    def kept(name: str) -> bool:
+        return not name.startswith("python_") and not name.endswith("_created")
+    return Exposition(types=[(n, k) for n, k in sim.types if kept(n)],
+                      helps={n: h for n, h in sim.helps.items() if kept(n)},
+                      label_names={n: v for n, v in sim.label_names.items() if kept(n)}, les=sim.les,
+                      values=sim.values)
+
+
+# vLLM 0.34's API-server render histogram (vllm/renderers/metrics.py): the 0.32 captures cannot have it.
+RENDER = "vllm:request_render_duration_seconds"
+
+
 @pytest.mark.parametrize("name", list(SCENARIOS))
-def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition,
-                                                      speculative: Exposition, lora_capture: Exposition) -> None:
+def test_same_families_labels_and_buckets_as_vllm_032(name: str, steady: Exposition, speculative: Exposition,
+                                                      lora_capture: Exposition,
+                                                      kv_metrics_capture: Exposition) -> None:
     if SCENARIOS[name].engine.num_speculative_tokens:
         steady = speculative  # the spec-decode families come first, then the same as any engine
     if SCENARIOS[name].engine.enable_lora:
         steady = lora_capture  # lora_requests_info before cache_config_info, the rest as any engine
-    sim = without_prefixes(parse(scenario_text(name)), CONNECTOR_PREFIXES)
+    sim = without_prefixes(parse(scenario_text(name)), (*CONNECTOR_PREFIXES, RENDER))
+    if SCENARIOS[name].engine.kv_cache_metrics_sample:
+        steady = kv_metrics_capture  # the kv_block_* histograms after the request histograms
+        sim = without_created_and_python(sim)
     assert sim.types == steady.types  # names, types and order
     assert sim.helps == steady.helps  # HELP lines verbatim (trailing spaces included)
     assert sim.label_names == steady.label_names
@@ -188,6 +216,28 @@ def test_exposition_is_consistent(name: str) -> None:
     assert one("vllm:request_num_preemptions_sum") <= one("vllm:num_preemptions_total")
     posted = (("handler", "/v1/chat/completions"), ("method", "POST"), ("status", "2xx"))
     assert v[("http_requests_total", posted)] == finished
+
+
+def test_render_duration_is_exported_from_vllm_034_only() -> None:
+    """vLLM 0.34 registers its render histogram at the first rendered request (after every other family), with
+    model_name and request_type and no engine label; a 0.32 engine has none."""
+    assert RENDER not in scenario_text("cpu-starved")
+    sim = parse(scenario_text("cpu-starved-0.34"))
+    families = [n for n, _ in sim.types]
+    assert families[-2:] == [RENDER, f"{RENDER}_created"]
+    assert (RENDER, "histogram") in sim.types
+    assert sim.helps[RENDER] == ("Time spent rendering a request, including chat templating, tokenization, and "
+                                 "multimodal preprocessing.")
+    assert sim.label_names[f"{RENDER}_count"] == {("model_name", "request_type")}
+    assert sim.les[RENDER] == ["0.0001", "0.00025", "0.0005", "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05",
+                               "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "+Inf"]
+    engine = SCENARIOS["cpu-starved-0.34"].build()
+    engine.advance_to(SIM_SECONDS)
+    labels = (("model_name", engine.cfg.model_name), ("request_type", "chat"))
+    rendered = sim.values[(f"{RENDER}_count", labels)]
+    assert rendered == engine.stats.render_duration.count > 0
+    # The frontend's work per request at its CPU share: the heavy template of cpu-starved, ~100 ms or more.
+    assert sim.values[(f"{RENDER}_sum", labels)] / rendered > 0.05
 
 
 def test_idle_exposition_matches_the_idle_capture(fixtures_dir: Path) -> None:

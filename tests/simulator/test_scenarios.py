@@ -9,11 +9,15 @@ scores every evaluation at 5, 15 and 30 s and with DCGM.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from exporter.simulator import SCENARIOS
+from exporter.config import load_settings
+from exporter.pipeline import TargetPipeline, replay
+from exporter.simulator import SCENARIOS, Scenario, write_captures
+from exporter.simulator.hostcpu import simulated_host_inputs
 from exporter.state import TargetState
 from tests.judged import judge_captured
 from tests.scenario_captures import capture_files, shared_captures
@@ -55,7 +59,8 @@ def test_scenario_gives_its_documented_diagnosis(name, tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["healthy", "low-traffic", "rag-shared-prefix", "saturated-within-slo",
-                                  "dp-restart", "sparse-traffic", "lora-healthy", "dp-healthy", "sleeping"])
+                                  "dp-restart", "sparse-traffic", "lora-healthy", "dp-healthy", "sleeping",
+                                  "healthy-witnessed"])
 def test_healthy_like_scenarios_are_none_with_no_symptom(name, tmp_path_factory):
     state = diagnose_scenario(name, tmp_path_factory)
     assert state.diagnosis.verdict.layer == "none"
@@ -115,6 +120,87 @@ def test_one_restarting_data_parallel_engine_leaves_no_spike(tmp_path_factory):
     assert signals is not None and signals.traffic.generation_tokens_per_second is not None
     # Two engines at 3 req/s x ~250 tokens: hundreds of tokens/s, never a lifetime total.
     assert 500 < signals.traffic.generation_tokens_per_second < 5000
+
+
+def _evidence(state: TargetState, cause: str) -> tuple[str, ...]:
+    (found,) = [c for c in state.diagnosis.active_causes if c.id == cause]
+    return found.evidence
+
+
+def test_block_witness_tells_a_pool_too_small_from_prompts_that_never_come_back(tmp_path_factory):
+    """With --kv-cache-metrics, the evicted blocks' residency names the miss: in kv-working-set they had been
+    reused while they lived (F6, though running requests hold few blocks and KV usage looks low); in
+    template-witnessed nothing evicted had been reused (F). The lifetimes are quoted in the evidence."""
+    pool = diagnose_scenario("kv-working-set", tmp_path_factory)
+    causes = {c.id for c in pool.diagnosis.active_causes if not c.informational}
+    assert "F6" in causes and "F" not in causes, sorted(causes)
+    assert pool.signals is not None and (pool.signals.kv.usage_max or 0) < 0.5  # not what KV usage would say
+    evidence = _evidence(pool, "F6")
+    assert any(e.startswith("evicted blocks had been reused while they lived") for e in evidence), evidence
+    assert any("sampled KV blocks evicted in the window: lifetime mean" in e for e in evidence), evidence
+    template = diagnose_scenario("template-witnessed", tmp_path_factory)
+    causes = {c.id for c in template.diagnosis.active_causes if not c.informational}
+    assert "F" in causes and "F6" not in causes, sorted(causes)
+    assert any(e.startswith("no evicted block was reused while it lived") for e in _evidence(template, "F"))
+    witnesses = (pool.signals.witnesses, template.signals and template.signals.witnesses)
+    assert witnesses[0].block_hit_life_share is not None and witnesses[1]
+    assert witnesses[0].block_hit_life_share > 10 * (witnesses[1].block_hit_life_share or 0.0)
+
+
+def _judged_without(scenario: Scenario, out: Path, drop_fact: str | None = None) -> set[str]:
+    """``scenario`` captured and judged at the shipped defaults, optionally without one engine fact: the active
+    causes (not informational)."""
+    files = write_captures(scenario, out, DURATION, INTERVAL)
+    facts = {k: v for k, v in scenario.engine_facts().items() if k != drop_fact}
+    target = {"name": scenario.name, "url": "http://127.0.0.1:8000/metrics", "scrape_interval": INTERVAL,
+              "timeout": 3.0, "engine": facts, **({"slo": scenario.slo} if scenario.slo else {})}
+    settings = load_settings(overrides={"targets": [target]})
+    host = simulated_host_inputs(scenario.build())
+    state = replay(files, TargetPipeline(settings.targets[0], settings, host_probe=lambda now: host), INTERVAL)
+    return {c.id for c in state.diagnosis.active_causes if not c.informational}
+
+
+def test_the_witnesses_are_what_names_the_cause(tmp_path):
+    """Without its input the witness changes nothing, and the rules alone misread both scenarios: kv-working-set
+    without --kv-cache-metrics reads F (KV usage is low, so the misses look like a template's), and
+    compute-bound-prompts without the token budget fact leaves the slow first tokens unexplained (A0)."""
+    working_set = SCENARIOS["kv-working-set"]
+    plain = replace(working_set, engine=replace(working_set.engine, kv_cache_metrics_sample=0.0))
+    causes = _judged_without(plain, tmp_path / "pool")
+    assert "F" in causes and "F6" not in causes, sorted(causes)
+    causes = _judged_without(SCENARIOS["compute-bound-prompts"], tmp_path / "steps", "max_num_batched_tokens")
+    assert "A0" in causes and "A1" not in causes, sorted(causes)
+
+
+def test_steps_at_the_budget_are_in_the_budget_findings_evidence(tmp_path_factory):
+    """small-token-budget: every prompt completes above the 256-token budget (chunked), and A4 says so."""
+    state = diagnose_scenario("small-token-budget", tmp_path_factory)
+    assert any("prefills completed above max_num_batched_tokens 256" in e for e in _evidence(state, "A4"))
+
+
+def test_a_queue_with_small_steps_does_not_name_the_budget(tmp_path_factory):
+    """queue-backlog: requests wait for max_num_seqs while the largest steps stay far below the budget: A2's
+    evidence says the budget never bound, and its raise is withheld."""
+    state = diagnose_scenario("queue-backlog", tmp_path_factory)
+    (a2,) = [c for c in state.diagnosis.active_causes if c.id == "A2"]
+    assert any("the budget never bound" in e for e in a2.evidence), a2.evidence
+    assert not any("max_num_batched_tokens" in a.action for a in a2.actions), [a.action for a in a2.actions]
+    assert "A4" not in {c.id for c in state.diagnosis.active_causes}
+
+
+def test_compute_bound_prompts_under_the_long_mark_name_their_prefill(tmp_path_factory):
+    """compute-bound-prompts: ~850-token prompts (under the long-prompt mark) on an L4 at a 512 budget miss the
+    first-token objective with prefill most of TTFT: the step witness names A1, never A0."""
+    state = diagnose_scenario("compute-bound-prompts", tmp_path_factory)
+    causes = {c.id for c in state.diagnosis.active_causes}
+    assert "A1" in causes and "A0" not in causes and "B0" not in causes, sorted(causes)
+    assert any("the steps are compute" in e for e in _evidence(state, "A1"))
+
+
+def test_render_time_joins_the_frontend_share(tmp_path_factory):
+    """cpu-starved-0.34: vLLM 0.34's render duration is quoted in A3's evidence."""
+    state = diagnose_scenario("cpu-starved-0.34", tmp_path_factory)
+    assert any(e.startswith("rendering (chat template, tokenisation) takes") for e in _evidence(state, "A3"))
 
 
 def test_docs_profile_table_lists_every_scenario_with_its_expected_verdict():

@@ -137,16 +137,20 @@ async def test_speed_up_and_index(clock: FakeClock) -> None:
 
 
 async def test_several_scenarios_in_one_app(clock: FakeClock) -> None:
-    client = await _client(build_app(["healthy", "tp-overhead"], clock=clock, background_interval_s=None))
+    client = await _client(build_app(["healthy", "tp-overhead", "healthy-witnessed"], clock=clock,
+                                     background_interval_s=None))
     try:
         clock.now += 10.0
-        for name in ("healthy", "tp-overhead"):
+        for name in ("healthy", "tp-overhead", "healthy-witnessed"):
             assert (await client.get(f"/scenarios/{name}/metrics")).status == 200
             # Each scenario is a vLLM behind its own path prefix: its API answers under it.
             models = await (await client.get(f"/scenarios/{name}/v1/models")).json()
             assert models["data"][0]["id"] == SCENARIOS[name].engine.model_name
             assert (await client.get(f"/scenarios/{name}/version")).status == 200
         assert (await client.get("/scenarios/nope/version")).status == 404
+        # Each answers its engine's release: 0.34 for the scenario that serves it.
+        assert await (await client.get("/scenarios/healthy-witnessed/version")).json() == {"version": "0.34.0"}
+        assert await (await client.get("/scenarios/healthy/version")).json() == {"version": "0.32.0"}
         assert (await client.get("/v1/models")).status == 404  # ambiguous with several scenarios
         dcgm = await (await client.get("/scenarios/tp-overhead/dcgm/metrics")).text()
         util = {f.name: f for f in text_string_to_metric_families(dcgm)}["DCGM_FI_DEV_GPU_UTIL"]
@@ -155,7 +159,7 @@ async def test_several_scenarios_in_one_app(clock: FakeClock) -> None:
         assert (await client.get("/metrics")).status == 404  # ambiguous with several scenarios
         index = await (await client.get("/")).json()
         assert [r["metrics_path"] for r in index["scenarios"]] == [
-            "/scenarios/healthy/metrics", "/scenarios/tp-overhead/metrics"
+            "/scenarios/healthy/metrics", "/scenarios/tp-overhead/metrics", "/scenarios/healthy-witnessed/metrics"
         ]
     finally:
         await client.close()
