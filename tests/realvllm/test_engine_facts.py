@@ -83,12 +83,28 @@ async def test_facts_come_from_the_command_line_and_the_rules_judge(
     assert judged == {}, judged
     assert _lacking_facts(doc) == {}, doc["abstained"]
 
-    # The same scrapes without process access (offline): the batch budget is unknown, A4 and B2 abstain.
+    # The recording keeps the target's configuration beside its captures (TARGET.vllm-diag.yaml: the engine
+    # facts as resolved), so the same scrapes diagnosed offline judge A4 and B2 with the same batch budget.
     files = sorted(record.iterdir())
-    offline = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", *map(str, files), "--interval", "1",
+    configs = [f for f in files if f.name.endswith(".vllm-diag.yaml")]
+    assert len(configs) == 1, files
+    captures = [f for f in files if f not in configs]
+
+    def offline(paths: list[Path]) -> dict:
+        run = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", *map(str, paths), "--interval", "1",
                               "--window", "12", "--format", "json"], capture_output=True, text=True, timeout=120)
-    assert offline.returncode == 0, offline.stderr
-    before = json.loads(offline.stdout)["targets"][0]
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)["targets"][0]
+
+    recorded = offline(files)
+    assert not {"A4", "B2"} & set(_lacking_facts(recorded)), recorded["abstained"]
+    assert recorded["engine"]["max_num_batched_tokens"]["value"] == flags["max_num_batched_tokens"]
+    # The captures alone, without process access or the recorded configuration: the budget is unknown.
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    for f in captures:
+        (bare / f.name).write_bytes(f.read_bytes())
+    before = offline(sorted(bare.iterdir()))
     assert {"A4", "B2"} <= set(_lacking_facts(before)), before["abstained"]
     assert before["engine"]["block_size"] == {"value": flags["block_size"], "source": "metrics"}
 

@@ -32,14 +32,19 @@ def live_capture(real_vllm: RealVLLM):
 
 
 SPECULATIVE_PREFIX = "vllm:spec_decode_"
+# Families the harness's engine (0.32, no --kv-cache-metrics) does not register: KV block residency,
+# compared with a real --kv-cache-metrics capture in tests/simulator/test_format.py, and 0.34's render time.
+FLAG_FAMILIES = (vllm.KV_BLOCK_LIFETIME_SECONDS, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS,
+                 vllm.KV_BLOCK_REUSE_GAP_SECONDS, vllm.REQUEST_RENDER_DURATION_SECONDS)
 
 
 def _without_speculation(sim: Exposition) -> Exposition:
-    """The harness's engine runs without --speculative-config, --enable-lora or a KV connector: compare the
-    rest. The spec-decode and LoRA families are compared with real speculative and LoRA captures in
-    tests/simulator/test_format.py; the connector families come from vLLM's source (the CPU build
-    registers none of them)."""
-    return without_prefixes(sim, (SPECULATIVE_PREFIX, vllm.LORA_REQUESTS_INFO, *CONNECTOR_PREFIXES))
+    """The harness's engine runs without --speculative-config, --enable-lora, a KV connector or
+    --kv-cache-metrics, and is 0.32: compare the rest. The spec-decode and LoRA families are compared
+    with real speculative and LoRA captures in tests/simulator/test_format.py; the connector families
+    come from vLLM's source (the CPU build registers none of them)."""
+    return without_prefixes(sim, (SPECULATIVE_PREFIX, vllm.LORA_REQUESTS_INFO, *CONNECTOR_PREFIXES,
+                                  *FLAG_FAMILIES))
 
 
 @pytest.mark.parametrize("name", sorted(SCENARIOS))
