@@ -4,10 +4,11 @@ One module per family, kubernetes-mixin style, behind one set of selectors and o
 (``_config``): ``recording`` (the core signals, SLIs, burn rates, the model inventory),
 ``slo_pages`` (error-budget pages and tickets, low-traffic pages, the replica outlier), ``symptoms``
 (symptom classes and root causes, the sidecar's), ``faults`` (corrupted answers, failing KV transfers:
-faults no objective sees), ``ops`` (targets, models that vanish, the sidecar and its inputs); ``alert`` holds what an alert is. This module assembles them: the runbook-link
-post-processing step, the inhibitions, rendering. docs/alerting.md explains the choices and holds
-the measured alert matrix. Every number in an expression comes from ``exporter.catalog.thresholds``
-or ``exporter.config`` (the test suite fails on any other comparison literal).
+faults no objective sees), ``ops`` (targets, models that vanish, the sidecar and its inputs);
+``alert`` holds what an alert is. This module assembles them: the runbook-link post-processing step,
+the inhibitions, rendering. docs/alerting.md explains the choices and holds the measured alert matrix.
+Every number in an expression comes from ``exporter.catalog.thresholds`` or ``exporter.config`` (the
+test suite fails on any other comparison literal).
 """
 
 from __future__ import annotations

@@ -61,10 +61,11 @@ def fault_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      "every objective, yet its tokens are sampled from garbage: a correctness fault, so it pages "
                      "on the first one. Causes: numerical overflow in a quantised or fp16 checkpoint, a kernel "
                      "bug after an upgrade (attention backend, a new CUDA/driver), a faulty GPU (memory errors, "
-                     f"Xid). The page lasts while {FAULT_WINDOW} still holds a corrupted request; a counter reset "
+                     f"Xid). The page lasts while the last {FAULT_WINDOW} hold a corrupted request; a counter reset "
                      "(a restart) is no new corruption."),
             verify=(Verify(f"corrupted requests per replica over {FAULT_WINDOW}",
-                           f"sum without (engine) (increase({vllm.CORRUPTED_REQUESTS_TOTAL}{model_sel}[{FAULT_WINDOW}]))"),
+                           f"sum without (engine) "
+                           f"(increase({vllm.CORRUPTED_REQUESTS_TOTAL}{model_sel}[{FAULT_WINDOW}]))"),
                     Verify("finished requests per second per replica (the share that is corrupted)",
                            RAW.sum_rate(vllm.REQUEST_SUCCESS_TOTAL, "5m", drop=("finished_reason",)))),
             action="find what changed (image, checkpoint, quantisation, attention backend, driver) and roll it "
@@ -78,8 +79,8 @@ def fault_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
             name="VLLMKVTransferFailing", scope="replica", severity="critical", symptom="A", layer="distributed",
             for_=FOR_TRANSFER_FAILING, expr=transfer_failing(o),
             summary="A decode instance's KV loads from its prefill peers fail: requests fail or are recomputed.",
-            description=(f"Replica {replica} of model {{{{ $labels.model_name }}}}: {{{{ $value | humanizePercentage }}}} "
-                         f"of its NIXL KV loads failed over {FAULT_WINDOW}."),
+            description=(f"Replica {replica} of model {{{{ $labels.model_name }}}}: "
+                         f"{{{{ $value | humanizePercentage }}}} of its NIXL KV loads failed over {FAULT_WINDOW}."),
             meaning=(f"{vllm.NIXL_NUM_FAILED_TRANSFERS_TOTAL} counts failed transfers, handshakes and notifications "
                      "of the NIXL connector on a KV consumer. With vLLM's default kv_load_failure_policy (fail) "
                      "each failed load ends its request with an error; with recompute its prompt is prefilled on "
@@ -94,7 +95,8 @@ def fault_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                     Verify("requests expired on the prefill side before this instance read them",
                            f"sum without (engine) (increase({vllm.NIXL_NUM_KV_EXPIRED_REQS_TOTAL}[{FAULT_WINDOW}]))"),
                     Verify("errored requests per second (kv_load_failure_policy fail)",
-                           f'sum without (engine) (rate({vllm.REQUEST_SUCCESS_TOTAL}{{finished_reason="error"}}[5m]))')),
+                           f'sum without (engine) '
+                           f'(rate({vllm.REQUEST_SUCCESS_TOTAL}{{finished_reason="error"}}[5m]))')),
             action="read both instances' logs for the connector's errors (side-channel port reachable, NIXL agent "
                    "metadata exchanged, UCX transport up) and restart or drain the failing prefill peer; set "
                    "kv_load_failure_policy to recompute to turn failed requests into local prefills",
