@@ -354,7 +354,7 @@ def _block_residency() -> g.Panel:
 def _step_tokens() -> g.Panel:
     steps = vllm.ITERATION_TOKENS_TOTAL
     return timeseries("Tokens per step (raw)", "Tokens per engine output batch, prompt chunks and generated tokens "
-                      "together (vllm:iteration_tokens_total). Compare with the token budget "
+                      f"together ({steps}). Compare with the token budget "
                       "(--max-num-batched-tokens, not on /metrics): steps at the budget mean it binds (A1/B1); "
                       "steps far below it while requests queue point away from the budget.",
                       [(RAW.mean(steps, RATE), "{{model_name}} mean"),
