@@ -339,15 +339,15 @@ def _itl_tail_ratio() -> str:
 # The engine's own witnesses (exporter/signals/witnesses.py), from vLLM's raw series: the sidecar reads them
 # into its evidence but does not publish them as gauges of their own.
 def _block_residency() -> g.Panel:
-    families = (vllm.KV_BLOCK_LIFETIME_SECONDS, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS,
-                vllm.KV_BLOCK_REUSE_GAP_SECONDS)
+    # Not the reuse gaps: vLLM observes one only for a block hit twice, so a pool without reuse has no series.
+    families = (vllm.KV_BLOCK_LIFETIME_SECONDS, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS)
     return timeseries("KV block residency", "Sampled KV blocks at their eviction (--kv-cache-metrics): mean "
-                      "lifetime, idle time since their last prefix-cache hit, and gap between hits. Idle as long as "
+                      "lifetime and idle time since their last prefix-cache hit (or allocation). Idle as long as "
                       "the lifetime: evicted blocks were never reused (prompts that do not repeat, an unstable "
-                      "template). Reuse gaps close to the lifetime: blocks are evicted about when their reuse comes "
-                      "back (the pool is smaller than the working set).",
+                      "template). Idle far shorter than the lifetime while the prefix cache misses: blocks were "
+                      "still being reused when evicted (the pool is smaller than the working set).",
                       [(RAW.mean(name, RATE), f"{{{{model_name}}}} {label}") for name, label in
-                       zip(families, ("lifetime", "idle before eviction", "reuse gap"), strict=True)],
+                       zip(families, ("lifetime", "idle before eviction"), strict=True)],
                       metrics=list(families), unit="s")
 
 
