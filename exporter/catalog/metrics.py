@@ -77,6 +77,8 @@ PROMPT_TOKENS_CACHED_BY_SOURCE_TOTAL: Final = "vllm:prompt_tokens_cached_by_sour
 REQUEST_MAX_NUM_GENERATION_TOKENS: Final = "vllm:request_max_num_generation_tokens"
 REQUEST_PARAMS_N: Final = "vllm:request_params_n"
 REQUEST_PREFILL_KV_COMPUTED_TOKENS: Final = "vllm:request_prefill_kv_computed_tokens"
+# Registered only with VLLM_COMPUTE_NANS_IN_LOGITS=1 (vllm/v1/metrics/loggers.py): read by the correctness page.
+CORRUPTED_REQUESTS_TOTAL: Final = "vllm:corrupted_requests_total"
 # The API-server process' own families (prometheus_client's defaults and the HTTP instrumentator).
 PROCESS_CPU_SECONDS_TOTAL: Final = "process_cpu_seconds_total"
 PROCESS_START_TIME_SECONDS: Final = "process_start_time_seconds"
@@ -244,6 +246,8 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
     MetricDef(REQUEST_PARAMS_N, _H, "n request parameter"),
     MetricDef(REQUEST_PREFILL_KV_COMPUTED_TOKENS, _H, "New KV tokens computed during prefill (cached ones excluded)",
               since="0.13"),
+    # Env-gated (VLLM_COMPUTE_NANS_IN_LOGITS=1): no signal reads it; the raw-series correctness page does.
+    MetricDef(CORRUPTED_REQUESTS_TOTAL, _C, "Finished requests that had NaNs in their logits", since="0.11.1"),
     # Read by no signal: the parser skips them (tests/unit/test_needed_families.py keeps the two lists honest).
     MetricDef(REQUEST_PARAMS_MAX_TOKENS, _H, "max_tokens request parameter", since="0.8.0"),
     MetricDef(REQUEST_NUM_PREEMPTIONS, _H, "Preemptions per finished request", since="0.30"),
@@ -260,9 +264,10 @@ UNREAD_METRICS: tuple[MetricDef, ...] = (
 
 # Families known from vLLM's source only: the CPU build runs neither NIXL nor native CPU offload, and is 0.32 (the
 # render duration is 0.34's), so no real capture holds them (tests/unit/test_metric_names.py; the fetch-stage
-# gauge is in a real KV consumer's capture).
+# gauge is in a real KV consumer's capture); the corrupted-requests counter needs VLLM_COMPUTE_NANS_IN_LOGITS=1,
+# which no capture ran with.
 FROM_SOURCE_ONLY: frozenset[str] = frozenset({
-    REQUEST_RENDER_DURATION_SECONDS,
+    REQUEST_RENDER_DURATION_SECONDS, CORRUPTED_REQUESTS_TOTAL,
     NIXL_XFER_TIME_SECONDS, NIXL_BYTES_TRANSFERRED, NIXL_NUM_FAILED_TRANSFERS_TOTAL,
     NIXL_NUM_KV_EXPIRED_REQS_TOTAL, NIXL_POST_TIME_SECONDS, NIXL_NUM_DESCRIPTORS, NIXL_NUM_FAILED_NOTIFICATIONS_TOTAL,
     KV_OFFLOAD_LOAD_BYTES_TOTAL, KV_OFFLOAD_LOAD_TIME_TOTAL, KV_OFFLOAD_TOTAL_BYTES_TOTAL, KV_OFFLOAD_TOTAL_TIME_TOTAL,

@@ -1,7 +1,8 @@
 """Catalog lint: every series a generated rule, runbook or dashboard queries must exist.
 
 Stricter than vLLM's own check (which only knows ``vllm:`` names): a name must resolve to
-- the vLLM name catalog (``exporter.catalog.metrics.wire_names()``) or ``EXTRA_VLLM_NAMES``
+- the vLLM name catalog (``exporter.catalog.metrics.wire_names()``, and the families it knows but the
+  sidecar does not read, ``UNREAD_METRICS``: a raw-series page may read them) or ``EXTRA_VLLM_NAMES``
   below (real vLLM names the catalog does not need; a test checks each against a real capture),
 - a ``vllm_diag_*`` series in the exported-metrics catalog (``exporter.publish.exported``, which the
   /metrics exposition is a loop over; ``_total`` on counters),
@@ -16,7 +17,7 @@ import re
 from collections.abc import Iterable
 
 from exporter.catalog import versions
-from exporter.catalog.metrics import KNOWN, NAMESPACE, wire_names
+from exporter.catalog.metrics import HISTOGRAM_PARTS, KNOWN, NAMESPACE, UNREAD_METRICS, Kind, wire_names
 from exporter.publish.exported import sample_names
 from exporter.render import dashboards, rules, runbooks
 
@@ -62,8 +63,14 @@ def diag_names() -> frozenset[str]:
     return sample_names()
 
 
+def unread_names() -> frozenset[str]:
+    """Sample names of the vLLM families the catalog knows and the parser skips."""
+    return frozenset(m.name + suffix for m in UNREAD_METRICS
+                     for suffix in ((s for s, _ in HISTOGRAM_PARTS) if m.kind is Kind.HISTOGRAM else ("",)))
+
+
 def known_names() -> frozenset[str]:
-    return wire_names() | EXTRA_VLLM_NAMES | diag_names() | rules.recording_names() | BUILTIN_SERIES
+    return wire_names() | unread_names() | EXTRA_VLLM_NAMES | diag_names() | rules.recording_names() | BUILTIN_SERIES
 
 
 def all_expressions() -> dict[str, list[str]]:

@@ -8,8 +8,11 @@ work with or without the sidecar:
   read at the histogram bucket whose upper edge is the threshold (a bucket edge, never interpolated);
 - ``itl``: token gaps (``vllm:inter_token_latency_seconds``, older name before 0.10.2), likewise;
 - ``availability``: finished requests (``vllm:request_success_total``), bad when
-  ``finished_reason`` is ``error`` or ``abort``. Blind spot: vLLM does not count requests a client
-  cancels before its first token, nor HTTP errors raised before the engine sees a request.
+  ``finished_reason`` is ``error`` or ``abort``, and requests the API server refused at its admission
+  gate (``vllm:admission_rejections_total``, 0.32+, HTTP 503 at ``--max-num-queued-reqs`` or
+  ``--max-num-queued-tokens``): each is an event, and a bad one. Blind spot: vLLM does not count
+  requests a client cancels before its first token, nor other HTTP errors raised before the engine
+  sees a request.
 
 The burn rate is the bad share over the error budget (1 - target): 1 spends the budget exactly
 over the period. Pages and tickets use the workbook's multiwindow, multi-burn-rate pairs
@@ -43,6 +46,8 @@ OBJECTIVE_TITLE: Mapping[str, str] = {"ttft": "TTFT", "itl": "ITL", "availabilit
 HISTOGRAM: Mapping[str, str] = {"ttft": vllm.TIME_TO_FIRST_TOKEN_SECONDS, "itl": vllm.INTER_TOKEN_LATENCY_SECONDS}
 FINISHED = vllm.REQUEST_SUCCESS_TOTAL
 FAILED_REASONS = ("error", "abort")
+# Requests refused at the API server's admission gate: availability events, all bad.
+REJECTED = vllm.ADMISSION_REJECTIONS_TOTAL
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,13 +134,21 @@ def latency_bad_events(objective: str, threshold: float, window: str) -> str:
     return "\nor\n".join(f"(\n{p}\n)" for p in parts)
 
 
+def rejections(window: str) -> str:
+    """Requests refused at admission per second, per replica (no `engine` label: the API server's)."""
+    return _sum(f"rate({REJECTED}[{window}])", ("reason",))
+
+
 def availability_events(window: str) -> str:
-    return _sum(f"rate({FINISHED}[{window}])", ("finished_reason",))
+    # `or` joins the two families' series (their label sets differ: finished_reason, reason) before the
+    # sum, so a replica without the admission family (before 0.32) counts its finished requests alone.
+    return _sum(f"rate({FINISHED}[{window}])\nor\nrate({REJECTED}[{window}])", ("finished_reason", "reason"))
 
 
 def availability_bad_events(window: str) -> str:
     reasons = "|".join(FAILED_REASONS)
-    return _sum(f'rate({FINISHED}{{finished_reason=~"{reasons}"}}[{window}])', ("finished_reason",))
+    return _sum(f'rate({FINISHED}{{finished_reason=~"{reasons}"}}[{window}])\nor\nrate({REJECTED}[{window}])',
+                ("finished_reason", "reason"))
 
 
 def events(objective: str, window: str) -> str:

@@ -64,13 +64,14 @@ ALERTMANAGER_BIN = "/usr/bin/prometheus-alertmanager"
 
 # The feature rows' series, which vLLM exports only with the feature on: speculative-healthy (speculative
 # decoding), pd-decode-failing-transfer (a KV consumer with NIXL, failures included), lora-slots (LoRA
-# adapters), dp-slow-engine (data-parallel engines, an outlier among them).
+# adapters), dp-slow-engine (data-parallel engines, an outlier among them); healthy-witnessed (vLLM 0.34 with
+# --kv-cache-metrics: the witness panels' block residency and render time).
 SCENARIOS = ("kv-pressure", "cpu-starved", "healthy", "speculative-healthy", "pd-decode-failing-transfer",
-             "lora-slots", "dp-slow-engine")
+             "lora-slots", "dp-slow-engine", "healthy-witnessed")
 # Seeds and warm-up under which each scenario's signals hold steadily over a short window from the
 # start (kv-pressure preempts, cpu-starved starves), so the series the dashboards read exist at once.
 SCENARIO_SEEDS = {"kv-pressure": 0, "cpu-starved": 6, "healthy": 0, "speculative-healthy": 0,
-                  "pd-decode-failing-transfer": 0, "lora-slots": 0, "dp-slow-engine": 0}
+                  "pd-decode-failing-transfer": 0, "lora-slots": 0, "dp-slow-engine": 0, "healthy-witnessed": 0}
 WARMUP_S = 360.0
 WINDOW_S = 30.0
 SIDECAR_INTERVAL_S = 1.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import re
 from collections.abc import Iterator
@@ -121,7 +122,8 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
     assert set(names) == expected
     slo_alerts = {r["alert"] for r in _alert_rules((rules.RAW_ALERTS_FILE,))}
     assert slo_alerts == {"VLLMErrorBudgetBurn", "VLLMReplicaErrorBudgetBurn", "VLLMErrorBudgetBurnSlow",
-                          "VLLMEngineStalled", "VLLMLowTrafficBurn", "VLLMModelUnavailable"}
+                          "VLLMEngineStalled", "VLLMLowTrafficBurn", "VLLMModelUnavailable",
+                          "VLLMCorruptedRequests", "VLLMKVTransferFailing"}
     for rule in _alert_rules(ALL_ALERT_FILES):
         assert rule["for"], rule["alert"]
         assert rule["labels"]["severity"] in SEVERITIES
@@ -138,9 +140,11 @@ def test_every_alert_has_labels_annotations_and_for() -> None:
         assert "{{" not in ann["summary"], "summary is static"
         assert "$value" in ann["description"], rule["alert"]
         assert all(ann[k].strip() for k in ("action", "tradeoff")), rule["alert"]
-    # What wakes someone: a model's budget burning, a model with no replica up, a hung engine.
+    # What wakes someone: a model's budget burning, a model with no replica up, a hung engine, wrong answers,
+    # failing KV transfers.
     pages = {r["alert"] for r in _alert_rules(ALL_ALERT_FILES) if r["labels"]["severity"] == "critical"}
-    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled", "VLLMLowTrafficBurn"}
+    assert pages == {"VLLMErrorBudgetBurn", "VLLMModelUnavailable", "VLLMEngineStalled", "VLLMLowTrafficBurn",
+                     "VLLMCorruptedRequests", "VLLMKVTransferFailing"}
     # No rule leans on keep_firing_for (older Prometheus Operator CRDs drop it silently).
     assert all("keep_firing_for" not in r for r in _alert_rules(ALL_ALERT_FILES))
     # Cause alerts outlast a burst.
@@ -364,6 +368,10 @@ def test_every_vllm_name_used_is_in_a_real_capture(fixtures_dir: Path) -> None:
     on_wire |= _capture_names(fixtures_dir / "snapshot-kv-consumer.txt")
     # LoRA's only with --enable-lora.
     on_wire |= _capture_names(fixtures_dir / "snapshot-lora.txt")
+    # The block residency families only with --kv-cache-metrics (the witness captures).
+    witness = sorted((fixtures_dir.parent / "vllm-0.32-witnesses" / "kv-template").glob("*.txt.gz"))[-1]
+    on_wire |= {re.split(r"[{ ]", line, maxsplit=1)[0] for line in gzip.decompress(witness.read_bytes()).decode()
+                .splitlines() if line and not line.startswith("#")}
     from exporter.catalog.metrics import FROM_SOURCE_ONLY, HISTOGRAM_PARTS, METRICS
 
     on_wire |= {n + suffix for n in FROM_SOURCE_ONLY for suffix in ("", *(p for p, _ in HISTOGRAM_PARTS))}

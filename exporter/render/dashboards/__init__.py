@@ -65,6 +65,7 @@ from exporter.render.dashboards.rows import (
     KV_VAR,
     LORA_VAR,
     SPEC_VAR,
+    _block_residency,
     _cpu_score,
     _frontend_overhead,
     _itl,
@@ -73,6 +74,8 @@ from exporter.render.dashboards.rows import (
     _layer_row,
     _preemptions,
     _prefix_hits,
+    _render_time,
+    _step_tokens,
     _templating,
     _ttft,
     data_parallel_panels,
@@ -140,7 +143,7 @@ def overview() -> g.Dashboard:
                        metrics=["vllm_diag_ttft_breakdown_seconds"], unit="s"),
             _ttft(),
         ],
-        "kv_cache": [_kv_usage(), _preemptions(), _prefix_hits()],
+        "kv_cache": [_kv_usage(), _preemptions(), _prefix_hits(), _block_residency()],
         "gpu_compute": [
             timeseries("Tokens per engine step", "Mean tokens per engine output batch (about one per step).",
                        [(diag("vllm_diag_tokens_per_step"), "{{target}}")],
@@ -150,6 +153,7 @@ def overview() -> g.Dashboard:
                         (RAW.sum_rate(vllm.ITERATION_TOKENS_TOTAL + "_count", RATE), "raw {{model_name}}")],
                        metrics=["vllm_diag_engine_steps_per_second", vllm.ITERATION_TOKENS_TOTAL + "_count"],
                        unit="ops"),
+            _step_tokens(),
             _itl(),
         ],
         "cpu": [
@@ -160,6 +164,7 @@ def overview() -> g.Dashboard:
                        metrics=["vllm_diag_api_server_cpu_cores"], unit="suffix:cores",
                        judgement=catalog("api_server_busy_cores")),
             _frontend_overhead(),
+            _render_time(),
         ],
         "distributed": [
             timeseries("Distributed layer score", "Score of the multi-GPU layer (symptom G).",

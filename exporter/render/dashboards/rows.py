@@ -16,6 +16,7 @@ from exporter.render.dashboards.panels import (
     MODEL_SEL,
     PLACE_SEL,
     RATE,
+    RAW,
     RAW_SEL,
     TIMES,
     TOKENS,
@@ -333,3 +334,39 @@ def _itl_tail_ratio() -> str:
     return f"{p99}\n/ ignoring (quantile)\n({p50} > 0)"
 
 
+
+
+# The engine's own witnesses (exporter/signals/witnesses.py), from vLLM's raw series: the sidecar reads them
+# into its evidence but does not publish them as gauges of their own.
+def _block_residency() -> g.Panel:
+    # Not the reuse gaps: vLLM observes one only for a block hit twice, so a pool without reuse has no series.
+    families = (vllm.KV_BLOCK_LIFETIME_SECONDS, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS)
+    return timeseries("KV block residency", "Sampled KV blocks at their eviction (--kv-cache-metrics): mean "
+                      "lifetime and idle time since their last prefix-cache hit (or allocation). Idle as long as "
+                      "the lifetime: evicted blocks were never reused (prompts that do not repeat, an unstable "
+                      "template). Idle far shorter than the lifetime while the prefix cache misses: blocks were "
+                      "still being reused when evicted (the pool is smaller than the working set).",
+                      [(RAW.mean(name, RATE), f"{{{{model_name}}}} {label}") for name, label in
+                       zip(families, ("lifetime", "idle before eviction"), strict=True)],
+                      metrics=list(families), unit="s")
+
+
+def _step_tokens() -> g.Panel:
+    steps = vllm.ITERATION_TOKENS_TOTAL
+    return timeseries("Tokens per step (raw)", "Tokens per engine output batch, prompt chunks and generated tokens "
+                      f"together ({steps}). Compare with the token budget "
+                      "(--max-num-batched-tokens, not on /metrics): steps at the budget mean it binds (A1/B1); "
+                      "steps far below it while requests queue point away from the budget.",
+                      [(RAW.mean(steps, RATE), "{{model_name}} mean"),
+                       (RAW.quantile(0.9, steps, RATE), "{{model_name}} p90")],
+                      metrics=[steps], unit=TOKENS)
+
+
+def _render_time() -> g.Panel:
+    render = vllm.REQUEST_RENDER_DURATION_SECONDS
+    return timeseries("Request render time", "The API server's chat template and tokenisation per request "
+                      "(vLLM 0.34+): part of the time before the first token spent outside the engine, on the "
+                      "frontend's CPU.",
+                      [(RAW.mean(render, RATE), "{{model_name}} mean"),
+                       (RAW.quantile(0.95, render, RATE), "{{model_name}} p95")],
+                      metrics=[render], unit="s")

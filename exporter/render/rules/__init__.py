@@ -3,11 +3,12 @@
 One module per family, kubernetes-mixin style, behind one set of selectors and options
 (``_config``): ``recording`` (the core signals, SLIs, burn rates, the model inventory),
 ``slo_pages`` (error-budget pages and tickets, low-traffic pages, the replica outlier), ``symptoms``
-(symptom classes and root causes, the sidecar's), ``ops`` (targets, models that vanish, the sidecar
-and its inputs); ``alert`` holds what an alert is. This module assembles them: the runbook-link
-post-processing step, the inhibitions, rendering. docs/alerting.md explains the choices and holds
-the measured alert matrix. Every number in an expression comes from ``exporter.catalog.thresholds``
-or ``exporter.config`` (the test suite fails on any other comparison literal).
+(symptom classes and root causes, the sidecar's), ``faults`` (corrupted answers, failing KV transfers:
+faults no objective sees), ``ops`` (targets, models that vanish, the sidecar and its inputs);
+``alert`` holds what an alert is. This module assembles them: the runbook-link post-processing step,
+the inhibitions, rendering. docs/alerting.md explains the choices and holds the measured alert matrix.
+Every number in an expression comes from ``exporter.catalog.thresholds`` or ``exporter.config`` (the
+test suite fails on any other comparison literal).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ from exporter.render.rules._config import (
 )
 from exporter.render.rules.alert import *  # noqa: F403
 from exporter.render.rules.alert import Alert
+from exporter.render.rules.faults import *  # noqa: F403
+from exporter.render.rules.faults import fault_alerts
 from exporter.render.rules.ops import *  # noqa: F403
 from exporter.render.rules.ops import availability_alerts, inventory_recording_rules, ops_alerts
 from exporter.render.rules.recording import *  # noqa: F403
@@ -146,6 +149,7 @@ ALERT_GROUPS: tuple[tuple[str, str, Callable[[Options], list[Alert]]], ...] = (
     (ALERTS_FILE, "vllm-diag.operations", ops_alerts),
     (RAW_ALERTS_FILE, "vllm-diag.slo", slo_alerts),
     (RAW_ALERTS_FILE, "vllm-diag.availability", availability_alerts),
+    (RAW_ALERTS_FILE, "vllm-diag.faults", fault_alerts),
 )
 RECORDING_GROUPS = ("vllm-diag.recording", "vllm-diag.slo-recording", "vllm-diag.slo-cause", "vllm-diag.inventory")
 # Records before the alerts that read them. Prometheus runs groups concurrently, so in production an

@@ -84,6 +84,13 @@ INVENTORY_WINDOW = "3d"
 # An input a cause alert needs, missing this long, is a warning (a rename after an upgrade).
 FOR_INPUT_MISSING = "30m"
 ERRORS_WINDOW = "15m"
+# Engine faults the objectives cannot see or name (rules/faults.py). A corrupted answer pages for as
+# long as the window still holds it (one request with NaNs in its logits is a wrong answer, so no
+# minimum); `for` rides out one evaluation. KV transfer failures count over the same window against
+# the catalog's minimum count and share, so a lone failed handshake after a peer restart stays quiet.
+FAULT_WINDOW = "15m"
+FOR_CORRUPTED = "1m"
+FOR_TRANSFER_FAILING = "5m"
 
 
 def smoothing(o: Options) -> str:

@@ -68,8 +68,9 @@ def cause_priority() -> dict[str, float]:
 
 
 def cause_of_burn(o: Options = DEFAULT_OPTIONS) -> str:
-    """Per model and objective, labels cause/layer/symptom: the cause active on most replicas among those
-    that explain the objective (value: replicas, plus its tie-break), else `unknown` (value 0: no
+    """Per model and objective, labels cause/layer/symptom: refused requests when they are most of the
+    availability objective's bad events (``admission_cause``), else the cause active on most replicas among
+    those that explain the objective (value: replicas, plus its tie-break), else `unknown` (value 0: no
     sidecar, or no cause explains it)."""
     by = ", ".join((*MODEL, "cause", "layer", "symptom"))
     known = "\nor\n".join(
@@ -80,8 +81,34 @@ def cause_of_burn(o: Options = DEFAULT_OPTIONS) -> str:
     unknown = ('label_replace(label_replace(label_replace(\n'
                f'  0 * count by ({", ".join((*MODEL, "objective"))}) ({slo.model_events("1h")}),\n'
                '  "cause", "unknown", "", ""), "layer", "unknown", "", ""), "symptom", "none", "", "")')
-    return (f"topk by ({', '.join((*MODEL, 'objective'))}) (1,\n  (\n{_indent(known, '    ')}\n  )\n"
-            f"  + on (cause) group_left ()\n  {PRIORITY_RECORD}\n)\nor {_MODEL_OBJ_ON}\n{unknown}")
+    majority = (f"topk by ({', '.join((*MODEL, 'objective'))}) (1,\n  (\n{_indent(known, '    ')}\n  )\n"
+                f"  + on (cause) group_left ()\n  {PRIORITY_RECORD}\n)")
+    return f"(\n{_indent(admission_cause())}\n)\nor {_MODEL_OBJ_ON}\n{majority}\nor {_MODEL_OBJ_ON}\n{unknown}"
+
+
+# Requests refused at the API server's admission gate are bad availability events vLLM counts itself
+# (exporter.render.slo): where they are at least half of a model's bad events over the first paging
+# window, they are the cause the page names, ahead of what the sidecars see.
+ADMISSION_CAUSE = "admission_control"
+ADMISSION_LAYER = "scheduler"
+ADMISSION_TITLE = ("admission control: the API server refuses requests at its queue limit (HTTP 503, "
+                   "--max-num-queued-reqs / --max-num-queued-tokens)")
+
+
+def admission_cause(window: str = slo.PAGES[0].long_window) -> str:
+    """Per model, objective availability: cause `admission_control` (value: replicas refusing requests)
+    where refused requests are at least half of the model's bad availability events over ``window``."""
+    by = f"by ({', '.join(MODEL)})"
+    refusing = (f"count {by} (\n  {_indent(slo.rejections(window), '  ').lstrip()} > 0\n)\n"
+                f"and {_MODEL_ON}\n"
+                f"sum {by} ({slo.rejections(window)}) * 2\n>= {_MODEL_ON}\n"
+                f'sum {by} ({slo.model_bad_events(window)}{{objective="availability"}})')
+    labels = (("objective", "availability"), ("cause", ADMISSION_CAUSE), ("layer", ADMISSION_LAYER),
+              ("symptom", "none"))
+    out = refusing
+    for name, value in labels:
+        out = f'label_replace(\n{_indent(out)},\n  "{name}", "{value}", "", "")'
+    return out
 
 
 def cause_recording_rules(o: Options = DEFAULT_OPTIONS) -> list[Recording]:
@@ -91,7 +118,9 @@ def cause_recording_rules(o: Options = DEFAULT_OPTIONS) -> list[Recording]:
                       "Tie-break of the majority cause: its symptom's severity, then its id (a constant under 0.5)."),
             Recording(CAUSE_RECORD, cause_of_burn(o),
                       "The cause the sidecars name on most replicas of the model, per objective (value: replicas "
-                      "naming it plus its tie-break); cause `unknown` with value 0 when none does.")]
+                      "naming it plus its tie-break); `admission_control` (value: replicas refusing) when refused "
+                      "requests are at least half of the availability objective's bad events; cause `unknown` "
+                      "with value 0 when none does.")]
 
 
 # Go template: $cause, $layer and $symptom of the alert's model and objective, read from CAUSE_RECORD
@@ -107,6 +136,7 @@ def _cause_titles() -> str:
     """A Go-template chain naming each catalog cause (Alertmanager receivers see the text)."""
     chain = "".join(f'{{{{ {"if" if i == 0 else "else if"} eq $cause "{c.id}" }}}}{c.title}'
                     for i, c in enumerate(CAUSES))
+    chain += f'{{{{ else if eq $cause "{ADMISSION_CAUSE}" }}}}{ADMISSION_TITLE}'
     return chain + "{{ else }}no cause the sidecar can name (see the runbook){{ end }}"
 
 
@@ -127,7 +157,10 @@ _WORST = ('{{ range query (printf "topk(' + str(WORST_REPLICAS) + ', ' + slo.pod
 # Evidence for the page text, queried at notification time for the model (Go templates).
 _SEL = 'namespace=%q, model_name=%q'
 _EVIDENCE = (
-    '{{ if eq $layer "kv_cache" }}'
+    '{{ if eq $cause "' + ADMISSION_CAUSE + '" }}'
+    '{{ with query (printf "sum(rate(' + vllm.ADMISSION_REJECTIONS_TOTAL + '{' + _SEL + '}[5m]))" $labels.namespace '
+    '$labels.model_name) }}, {{ . | first | value | printf "%.2g" }} requests/s refused{{ end }}'
+    '{{ else if eq $layer "kv_cache" }}'
     '{{ with query (printf "sum(rate(' + vllm.NUM_PREEMPTIONS_TOTAL + '{' + _SEL + '}[5m]))" $labels.namespace '
     '$labels.model_name) }}, {{ . | first | value | printf "%.2g" }} preemptions/s{{ end }}'
     '{{ with query (printf "max(vllm_diag_kv_cache_usage_ratio{' + _SEL + ', stat=\\"max\\"})" $labels.namespace '
@@ -238,7 +271,12 @@ def slo_alerts(o: Options = DEFAULT_OPTIONS) -> list[Alert]:
                      "annotation is the cause the vllm-diag sidecars name on most replicas (symptom classes that "
                      "explain this objective; a tie goes to the more severe symptom, then the lower id): A0 or B0 "
                      "(layer `unknown`) when they see the objective missed and no cause they know explains it, "
-                     "`unknown` when no sidecar runs or none names a cause. It is an annotation, not a label: a "
+                     "`unknown` when no sidecar runs or none names a cause. On the availability objective, "
+                     f"requests refused at the API server's admission gate ({vllm.ADMISSION_REJECTIONS_TOTAL}) "
+                     "count as bad events, and where they are at least half of them the cause is "
+                     f"`{ADMISSION_CAUSE}` (layer `{ADMISSION_LAYER}`), sidecar or not: raise the queue limits "
+                     "(--max-num-queued-reqs, --max-num-queued-tokens) only with capacity behind them, else scale "
+                     "out. It is an annotation, not a label: a "
                      "cause that changes mid-incident updates the page instead of opening a second one. One "
                      "notification per model: Alertmanager groups pages by cluster, namespace and model_name. "
                      f"Models with fewer than {fmt(t['slo_min_requests'])} events an hour page through "
