@@ -18,7 +18,8 @@ from exporter.catalog.symptoms import CAUSE_BY_ID, EXPLAINED_BY
 from exporter.diagnosis.rules.conditions import queue_sustained
 from exporter.diagnosis.rules.effects import itl_breach, ttft_breach
 from exporter.diagnosis.rules.finding import Context, Finding, clear, fired
-from exporter.signals.witnesses import Witnesses, render_share, steps_over
+from exporter.signals.model import Witnesses
+from exporter.signals.witnesses import render_share, steps_over
 
 
 def _pct(value: float) -> str:

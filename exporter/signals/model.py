@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from typing import Any, ClassVar
 
-from exporter.signals.witnesses import Witnesses  # the engine's own witnesses (blocks, steps, frontend)
 from exporter.window import HistogramDelta
 
 QUANTILES: tuple[float, ...] = (0.5, 0.95, 0.99)
@@ -413,6 +412,40 @@ class Engines:
     def asleep(self) -> bool:
         """Every engine sleeps (vLLM puts all of one server's engines to sleep together)."""
         return bool(self.count and self.sleeping is not None and self.sleeping >= self.count)
+
+
+# The engine's own witnesses (exporter/signals/witnesses.py computes them).
+@dataclass(frozen=True, slots=True)
+class Witnesses:
+    """Block residency, step size and render time over the window (None: vLLM did not export it)."""
+
+    block_evictions: float | None = None  # sampled blocks evicted in the window
+    block_lifetime_mean: float | None = None
+    block_lifetime_p50: float | None = None
+    block_idle_mean: float | None = None
+    block_hit_life_share: float | None = None  # 1 - idle/lifetime over the evicted blocks: 0 = none reused
+    block_reuse_gaps: float | None = None  # gaps between hits of the evicted blocks
+    block_reuse_gaps_per_eviction: float | None = None
+    block_reuse_gap_mean: float | None = None
+    block_reuse_gap_p90: float | None = None
+    steps: float | None = None  # engine output batches in the window
+    step_histogram: HistogramDelta | None = None  # vllm:iteration_tokens_total over the window (not published)
+    prefill_tokens_per_step: float | None = None  # computed prompt tokens an average step carried
+    generated_tokens_per_step: float | None = None
+    render_mean: float | None = None  # seconds per rendered request (0.34+)
+    render_requests: float | None = None
+
+    FLAT: ClassVar[Mapping[str, str]] = {
+        "block_evictions": "kv_block_evictions", "block_lifetime_mean": "kv_block_lifetime_mean_seconds",
+        "block_lifetime_p50": "kv_block_lifetime_p50_seconds", "block_idle_mean": "kv_block_idle_mean_seconds",
+        "block_hit_life_share": "kv_block_hit_life_share", "block_reuse_gaps": "kv_block_reuse_gaps",
+        "block_reuse_gaps_per_eviction": "kv_block_reuse_gaps_per_eviction",
+        "block_reuse_gap_mean": "kv_block_reuse_gap_mean_seconds",
+        "block_reuse_gap_p90": "kv_block_reuse_gap_p90_seconds",
+        "steps": "engine_steps", "prefill_tokens_per_step": "prefill_tokens_per_step",
+        "generated_tokens_per_step": "generated_tokens_per_step", "render_mean": "render_mean_seconds",
+        "render_requests": "rendered_requests",
+    }
 
 
 Group = Traffic | Kv | Scheduler | Latency | Cpu | Gpu | Speculative | KvTransfer | Lora | Engines | Witnesses

@@ -21,64 +21,21 @@ never to raise a symptom of their own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from exporter.catalog import metrics as vllm
-from exporter.window import HistogramDelta, Window
-
-
-@dataclass(frozen=True, slots=True)
-class Witnesses:
-    """Block residency, step size and render time over the window (None: vLLM did not export it)."""
-
-    block_evictions: float | None = None  # sampled blocks evicted in the window
-    block_lifetime_mean: float | None = None
-    block_lifetime_p50: float | None = None
-    block_idle_mean: float | None = None
-    block_hit_life_share: float | None = None  # 1 - idle/lifetime over the evicted blocks: 0 = none reused
-    block_reuse_gaps: float | None = None  # gaps between hits of the evicted blocks
-    block_reuse_gaps_per_eviction: float | None = None
-    block_reuse_gap_mean: float | None = None
-    block_reuse_gap_p90: float | None = None
-    steps: float | None = None  # engine output batches in the window
-    step_histogram: HistogramDelta | None = None  # vllm:iteration_tokens_total over the window (not published)
-    prefill_tokens_per_step: float | None = None  # computed prompt tokens an average step carried
-    generated_tokens_per_step: float | None = None
-    render_mean: float | None = None  # seconds per rendered request (0.34+)
-    render_requests: float | None = None
-
-    FLAT: ClassVar[Mapping[str, str]] = {
-        "block_evictions": "kv_block_evictions", "block_lifetime_mean": "kv_block_lifetime_mean_seconds",
-        "block_lifetime_p50": "kv_block_lifetime_p50_seconds", "block_idle_mean": "kv_block_idle_mean_seconds",
-        "block_hit_life_share": "kv_block_hit_life_share", "block_reuse_gaps": "kv_block_reuse_gaps",
-        "block_reuse_gaps_per_eviction": "kv_block_reuse_gaps_per_eviction",
-        "block_reuse_gap_mean": "kv_block_reuse_gap_mean_seconds",
-        "block_reuse_gap_p90": "kv_block_reuse_gap_p90_seconds",
-        "steps": "engine_steps", "prefill_tokens_per_step": "prefill_tokens_per_step",
-        "generated_tokens_per_step": "generated_tokens_per_step", "render_mean": "render_mean_seconds",
-        "render_requests": "rendered_requests",
-    }
-
-
-def _hist(window: Window, name: str) -> HistogramDelta | None:
-    return window.histogram(name) if window.present(name) else None
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    if numerator is None or denominator is None or denominator <= 0:
-        return None
-    return numerator / denominator
+from exporter.signals.common import _histogram, _increase, _ratio
+from exporter.signals.model import Witnesses
+from exporter.window import Window
 
 
 def blocks(window: Window) -> dict[str, float | None]:
     """Block residency of the blocks evicted in the window; nothing without ``--kv-cache-metrics``."""
-    lifetime = _hist(window, vllm.KV_BLOCK_LIFETIME_SECONDS)
+    lifetime = _histogram(window, vllm.KV_BLOCK_LIFETIME_SECONDS)
     if lifetime is None:
         return {}
-    idle = _hist(window, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS)
-    gaps = _hist(window, vllm.KV_BLOCK_REUSE_GAP_SECONDS)
+    idle = _histogram(window, vllm.KV_BLOCK_IDLE_BEFORE_EVICT_SECONDS)
+    gaps = _histogram(window, vllm.KV_BLOCK_REUSE_GAP_SECONDS)
     out: dict[str, float | None] = {"block_evictions": lifetime.count}
     if lifetime.count <= 0:
         return out
@@ -98,11 +55,10 @@ def blocks(window: Window) -> dict[str, float | None]:
 
 def steps(window: Window) -> dict[str, Any]:
     """The average step's prompt and generated tokens (computed work, as vLLM counts it per output batch)."""
-    hist = _hist(window, vllm.ITERATION_TOKENS_TOTAL)
+    hist = _histogram(window, vllm.ITERATION_TOKENS_TOTAL)
     if hist is None or hist.count <= 0:
         return {}
-    generated = window.increase(vllm.GENERATION_TOKENS_TOTAL) if window.present(vllm.GENERATION_TOKENS_TOTAL) \
-        else None
+    generated = _increase(window, vllm.GENERATION_TOKENS_TOTAL)
     out: dict[str, Any] = {"steps": hist.count, "step_histogram": hist}
     if generated is not None:
         per_step = generated / hist.count
@@ -112,7 +68,7 @@ def steps(window: Window) -> dict[str, Any]:
 
 
 def render(window: Window) -> dict[str, float | None]:
-    hist = _hist(window, vllm.REQUEST_RENDER_DURATION_SECONDS)
+    hist = _histogram(window, vllm.REQUEST_RENDER_DURATION_SECONDS)
     if hist is None or hist.count <= 0:
         return {}
     return {"render_mean": hist.mean(), "render_requests": hist.count}

@@ -6,7 +6,8 @@ from __future__ import annotations
 from exporter.diagnosis.engine import evaluate_rules
 from exporter.diagnosis.rules import RULES
 from exporter.diagnosis.witnesses import blocks_reused, corroborate
-from exporter.signals.witnesses import Witnesses, steps_over
+from exporter.signals.model import Witnesses
+from exporter.signals.witnesses import steps_over
 from tests.unit.test_rules import ITL_BOUNDS, KV_FULL, QUEUE, SLOW_TTFT, UNIFORM_SLOW_ITL, _ctx, hist
 
 STEP_BOUNDS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, float("inf"))
