@@ -158,8 +158,8 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         offset = timedelta(seconds=interval * index / count)
         scheduler.add_job(
             quiet_on_shutdown, "interval", args=[f"scrape of {name}", sidecar.scrape, name], seconds=interval,
-            id=f"scrape:{name}", max_instances=1, coalesce=True, misfire_grace_time=max(1, int(interval)),
-            next_run_time=now + offset,
+            id=f"scrape:{name}", name=f"scrape of {name}", max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
         )
     from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar
 
@@ -167,7 +167,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     if sidecar.settings.advisor.enabled:
         # A look at each target's state every tick; work only for targets with an active symptom.
         scheduler.add_job(quiet_on_shutdown, "interval", args=["advisor run", advisor.run, sidecar.pipelines.values()],
-                          seconds=ADVISOR_TICK_SECONDS, id="advise", max_instances=1, coalesce=True,
+                          seconds=ADVISOR_TICK_SECONDS, id="advise", name="advisor run", max_instances=1, coalesce=True,
                           next_run_time=now + timedelta(seconds=ADVISOR_TICK_SECONDS))
     for recorder in sidecar.recorders():
         recorder.start()
