@@ -152,7 +152,7 @@ async def _drive(engine: RealVLLM, w: Workload, out: Path, name: str) -> list[Re
     return results
 
 
-def run(name: str, save: bool) -> dict[str, Any]:
+def run(name: str, save: bool, out: Path | None = None) -> dict[str, Any]:
     w = WORKLOADS[name]
     model = ensure_wide_model() if w.wide else None
     raw = Path(tempfile.mkdtemp(prefix=f"witness-{name}-"))
@@ -161,7 +161,7 @@ def run(name: str, save: bool) -> dict[str, Any]:
         results = asyncio.run(_drive(engine, w, raw, name))
         elapsed = time.monotonic() - t0
         facts = engine.engine_facts()
-    dest = FIXTURES / name if save else raw / "fixture"
+    dest = (out or FIXTURES) / name if save or out else raw / "fixture"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for path in sorted(raw.glob(f"{name}-*.txt")):
@@ -210,6 +210,8 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--save", action="store_true", help=f"write the captures under {FIXTURES}")
+    parser.add_argument("--out", type=Path, help="write the captures under OUT/<workload>/ instead (a fresh run to "
+                        "compare with the fixtures)")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
     if args.list or not args.workloads:
@@ -221,7 +223,7 @@ def main(argv: list[str]) -> int:
         print(f"unknown workload(s): {', '.join(unknown)}; --list names them", file=sys.stderr)
         return 2
     for name in args.workloads:
-        print(json.dumps(run(name, args.save)), flush=True)
+        print(json.dumps(run(name, args.save, args.out)), flush=True)
     return 0
 
 

@@ -1,5 +1,5 @@
 """Scenarios for the engine's own witnesses (docs/method.md): vLLM run with ``--kv-cache-metrics``, whose
-block residency tells a pool too small for the working set (F6) from prompts that never come back (F); a
+block residency tells a pool too small for the working set (F6) from prompts that never come back (F1); a
 compute-bound GPU whose prompts, under the long-prompt mark, the step witness names as the first tokens' cost
 (A1); vLLM 0.34's render duration beside a frontend that costs the first tokens (A3). The step witness
 (``vllm:iteration_tokens_total``) is on every scenario, as on every vLLM: small-token-budget and queue-backlog
@@ -32,7 +32,7 @@ _WORKING_SET = Scenario(
         "Question answering over 128 documents of ~2000 tokens, each asked about at random, on an engine run with "
         "--kv-cache-metrics: the documents together need more blocks than the pool has, so the LRU evicts a "
         "document shortly before it is asked about again. Few requests run at once and KV usage looks low; "
-        "the block witness shows the evicted blocks had been reused while they lived (F6, not F)."
+        "the block witness shows the evicted blocks had been reused while they lived (F6, not F1)."
     ),
     knobs="num_gpu_blocks 4000 (64k tokens); 128 documents x 2000 tokens, uniform; 3 req/s, ~40 output; "
     "--kv-cache-metrics-sample 0.01",
@@ -50,11 +50,11 @@ _TEMPLATE_WITNESSED = replace(
     description=(
         "template-instability on an engine run with --kv-cache-metrics: a request id 24 tokens into the shared "
         "system prompt. The hits land on the first block, which stays cached; the evicted blocks were never "
-        "reused while they lived, so a larger pool would keep nothing the prompts reuse (F: fix the template)."
+        "reused while they lived, so a larger pool would keep nothing the prompts reuse (F1: fix the template)."
     ),
     knobs=_TEMPLATE.knobs + "; --kv-cache-metrics-sample 0.01",
     engine=replace(_TEMPLATE.engine, kv_cache_metrics_sample=KV_METRICS_SAMPLE),
-    case="F (block witness)",
+    case="F1 (block witness)",
 )
 
 _COMPUTE_PROMPTS = Scenario(
