@@ -319,8 +319,10 @@ class Thresholds:
         "field) and the evicted ones were not reused while they lived: prompts do not repeat (F1).", 0, 1)
     step_prefill_budget_share: float = threshold(0.5, "ratio",
         f"Computed prompt tokens an average engine step carries ({ITERATION_TOKENS_TOTAL} less the generated "
-        "tokens, per step) over max_num_batched_tokens at or above which every decode step carries a prefill "
-        "chunk: uniformly slow token gaps are the budget's (B1), with or without a stutter.", 0, 1)
+        "tokens, per step) over max_num_batched_tokens: the least share of steps that carried a prefill chunk "
+        "(a step computes at most the budget). At half or more the median token gap is such a step: uniformly "
+        "slow token gaps are the budget's (B1), with or without a stutter, and a busy GPU is the chunks' (not "
+        "B4's slow path).", 0, 1)
     witness_corroboration: float = threshold(0.1, "score",
         "Witnesses: strength a finding gains when a witness names its cause: the steps show the token budget "
         "binding (A1, A4, B1, B2), or the evicted blocks' residency names the prefix cache's misses (F1, F6).",

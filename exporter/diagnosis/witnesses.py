@@ -220,8 +220,9 @@ def _explained(findings: Mapping[str, Finding], objective: str) -> bool:
 def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
     """Causes the overhead-bound signatures miss on an engine whose steps are matrix work (a GPU): first tokens
     slow with prefill most of TTFT and prompts the budget chunks (long-prompt prefill, A1), and token gaps
-    slow because every decode step carries a prefill chunk (the budget, B1), with or without a stutter.
-    Only where no rule explained the objective's miss: these replace an effect without a known cause."""
+    slow because most decode steps carry a prefill chunk (the budget, B1), with or without a stutter. Only
+    where no rule explained the objective's miss (these replace an effect without a known cause), or where
+    the slow-kernel reading (B4) is the chunks' own compute."""
     s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
     out: dict[str, Finding] = {}
     if budget is None:
@@ -239,20 +240,37 @@ def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Fi
                           f"{prompt:.0f} tokens on average, {prompt / budget:.1f} of the budget each",
                           steps, "the steps are compute: the prompts' own prefill is the first tokens' cost")
     itl = itl_breach(ctx)
-    carried = s.witnesses.prefill_tokens_per_step
-    share = s.traffic.prefill_token_share
-    if (itl.known and itl.breached and not _explained(findings, "itl") and carried is not None
-            and carried >= t.step_prefill_budget_share * budget and share is not None
-            and share >= t.prefill_token_share):
+    if not (itl.known and itl.breached) or (chunks := prefill_in_most_steps(ctx)) is None:
+        return out
+    # A GPU busy (or moving few bytes per second) while most steps compute a prefill chunk is doing that
+    # prefill, not crawling on a slow kernel path: B4's signature is the chunks', and the budget is the lever.
+    b4 = findings.get("B4")
+    if b4 is not None and _counts(b4):
+        out["B4"] = clear(f"{chunks}: the GPU is busy with the prefill chunks, see B1")
+    if not _counts(findings.get("B1")) and not _explained({k: f for k, f in findings.items() if k != "B4"}, "itl"):
         tail = s.latency.itl_tail_ratio
         burn = min(1.0, (itl.ratio - 1) / max(1e-9, t.burn_rate_full - 1))
-        out["B1"] = fired(t.b1_strength + t.b1_strength_burn_weight * burn, itl.evidence,
-                          f"the average step carried {carried:.0f} prompt tokens, {_pct(carried / budget)} of "
-                          f"max_num_batched_tokens {budget}: every decode step carries a prefill chunk",
-                          f"prompt tokens are {_pct(share)} of computed tokens"
+        out["B1"] = fired(t.b1_strength + t.b1_strength_burn_weight * burn, itl.evidence, chunks,
+                          f"prompt tokens are {_pct(s.traffic.prefill_token_share or 0)} of computed tokens"
                           + (f", ITL p99/p50 = {tail:.1f} (uniformly slow rather than stuttering)"
                              if tail is not None and tail < t.itl_tail_ratio else ""))
     return out
+
+
+def prefill_in_most_steps(ctx: Context) -> str | None:
+    """The step witness for decode steps that carry prefill: each step computes at most the budget, so prompt
+    tokens per step over the budget are the least share of steps that carried a chunk; at
+    ``step_prefill_budget_share`` (half) or more, the median token gap is such a step. With prompt tokens
+    ``prefill_token_share`` or more of the computed ones. None otherwise, or without the facts."""
+    s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
+    carried, share = s.witnesses.prefill_tokens_per_step, s.traffic.prefill_token_share
+    if budget is None or carried is None or share is None:
+        return None
+    if carried < t.step_prefill_budget_share * budget or share < t.prefill_token_share:
+        return None
+    return (f"the average step carried {carried:.0f} prompt tokens, {_pct(carried / budget)} of "
+            f"max_num_batched_tokens {budget}: at least {_pct(min(1.0, carried / budget))} of the steps carry a "
+            "prefill chunk (a step computes at most the budget), the median token gap among them")
 
 
 WITNESSES: tuple[Callable[[Context, Mapping[str, Finding]], dict[str, Finding]], ...] = (
