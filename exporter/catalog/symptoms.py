@@ -305,13 +305,17 @@ CAUSES: tuple[Cause, ...] = (
            Action("if it restarts with OOM: lower gpu_memory_utilization", "room for activations and graphs at peak",
                   "fewer KV blocks", "gpu_memory_utilization", "lower"),
            _RAISE_TP, _FP8_KV)),
-    Cause("F", "F", "kv_cache", "Prefix cache ineffective: the misses name no cause",
-          "Prompts span many KV blocks and few of their tokens hit the cache, yet nothing says why or that it costs "
-          "anyone: no prompt shares even one cached block (unique documents by design, or a prefix broken in its "
-          "first block: metrics cannot tell them apart), or the misses cost no user their objective (reuse is "
-          "bounded by what the prompts share). Information only; the causes are F1 (the prompts) and F6 (the "
-          "pool).",
-          (_NORMALISE,)),
+    Cause("F", "F", "kv_cache", "Prefix cache ineffective: the shares cannot tell the prompts from the pool",
+          "Prompts span many KV blocks and share part of every prompt (some blocks hit), yet few tokens hit the "
+          "cache and the misses cost users their objective, while the KV pool ran out at times, short of full: "
+          "the misses may be prompts that change before their shared part (F1) or the pool's evictions (F6), "
+          "and hit ratio and KV usage cannot say which. vLLM's block residency (--kv-cache-metrics) can: with it "
+          "the finding moves to F1 or F6. Information when no prompt shares even one cached block (unique "
+          "documents by design, or a prefix broken in its first block) or the misses cost no one.",
+          (Action("run vLLM with --kv-cache-metrics (block lifetimes and reuse gaps, sampled)",
+                  "the diagnosis names the prompts (F1) or the pool (F6)",
+                  "a little engine CPU per sampled block; a restart"),
+           _NORMALISE)),
     Cause("F1", "F", "request", "Prompts never reused: the template or the prompt changes before its shared part",
           "Prompts span many KV blocks and share part of every prompt (some blocks hit), yet few tokens hit the "
           "cache and the misses cost the first tokens or the token gaps their objective, while the pool is not "
