@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gzip
+import io
 import json
 import os
 import random
@@ -34,6 +36,7 @@ from typing import Any
 
 import aiohttp
 
+from exporter.cli import main as cli_main
 from lab.captures import capture_every
 from tests.realvllm.engine import (
     REPO,
@@ -187,10 +190,12 @@ def run(name: str, save: bool, out: Path | None = None) -> dict[str, Any]:
 
 
 def diagnose(folder: Path) -> dict[str, Any]:
-    """``vllm-diag diagnose FOLDER --format json`` of the project's venv."""
-    out = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", str(folder), "--format", "json"],
-                         check=True, capture_output=True, text=True, cwd=REPO)
-    doc: dict[str, Any] = json.loads(out.stdout)["targets"][0]
+    """``vllm-diag diagnose FOLDER --format json``, in this process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if cli_main(["diagnose", str(folder), "--format", "json"]) != 0:
+            raise RuntimeError(f"vllm-diag diagnose {folder} failed")
+    doc: dict[str, Any] = json.loads(out.getvalue())["targets"][0]
     return doc
 
 

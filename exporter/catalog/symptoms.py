@@ -305,7 +305,7 @@ CAUSES: tuple[Cause, ...] = (
            Action("if it restarts with OOM: lower gpu_memory_utilization", "room for activations and graphs at peak",
                   "fewer KV blocks", "gpu_memory_utilization", "lower"),
            _RAISE_TP, _FP8_KV)),
-    Cause("F", "F", "kv_cache", "Prefix cache ineffective: the shares cannot tell the prompts from the pool",
+    Cause("F", "F", "kv_cache", "Prefix cache ineffective: hit ratio and KV usage cannot name the cause",
           "Prompts span many KV blocks and share part of every prompt (some blocks hit), yet few tokens hit the "
           "cache and the misses cost users their objective, while the KV pool ran out at times, short of full: "
           "the misses may be prompts that change before their shared part (F1) or the pool's evictions (F6), "
