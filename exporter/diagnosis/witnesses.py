@@ -4,7 +4,7 @@ Runs between the first pass of rules and the second (``exporter.diagnosis.engine
 first pass's findings. A witness never raises a symptom by itself: it redirects a finding to the cause it
 witnesses (a prefix cache that misses: evicted before reuse, F6, or never reused, F1), changes a finding's
 confidence with its evidence (steps at the token budget, or far below it), or names the cause of a missed
-objective that no rule explained (compute-bound prefill, A1; decode steps that all carry prefill chunks, B1),
+objective that no rule explained (compute-bound prefill, A1; decode steps that mostly carry prefill chunks, B1),
 which would otherwise read as an effect without a known cause (A0, B0). Every witness reads
 ``exporter.signals.witnesses.Witnesses`` (signals) and the engine facts; without them the findings pass unchanged.
 """

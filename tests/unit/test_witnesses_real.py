@@ -74,6 +74,10 @@ def test_steps_at_the_budget_show_in_the_evidence_of_the_cause_that_names_it() -
     named = _causes(doc)
     budget_cause = next(cid for cid in ("A4", "A1") if cid in named)
     assert "completed above max_num_batched_tokens 128" in " ".join(named[budget_cause]["evidence"])
+    # At 512 the budget binds too (900-token prompts): A1 and B1 both quote the prefills it chunked.
+    named = _causes(_judged("long-512"))
+    for cid in ("A1", "B1"):
+        assert "prefills completed above max_num_batched_tokens 512" in " ".join(named[cid]["evidence"]), cid
 
 
 def test_steps_carrying_the_budget_corroborate_b1_and_point_a_queue_at_the_budget() -> None:
