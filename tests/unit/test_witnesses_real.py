@@ -8,6 +8,7 @@ import contextlib
 import functools
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -104,3 +105,20 @@ def test_a_healthy_load_on_the_compute_heavier_model_stays_none() -> None:
     doc = _judged("healthy")
     assert doc["objectives"]["ttft"]["met"] is True and doc["objectives"]["itl"]["met"] is True
     assert doc["verdict"]["layer"] == "none" and _counting(doc) == set()
+
+
+def test_the_step_witness_alone_names_b1_on_the_real_engine(tmp_path: Path) -> None:
+    """long-uniform's gaps stutter (p99/p50 about 7) on the CPU build, so the stutter rule names B1 there first.
+    With a tail mark no window reaches, that rule stays quiet and the step witness alone names the budget:
+    at least 95 % of the steps carried a prefill chunk."""
+    folder = tmp_path / "long-uniform"
+    shutil.copytree(WITNESSES / "long-uniform", folder)
+    config = json.loads((folder / "vllm-diag.yaml").read_text())
+    (folder / "vllm-diag.yaml").write_text(json.dumps({**config, "thresholds": {"itl_tail_ratio": 100}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diagnose", str(folder), "--format", "json"]) == 0
+    named = _causes(json.loads(out.getvalue())["targets"][0])
+    assert "B1" in named and "B0" not in named
+    text = " ".join(named["B1"]["evidence"])
+    assert "of the steps carry a prefill chunk" in text and "most steps are fast" not in text
