@@ -44,7 +44,7 @@ REASON_BY_CAUSE: Mapping[str, str] = MappingProxyType({
     "A2": "queue",  # requests wait for the concurrency cap or budget while KV has room
     "A3": "cpu", "C1": "cpu",
     "A4": "configuration", "B1": "configuration", "B2": "configuration",  # the token budget
-    "A5": "prefix_breakage", "F": "prefix_breakage",
+    "A5": "prefix_breakage", "F": "prefix_breakage", "F1": "prefix_breakage",
     "A6": "configuration",  # LoRA slots: --max-loras or adapter-affinity routing
     "A7": "transfer", "A8": "transfer",
     "B3": "batch_slots",  # a full batch slows every stream: fewer streams per replica

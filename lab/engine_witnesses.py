@@ -8,6 +8,7 @@ objectives), so ``vllm-diag diagnose DIR`` and the witness tests replay the same
 
     .venv/bin/python -m lab.engine_witnesses kv-thrash kv-template --save
     .venv/bin/python -m lab.engine_witnesses --list
+    .venv/bin/python -m lab.engine_witnesses --table     # docs/data/witnesses.json from the captures
 
 The compute-heavier model is tests/realvllm/make_model.py ``--wide`` (VLLM_DIAG_WIDE_MODEL_DIR, made on first
 use). Minutes, not tens of minutes: every workload runs ~45-60 s of load after a ~30 s start.
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gzip
+import io
 import json
 import os
 import random
@@ -33,6 +36,7 @@ from typing import Any
 
 import aiohttp
 
+from exporter.cli import main as cli_main
 from lab.captures import capture_every
 from tests.realvllm.engine import (
     REPO,
@@ -152,7 +156,7 @@ async def _drive(engine: RealVLLM, w: Workload, out: Path, name: str) -> list[Re
     return results
 
 
-def run(name: str, save: bool) -> dict[str, Any]:
+def run(name: str, save: bool, out: Path | None = None) -> dict[str, Any]:
     w = WORKLOADS[name]
     model = ensure_wide_model() if w.wide else None
     raw = Path(tempfile.mkdtemp(prefix=f"witness-{name}-"))
@@ -161,7 +165,7 @@ def run(name: str, save: bool) -> dict[str, Any]:
         results = asyncio.run(_drive(engine, w, raw, name))
         elapsed = time.monotonic() - t0
         facts = engine.engine_facts()
-    dest = FIXTURES / name if save else raw / "fixture"
+    dest = (out or FIXTURES) / name if save or out else raw / "fixture"
     shutil.rmtree(dest, ignore_errors=True)
     dest.mkdir(parents=True)
     for path in sorted(raw.glob(f"{name}-*.txt")):
@@ -186,11 +190,71 @@ def run(name: str, save: bool) -> dict[str, Any]:
 
 
 def diagnose(folder: Path) -> dict[str, Any]:
-    """``vllm-diag diagnose FOLDER --format json`` of the project's venv."""
-    out = subprocess.run([sys.executable, "-m", "exporter.cli", "diagnose", str(folder), "--format", "json"],
-                         check=True, capture_output=True, text=True, cwd=REPO)
-    doc: dict[str, Any] = json.loads(out.stdout)["targets"][0]
+    """``vllm-diag diagnose FOLDER --format json``, in this process."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        if cli_main(["diagnose", str(folder), "--format", "json"]) != 0:
+            raise RuntimeError(f"vllm-diag diagnose {folder} failed")
+    doc: dict[str, Any] = json.loads(out.getvalue())["targets"][0]
     return doc
+
+
+TABLE_FILE = REPO / "docs" / "data" / "witnesses.json"
+# What a cause's evidence says when a witness took part in it (exporter/diagnosis/witnesses.py's wording).
+WITNESS_WORDS = ("sampled KV blocks evicted", "prefills completed above max_num_batched_tokens",
+                 "of the steps carry a prefill chunk", "the budget never bound", "the steps are compute",
+                 "the block witness")
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.2f} s"
+
+
+def witness_text(doc: dict[str, Any], budget: int | None) -> str:
+    """The witnesses' numbers over the judged window, from the signals the sidecar publishes."""
+    sig, parts = doc["signals"], []
+    if sig.get("kv_block_evictions"):
+        gaps = sig.get("kv_block_reuse_gaps_per_eviction") or 0
+        life, hit = sig.get("kv_block_hit_life_share") or 0, sig.get("prefix_cache_hit_ratio") or 0
+        parts.append(f"{sig['kv_block_evictions']:.0f} sampled evictions, lifetime "
+                     f"{_ms(sig.get('kv_block_lifetime_mean_seconds'))}, idle "
+                     f"{_ms(sig.get('kv_block_idle_mean_seconds'))}: {100 * life:.0f} % of their lives before a hit, "
+                     f"against a {100 * hit:.0f} % hit ratio; "
+                     + (f"{gaps:.2f} reuse gaps per evicted block" if gaps else "no reuse gap"))
+    carried, p99 = sig.get("prefill_tokens_per_step"), sig.get("tokens_per_step_p99")
+    if carried is not None and budget:
+        parts.append(f"{carried:.0f} prompt tokens per average step ({100 * carried / budget:.0f} % of the budget "
+                     f"{budget}), largest steps (p99) {p99:.0f} tokens")
+    return "; ".join(parts) or "—"
+
+
+def row(name: str, folder: Path) -> str:
+    """One line of the table: the workload judged from its captures by ``vllm-diag diagnose``."""
+    doc = diagnose(folder)
+    facts = json.loads((folder / "vllm-diag.yaml").read_text())["targets"][0]["engine"]
+    sig = doc["signals"]
+    causes = [c for s in doc.get("symptoms", []) for c in s["causes"]]
+    counting = [f"{c['id']} ({c['layer']})" for c in causes if not c["informational"]]
+    info = [c["id"] for c in causes if c["informational"]]
+    quoted = [c["id"] for c in causes if any(w in e for e in c["evidence"] for w in WITNESS_WORDS)]
+    verdict = doc["verdict"]["layer"] + (": " + ", ".join(counting) if counting else "")
+    if info:
+        verdict += f" (information: {', '.join(info)})"
+    return (f"| {name} | {WORKLOADS[name].about} | {_ms(sig.get('ttft_p95_seconds'))} | "
+            f"{_ms(sig.get('itl_p95_seconds'))} | {witness_text(doc, facts.get('max_num_batched_tokens'))} | "
+            f"{verdict} | {', '.join(quoted) or '—'} |")
+
+
+def table(root: Path) -> dict[str, Any]:
+    """docs/data/witnesses.json: every workload captured under ``root``, judged now."""
+    names = [n for n in WORKLOADS if (root / n / "vllm-diag.yaml").is_file()]
+    lines = ["| workload | load | TTFT p95 | ITL p95 | witnesses over the window | verdict: causes (layer) | "
+             "causes quoting a witness |", "|---|---|---|---|---|---|---|", *(row(n, root / n) for n in names)]
+    return {"lines": lines, "source": "python -m lab.engine_witnesses --table (the captures in "
+                                      f"{root.relative_to(REPO) if root.is_relative_to(REPO) else root}, vLLM "
+                                      "0.32.0 CPU build, the --wide model), judged by vllm-diag diagnose DIR"}
 
 
 def trimmed(text: str) -> str:
@@ -210,8 +274,16 @@ def main(argv: list[str]) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("workloads", nargs="*")
     parser.add_argument("--save", action="store_true", help=f"write the captures under {FIXTURES}")
+    parser.add_argument("--out", type=Path, help="write the captures under OUT/<workload>/ instead (a fresh run to "
+                        "compare with the fixtures)")
+    parser.add_argument("--table", action="store_true", help=f"judge the captures under {FIXTURES} (or --out) "
+                        f"and write {TABLE_FILE.relative_to(REPO)}; then `vllm-diag render docs`")
     parser.add_argument("--list", action="store_true")
     args = parser.parse_args(argv)
+    if args.table and not args.workloads:
+        TABLE_FILE.write_text(json.dumps(table(args.out or FIXTURES), indent=1, ensure_ascii=False) + "\n",
+                              encoding="utf-8")
+        return 0
     if args.list or not args.workloads:
         for name, w in WORKLOADS.items():
             print(f"{name}: {w.about}")
@@ -221,7 +293,7 @@ def main(argv: list[str]) -> int:
         print(f"unknown workload(s): {', '.join(unknown)}; --list names them", file=sys.stderr)
         return 2
     for name in args.workloads:
-        print(json.dumps(run(name, args.save)), flush=True)
+        print(json.dumps(run(name, args.save, args.out)), flush=True)
     return 0
 
 

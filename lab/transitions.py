@@ -163,7 +163,7 @@ TRANSITIONS: tuple[Transition, ...] = (
         EngineConfig(max_model_len=65536), lambda a, b: _docqa(a, b, prompt_mean=28000, prompt_min=8000),
         slo={"ttft": {"threshold_seconds": 1.0, "target": 0.99}}),
     Transition(
-        "prefix-breakage", "kv_cache",
+        "prefix-breakage", "request",
         "chat at 3 req/s on a stable 2000-token system prompt; a deploy injects a request id at token 24",
         EngineConfig(),
         lambda a, b: (_chat(3.0, prefix=_STABLE, stop=a), _chat(3.0, prefix=_BROKEN, name="broken", start=a, stop=b),

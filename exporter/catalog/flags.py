@@ -41,6 +41,9 @@ FLAGS: Mapping[str, Flag] = {
     "--kv-offloading-backend": Flag("0.11.1"),
     "--kv-transfer-config": Flag("0.6.5"),
     "--custom-histogram-buckets": Flag("0.32.0"),
+    # KV block residency (lifetime, idle before eviction, reuse gaps), sampled: the block witness.
+    "--kv-cache-metrics": Flag("0.12.0"),
+    "--kv-cache-metrics-sample": Flag("0.12.0", note="default 0.01 (one block in a hundred)"),
     "--disable-log-stats": Flag("0.1.0"),
     "--enforce-eager": Flag("0.2.6"),
     "--performance-mode": Flag("0.17.0"),

@@ -105,8 +105,8 @@ _OFFLOAD_KV = Action("offload KV to CPU memory (LMCache or another KV connector 
                      "host memory and PCIe bandwidth; a copy on every hit; one more component to run")
 _RAISE_PP = Action("raise pipeline_parallel_size", "less weight per GPU, more KV room",
                    "pipeline bubbles, higher latency", "pipeline_parallel_size", "raise")
-_NORMALISE = Action("normalise prompts upstream: one template, no timestamps/IDs/random fields in the prefix, "
-                    "stable few-shot and tool order",
+_NORMALISE = Action("fix the template: normalise prompts upstream (one template, no timestamps/IDs/random fields "
+                    "in the prefix, stable few-shot and tool order)",
                     "shared prefixes hit the cache: less prefill, lower TTFT", "changes in the calling application")
 
 _CHECK_ABSTAINED = Action("check the evidence listed: the causes that could not be judged name the inputs they "
@@ -305,18 +305,33 @@ CAUSES: tuple[Cause, ...] = (
            Action("if it restarts with OOM: lower gpu_memory_utilization", "room for activations and graphs at peak",
                   "fewer KV blocks", "gpu_memory_utilization", "lower"),
            _RAISE_TP, _FP8_KV)),
-    Cause("F", "F", "kv_cache", "Prefix cache ineffective: prompts do not share exact token prefixes",
-          "Prompts span many KV blocks and some of every prompt is shared, yet few tokens hit the cache and "
-          "prefill costs the first token its objective: the shared prefix breaks early (timestamps, IDs, "
-          "template drift, tool/few-shot order). Without that cost, or with nothing shared at all, this is "
-          "information: unique documents cannot be cached.",
+    Cause("F", "F", "kv_cache", "Prefix cache ineffective: hit ratio and KV usage cannot name the cause",
+          "Prompts span many KV blocks and share part of every prompt (some blocks hit), yet few tokens hit the "
+          "cache and the misses cost users their objective, while the KV pool ran out at times, short of full: "
+          "the misses may be prompts that change before their shared part (F1) or the pool's evictions (F6), "
+          "and hit ratio and KV usage cannot say which. vLLM's block residency (--kv-cache-metrics) can: with it "
+          "the finding moves to F1 or F6. Information when no prompt shares even one cached block (unique "
+          "documents by design, or a prefix broken in its first block) or the misses cost no one.",
+          (Action("run vLLM with --kv-cache-metrics (block lifetimes and reuse gaps, sampled)",
+                  "the diagnosis names the prompts (F1) or the pool (F6)",
+                  "a little engine CPU per sampled block; a restart"),
+           _NORMALISE)),
+    Cause("F1", "F", "request", "Prompts never reused: the template or the prompt changes before its shared part",
+          "Prompts span many KV blocks and share part of every prompt (some blocks hit), yet few tokens hit the "
+          "cache and the misses cost the first tokens or the token gaps their objective, while the pool is not "
+          "what loses them: KV has room, or, with --kv-cache-metrics, the evicted blocks were never reused while "
+          "they lived. The shared prefix breaks early (timestamps, request IDs, template drift, tool or few-shot "
+          "order): a larger cache keeps nothing these prompts come back for. The workload's to fix, not the "
+          "engine's.",
           (_NORMALISE,)),
-    Cause("F6", "F", "kv_cache", "Prefix cache too small: hot prefixes are evicted",
-          "Few prompt tokens hit the cache while KV is full, so cached prefix blocks are evicted (LRU) before "
-          "reuse.",
+    Cause("F6", "F", "kv_cache", "Prefix cache too small: hot prefixes are evicted before their reuse",
+          "Few prompt tokens hit the cache while KV is full (or, with --kv-cache-metrics, the evicted blocks had "
+          "been reused while they lived): the working set of prefixes, or the sequences beside it, outgrow the "
+          "pool, and cached prefix blocks are evicted (LRU) before prompts come back for them.",
           (_RAISE_GMU,
            Action("route requests by prefix (prefix-aware load balancing)", "each replica holds fewer prefixes",
                   "uneven load across replicas"),
+           _LOWER_SEQS,
            Action("offload KV to CPU (KV connector)", "a larger cache tier", "transfer latency, host memory"))),
     Cause("G", "G", "distributed", "Parallelism overhead without memory pressure",
           "TP/PP > 1 while KV has room to spare and latency is uniformly slow: communication and pipeline "

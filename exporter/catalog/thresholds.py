@@ -234,9 +234,9 @@ class Thresholds:
     a4_strength_weight: float = threshold(0.4, "score",
         "A4: strength added as the chunks per prompt grow to 4 x budget_chunks_per_prompt.", 0, 1)
     prefix_strength: float = threshold(0.5, "score",
-        "A5, F, F6 (prefix cache): strength at a hit ratio just under prefix_hit_ratio_low.", 0, 1)
+        "A5, F, F1, F6 (prefix cache): strength at a hit ratio just under prefix_hit_ratio_low.", 0, 1)
     prefix_strength_weight: float = threshold(0.4, "score",
-        "A5, F, F6: strength added as the hit ratio falls to 0.", 0, 1)
+        "A5, F, F1, F6: strength added as the hit ratio falls to 0.", 0, 1)
     a6_strength: float = threshold(0.55, "score",
         "A6 (LoRA adapter slots): strength at a deferred share of lora_deferred_fraction.", 0, 1)
     a6_strength_weight: float = threshold(0.35, "score",
@@ -310,19 +310,23 @@ class Thresholds:
     # -- the engine's own witnesses (exporter/signals/witnesses.py, exporter/diagnosis/witnesses.py) ----
     block_witness_min_evictions: float = threshold(20, "blocks",
         "Sampled KV blocks (--kv-cache-metrics) evicted in the window before their lifetimes and reuse gaps "
-        "redirect a prefix-cache finding (F/F6); with fewer the shares and ratios decide alone. At the default "
+        "redirect a prefix-cache finding (F, F1, F6); with fewer the shares and ratios decide alone. At the default "
         "1 % sample rate that is ~2000 evicted blocks.", 1)
     block_reused_share: float = threshold(0.25, "ratio",
         "Share of the evicted blocks' lifetime before their last prefix-cache hit, over the prefix hit ratio, at "
         "or above which the hits land on blocks the pool later evicts: prompts come back for prefixes it has "
         "already evicted (F6). Below it the hits land on blocks that stay (a stable head before a changing "
-        "field) and the evicted ones were not reused while they lived: prompts do not repeat (F).", 0, 1)
+        "field) and the evicted ones were not reused while they lived: prompts do not repeat (F1).", 0, 1)
     step_prefill_budget_share: float = threshold(0.5, "ratio",
         f"Computed prompt tokens an average engine step carries ({ITERATION_TOKENS_TOTAL} less the generated "
-        "tokens, per step) over max_num_batched_tokens at or above which every decode step carries a prefill "
-        "chunk: uniformly slow token gaps are the budget's (B1), with or without a stutter.", 0, 1)
+        "tokens, per step) over max_num_batched_tokens: the least share of steps that carried a prefill chunk "
+        "(a step computes at most the budget). At half or more the median token gap is such a step: uniformly "
+        "slow token gaps are the budget's (B1), with or without a stutter, and a busy GPU is the chunks' (not "
+        "B4's slow path).", 0, 1)
     witness_corroboration: float = threshold(0.1, "score",
-        "Witnesses: strength a finding gains when the steps show the token budget binding (A1, A4, B1, B2).", 0, 1)
+        "Witnesses: strength a finding gains when a witness names its cause: the steps show the token budget "
+        "binding (A1, A4, B1, B2), or the evicted blocks' residency names the prefix cache's misses (F1, F6).",
+        0, 1)
     witness_contradiction: float = threshold(0.15, "score",
         "Witnesses: strength A4 or B2 loses when the steps stay far below the budget they blame.", 0, 1)
     # -- verdict ------------------------------------------------------------------------
@@ -490,6 +494,7 @@ STRENGTHS: Mapping[str, tuple[tuple[str, ...], ...]] = MappingProxyType({
     "D": (("d_strength", "d_strength_weight", "d_strength_corroborated"),),
     "E": (("e_strength", "e_strength_weight"), ("e_strength_restart",)),
     "F": (("prefix_strength", "prefix_strength_weight"),),
+    "F1": (("prefix_strength", "prefix_strength_weight"),),
     "F6": (("prefix_strength", "prefix_strength_weight"),),
     "G": (("g_strength",),),
     "G2": (("g2_strength", "g2_strength_weight"),),

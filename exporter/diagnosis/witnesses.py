@@ -2,9 +2,9 @@
 
 Runs between the first pass of rules and the second (``exporter.diagnosis.engine.evaluate_rules``), over the
 first pass's findings. A witness never raises a symptom by itself: it redirects a finding to the cause it
-witnesses (a prefix cache that misses: evicted before reuse, F6, or never reused, F), changes a finding's
+witnesses (a prefix cache that misses: evicted before reuse, F6, or never reused, F1), changes a finding's
 confidence with its evidence (steps at the token budget, or far below it), or names the cause of a missed
-objective that no rule explained (compute-bound prefill, A1; decode steps that all carry prefill chunks, B1),
+objective that no rule explained (compute-bound prefill, A1; decode steps that mostly carry prefill chunks, B1),
 which would otherwise read as an effect without a known cause (A0, B0). Every witness reads
 ``exporter.signals.witnesses.Witnesses`` (signals) and the engine facts; without them the findings pass unchanged.
 """
@@ -17,7 +17,9 @@ from dataclasses import replace
 from exporter.catalog.symptoms import CAUSE_BY_ID, EXPLAINED_BY
 from exporter.diagnosis.rules.conditions import queue_sustained
 from exporter.diagnosis.rules.effects import itl_breach, ttft_breach
+from exporter.diagnosis.rules.f_prefix_cache import POOL_RAN_OUT, POOL_ROOM, PREFIX_CAUSES, SHARED_BUT_BROKEN
 from exporter.diagnosis.rules.finding import Context, Finding, clear, fired
+from exporter.diagnosis.rules.prefix import blocks_reused
 from exporter.signals.model import Witnesses
 from exporter.signals.witnesses import render_share, steps_over
 
@@ -34,10 +36,7 @@ def _counts(f: Finding | None) -> bool:
     return f is not None and f.status == "fired" and not f.informational
 
 
-# -- KV blocks: evicted before reuse (F6) or never reused (F) ----------------------------------------------
-# How F's evidence reads the misses without a witness (exporter/diagnosis/rules.py, rule_f): dropped when the
-# block witness shows evictions instead.
-F_READINGS = ("some blocks hit, so prompts do share", "no prompt shares even one cached block")
+# -- KV blocks: evicted before reuse (F6) or never reused (F1) ---------------------------------------------
 def block_evidence(w: Witnesses) -> str:
     """The block witness in numbers, as the evidence quotes it."""
     text = (f"{w.block_evictions or 0:.0f} sampled KV blocks evicted in the window: lifetime mean "
@@ -51,27 +50,14 @@ def block_evidence(w: Witnesses) -> str:
     return text
 
 
-def blocks_reused(ctx: Context) -> bool | None:
-    """Had the evicted blocks been reused while they lived? The prefix hits land on blocks the pool later evicts
-    when the share of those blocks' lives before their last hit is ``block_reused_share`` or more of the hit
-    ratio; on blocks that stay (a stable head before a changing field), the evicted ones carry none of it.
-    None: too few sampled evictions, or no hit ratio, to say."""
-    s, t = ctx.signals, ctx.thresholds
-    w, hit = s.witnesses, s.kv.prefix_hit_ratio
-    if (w.block_evictions is None or w.block_evictions < t.block_witness_min_evictions
-            or w.block_hit_life_share is None or hit is None):
-        return None
-    return w.block_hit_life_share > 0 and w.block_hit_life_share >= t.block_reused_share * hit
-
-
 def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
-    """F or F6, as the block witness says: a miss the pool evicted (blocks reused before their eviction: the
-    working set outgrows the pool) is F6's, a miss of prompts that never came back while their blocks lived
-    (a template that changes, unique prompts) is F's, whatever KV usage suggested. The fired finding moves
-    to the cause the witness names, with its strength, and the numbers join its evidence."""
+    """F6 or F1, as the block witness says: a miss the pool evicted (blocks reused before their eviction: the
+    working set outgrows the pool, KV layer) is F6's, a miss of prompts that never came back while their blocks
+    lived (a template that changes, unique prompts: the workload) is F1's, whatever KV usage suggested. A fired
+    finding of the other two (F: the shares could not tell) moves to the cause the witness names, with its
+    strength and the witness's corroboration, and the numbers join its evidence."""
     reused = blocks_reused(ctx)
-    f, f6 = findings.get("F"), findings.get("F6")
-    if reused is None or f is None or f6 is None:
+    if reused is None or any(cid not in findings for cid in PREFIX_CAUSES):
         return {}
     w = ctx.signals.witnesses
     numbers = block_evidence(w)
@@ -81,23 +67,33 @@ def prefix_cache(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Fin
         reading = (f"evicted blocks had been reused while they lived ({hits}): the hits land on blocks the pool "
                    "later evicts, prompts come back for prefixes it has already evicted (the working set is "
                    "larger than the pool: more KV, or fewer or shorter sequences)")
-        kept, other, other_id = "F6", f, "F"
-        why = f"{numbers}: the misses are evictions, see F6"
+        kept, why = "F6", f"{numbers}: the misses are evictions, see F6"
     else:
         reading = (f"no evicted block was reused while it lived ({hits}): the hits land on blocks that stay, "
                    f"and prompts did not come back within the "
                    f"{_s(w.block_lifetime_mean or 0)} their blocks stayed cached, so a larger pool keeps nothing "
                    "they reuse (prompts that change before the shared part: fix the template)")
-        kept, other, other_id = "F", f6, "F6"
-        why = f"{numbers}: nothing evicted had been reused, see F"
-    own = findings[kept]
-    if other.status == "fired" and own.status != "fired":
-        evidence = tuple(e for e in other.evidence if not (reused and e.startswith(F_READINGS)))
-        return {kept: replace(other, evidence=(*evidence, numbers, reading)), other_id: clear(why)}
-    if own.status == "fired":
-        evidence = tuple(e for e in own.evidence if not (reused and e.startswith(F_READINGS)))
-        return {kept: replace(own, evidence=(*evidence, numbers, reading))}
-    return {}
+        kept, why = "F1", f"{numbers}: nothing evicted had been reused, see F1"
+    own, bonus = findings[kept], ctx.thresholds.witness_corroboration
+    others = [cid for cid in PREFIX_CAUSES if cid != kept and findings[cid].status == "fired"
+              and not findings[cid].informational]
+    if own.status == "fired" and not own.informational:
+        base = own
+    elif others:
+        base = max((findings[cid] for cid in others), key=lambda f: f.strength)
+    else:
+        return {}
+    # The shares' reading of the pool and of the template gives way to the witness's.
+    shares = (POOL_RAN_OUT, SHARED_BUT_BROKEN, POOL_ROOM) if reused else (POOL_RAN_OUT,)
+    evidence = tuple(e for e in base.evidence if not e.startswith(shares))
+    out = {kept: replace(base, strength=_corroborated(base, bonus), evidence=(*evidence, numbers, reading))}
+    out.update({cid: clear(why) for cid in others})
+    return out
+
+
+def _corroborated(f: Finding, bonus: float) -> float:
+    """A witness that names the cause directly adds to what the shares and ratios gave (never to information)."""
+    return f.strength if f.informational else min(1.0, f.strength + bonus)
 
 
 # -- steps against the token budget ------------------------------------------------------------------------
@@ -224,8 +220,9 @@ def _explained(findings: Mapping[str, Finding], objective: str) -> bool:
 def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Finding]:
     """Causes the overhead-bound signatures miss on an engine whose steps are matrix work (a GPU): first tokens
     slow with prefill most of TTFT and prompts the budget chunks (long-prompt prefill, A1), and token gaps
-    slow because every decode step carries a prefill chunk (the budget, B1), with or without a stutter.
-    Only where no rule explained the objective's miss: these replace an effect without a known cause."""
+    slow because most decode steps carry a prefill chunk (the budget, B1), with or without a stutter. Only
+    where no rule explained the objective's miss (these replace an effect without a known cause), or where
+    the slow-kernel reading (B4) is the chunks' own compute."""
     s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
     out: dict[str, Finding] = {}
     if budget is None:
@@ -243,20 +240,37 @@ def compute_bound(ctx: Context, findings: Mapping[str, Finding]) -> dict[str, Fi
                           f"{prompt:.0f} tokens on average, {prompt / budget:.1f} of the budget each",
                           steps, "the steps are compute: the prompts' own prefill is the first tokens' cost")
     itl = itl_breach(ctx)
-    carried = s.witnesses.prefill_tokens_per_step
-    share = s.traffic.prefill_token_share
-    if (itl.known and itl.breached and not _explained(findings, "itl") and carried is not None
-            and carried >= t.step_prefill_budget_share * budget and share is not None
-            and share >= t.prefill_token_share):
+    if not (itl.known and itl.breached) or (chunks := prefill_in_most_steps(ctx)) is None:
+        return out
+    # A GPU busy (or moving few bytes per second) while most steps compute a prefill chunk is doing that
+    # prefill, not crawling on a slow kernel path: B4's signature is the chunks', and the budget is the lever.
+    b4 = findings.get("B4")
+    if b4 is not None and _counts(b4):
+        out["B4"] = clear(f"{chunks}: the GPU is busy with the prefill chunks, see B1")
+    if not _counts(findings.get("B1")) and not _explained({k: f for k, f in findings.items() if k != "B4"}, "itl"):
         tail = s.latency.itl_tail_ratio
         burn = min(1.0, (itl.ratio - 1) / max(1e-9, t.burn_rate_full - 1))
-        out["B1"] = fired(t.b1_strength + t.b1_strength_burn_weight * burn, itl.evidence,
-                          f"the average step carried {carried:.0f} prompt tokens, {_pct(carried / budget)} of "
-                          f"max_num_batched_tokens {budget}: every decode step carries a prefill chunk",
-                          f"prompt tokens are {_pct(share)} of computed tokens"
+        out["B1"] = fired(t.b1_strength + t.b1_strength_burn_weight * burn, itl.evidence, chunks,
+                          f"prompt tokens are {_pct(s.traffic.prefill_token_share or 0)} of computed tokens"
                           + (f", ITL p99/p50 = {tail:.1f} (uniformly slow rather than stuttering)"
                              if tail is not None and tail < t.itl_tail_ratio else ""))
     return out
+
+
+def prefill_in_most_steps(ctx: Context) -> str | None:
+    """The step witness for decode steps that carry prefill: each step computes at most the budget, so prompt
+    tokens per step over the budget are the least share of steps that carried a chunk; at
+    ``step_prefill_budget_share`` (half) or more, the median token gap is such a step. With prompt tokens
+    ``prefill_token_share`` or more of the computed ones. None otherwise, or without the facts."""
+    s, t, budget = ctx.signals, ctx.thresholds, ctx.facts.max_num_batched_tokens
+    carried, share = s.witnesses.prefill_tokens_per_step, s.traffic.prefill_token_share
+    if budget is None or carried is None or share is None:
+        return None
+    if carried < t.step_prefill_budget_share * budget or share < t.prefill_token_share:
+        return None
+    return (f"the average step carried {carried:.0f} prompt tokens, {_pct(carried / budget)} of "
+            f"max_num_batched_tokens {budget}: at least {_pct(min(1.0, carried / budget))} of the steps carry a "
+            "prefill chunk (a step computes at most the budget), the median token gap among them")
 
 
 WITNESSES: tuple[Callable[[Context, Mapping[str, Finding]], dict[str, Finding]], ...] = (

@@ -4,6 +4,7 @@ Run with the vLLM venv's python (it needs torch, transformers and tokenizers):
 
     ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR [PADDED_VOCAB]
     ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR --wide
+    ~/.cache/vllm-diag/vllm-venv/bin/python tests/realvllm/make_model.py OUT_DIR --nan-word WORD
 
 Everything is generated locally and deterministically: a byte-level BPE tokenizer trained on
 generated text, and a 2-layer Llama with seeded random weights. The Hub is never contacted.
@@ -12,6 +13,11 @@ generated text, and a 2-layer Llama with seeded random weights. The Hub is never
 so a step is matrix work rather than Python overhead, as on a GPU serving a real model: a decode step
 costs milliseconds of matrix products (reading the MLP's weights once per step) and a prefill chunk
 scales with its tokens (each token passes through the whole MLP).
+
+``--nan-word WORD`` makes a broken variant for the corrupted-requests check: the LM head untied from the
+embedding, and WORD's embedding row NaN, so a prompt holding WORD computes NaN hidden states and NaN logits
+(vLLM counts it in ``vllm:corrupted_requests_total`` under ``VLLM_COMPUTE_NANS_IN_LOGITS=1``) while every
+other prompt is served as by the tiny model.
 
 The tokenizer learns the words of `tests.realvllm.engine.corpus_words()` (stdlib-only), the words
 the harness and the advisor benchmark build prompts from (project venv, no torch).
@@ -120,17 +126,46 @@ def make_model(out_dir: Path, vocab_size: int, padded_vocab: int | None = None,
     model.save_pretrained(out_dir, safe_serialization=True)
 
 
+def poison(out_dir: Path, word: str) -> None:
+    """Untie the LM head (a clean copy of the embedding) and make ``word``'s embedding row NaN."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoTokenizer
+
+    ids = AutoTokenizer.from_pretrained(out_dir)(" " + word, add_special_tokens=False)["input_ids"]
+    if len(ids) != 1:
+        raise SystemExit(f"--nan-word {word!r} is {len(ids)} tokens, not one of the corpus words")
+    weights = load_file(out_dir / "model.safetensors")
+    embedding = weights["model.embed_tokens.weight"].clone()
+    weights["lm_head.weight"] = embedding.clone()
+    embedding[ids[0]] = torch.nan
+    weights["model.embed_tokens.weight"] = embedding
+    save_file(weights, out_dir / "model.safetensors", metadata={"format": "pt"})
+    config = json.loads((out_dir / "config.json").read_text())
+    config["tie_word_embeddings"] = False
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+
+
 def main(argv: list[str]) -> int:
     wide = "--wide" in argv[1:]
-    args = [a for a in argv[1:] if a != "--wide"]
-    if len(args) not in (1, 2) or (wide and len(args) != 1):
-        print(f"usage: {argv[0]} OUT_DIR [PADDED_VOCAB | --wide]", file=sys.stderr)
+    rest = [a for a in argv[1:] if a != "--wide"]
+    nan_word = None
+    if "--nan-word" in rest and rest.index("--nan-word") + 1 < len(rest):
+        at = rest.index("--nan-word")
+        nan_word, rest = rest[at + 1], rest[:at] + rest[at + 2:]
+    args = rest
+    if len(args) not in (1, 2) or (wide and len(args) != 1) or "--nan-word" in args:
+        print(f"usage: {argv[0]} OUT_DIR [PADDED_VOCAB | --wide] [--nan-word WORD]", file=sys.stderr)
         return 2
     out_dir = Path(args[0])
     out_dir.mkdir(parents=True, exist_ok=True)
     vocab_size = make_tokenizer(out_dir)
     make_model(out_dir, vocab_size, int(args[1]) if len(args) == 2 else None,
                WIDE_INTERMEDIATE if wide else INTERMEDIATE)
+    if nan_word is not None:
+        poison(out_dir, nan_word)
     # Sanity check: the words the harness uses are single tokens, so prompt length ~= word count.
     from transformers import AutoTokenizer
 

@@ -129,19 +129,21 @@ def _evidence(state: TargetState, cause: str) -> tuple[str, ...]:
 
 def test_block_witness_tells_a_pool_too_small_from_prompts_that_never_come_back(tmp_path_factory):
     """With --kv-cache-metrics, the evicted blocks' residency names the miss: in kv-working-set they had been
-    reused while they lived (F6, though running requests hold few blocks and KV usage looks low); in
-    template-witnessed nothing evicted had been reused (F). The lifetimes are quoted in the evidence."""
+    reused while they lived (F6, the pool's, though running requests hold few blocks and KV usage looks low); in
+    template-witnessed nothing evicted had been reused (F1, the workload's). The lifetimes are quoted in the
+    evidence."""
     pool = diagnose_scenario("kv-working-set", tmp_path_factory)
     causes = {c.id for c in pool.diagnosis.active_causes if not c.informational}
-    assert "F6" in causes and "F" not in causes, sorted(causes)
+    assert "F6" in causes and not {"F", "F1"} & causes, sorted(causes)
     assert pool.signals is not None and (pool.signals.kv.usage_max or 0) < 0.5  # not what KV usage would say
     evidence = _evidence(pool, "F6")
     assert any(e.startswith("evicted blocks had been reused while they lived") for e in evidence), evidence
     assert any("sampled KV blocks evicted in the window: lifetime mean" in e for e in evidence), evidence
     template = diagnose_scenario("template-witnessed", tmp_path_factory)
     causes = {c.id for c in template.diagnosis.active_causes if not c.informational}
-    assert "F" in causes and "F6" not in causes, sorted(causes)
-    assert any(e.startswith("no evicted block was reused while it lived") for e in _evidence(template, "F"))
+    assert "F1" in causes and not {"F", "F6"} & causes, sorted(causes)
+    assert template.diagnosis.verdict.layer == "request"
+    assert any(e.startswith("no evicted block was reused while it lived") for e in _evidence(template, "F1"))
     witnesses = (pool.signals.witnesses, template.signals and template.signals.witnesses)
     assert witnesses[0].block_hit_life_share is not None and witnesses[1]
     assert witnesses[0].block_hit_life_share > 10 * (witnesses[1].block_hit_life_share or 0.0)
@@ -162,12 +164,12 @@ def _judged_without(scenario: Scenario, out: Path, drop_fact: str | None = None)
 
 def test_the_witnesses_are_what_names_the_cause(tmp_path):
     """Without its input the witness changes nothing, and the rules alone misread both scenarios: kv-working-set
-    without --kv-cache-metrics reads F (KV usage is low, so the misses look like a template's), and
+    without --kv-cache-metrics reads F1 (KV never ran out, so the misses look like a template's), and
     compute-bound-prompts without the token budget fact leaves the slow first tokens unexplained (A0)."""
     working_set = SCENARIOS["kv-working-set"]
     plain = replace(working_set, engine=replace(working_set.engine, kv_cache_metrics_sample=0.0))
     causes = _judged_without(plain, tmp_path / "pool")
-    assert "F" in causes and "F6" not in causes, sorted(causes)
+    assert "F1" in causes and "F6" not in causes, sorted(causes)
     causes = _judged_without(SCENARIOS["compute-bound-prompts"], tmp_path / "steps", "max_num_batched_tokens")
     assert "A0" in causes and "A1" not in causes, sorted(causes)
 

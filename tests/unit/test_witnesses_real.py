@@ -8,6 +8,7 @@ import contextlib
 import functools
 import io
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,24 +37,27 @@ def _counting(doc: dict[str, Any]) -> set[str]:
 
 def test_block_witness_tells_a_working_set_larger_than_the_pool_from_a_changing_template() -> None:
     thrash, template = _judged("kv-thrash"), _judged("kv-template")
-    # Both hurt: the first-token objective is missed with the prefix cache low.
+    # Both hurt: an objective is missed with the prefix cache low (the thrash's first tokens stayed just within
+    # theirs in this capture, its token gaps did not: the prefill of the evicted documents holds the steps).
     for doc in (thrash, template):
-        assert doc["objectives"]["ttft"]["met"] is False
+        assert not (doc["objectives"]["ttft"]["met"] and doc["objectives"]["itl"]["met"])
         assert doc["signals"]["prefix_cache_hit_ratio"] < 0.3
         assert doc["signals"]["kv_block_evictions"] >= 20
     # The pool evicted blocks prompts had reused: F6 (KV layer), quoting lifetimes and reuse gaps.
     evicted = _causes(thrash)
-    assert "F6" in evicted and "F" not in evicted
-    # The hits land on blocks the pool later evicts (10 % of their lives before a hit, against a 16 % hit ratio).
+    assert "F6" in evicted and not {"F", "F1"} & set(evicted) and evicted["F6"]["layer"] == "kv_cache"
+    # The hits land on blocks the pool later evicts (11 % of their lives before a hit, against a 19 % hit ratio).
     assert thrash["signals"]["kv_block_hit_life_share"] >= 0.25 * thrash["signals"]["prefix_cache_hit_ratio"] > 0
     text = " ".join(evicted["F6"]["evidence"])
     assert "sampled KV blocks evicted" in text and "reuse gaps per evicted block" in text
-    # The template changes before the shared part: no evicted block was ever reused (F, fix the template).
+    # The template changes before the shared part: no evicted block was ever reused (F1, the workload's: fix
+    # the template).
     never = _causes(template)
-    assert "F" in never and "F6" not in never
+    assert "F1" in never and not {"F", "F6"} & set(never) and never["F1"]["layer"] == "request"
     # The hits land on the stable head, which stays: the evicted blocks never had one.
     assert template["signals"]["kv_block_hit_life_share"] < 0.01 < template["signals"]["prefix_cache_hit_ratio"]
-    assert "no evicted block was reused while it lived" in " ".join(never["F"]["evidence"])
+    text = " ".join(never["F1"]["evidence"])
+    assert "no evicted block was reused while it lived" in text and "lifetime mean" in text
 
 
 def test_long_prompts_on_a_compute_bound_engine_read_a_named_cause() -> None:
@@ -71,6 +75,10 @@ def test_steps_at_the_budget_show_in_the_evidence_of_the_cause_that_names_it() -
     named = _causes(doc)
     budget_cause = next(cid for cid in ("A4", "A1") if cid in named)
     assert "completed above max_num_batched_tokens 128" in " ".join(named[budget_cause]["evidence"])
+    # At 512 the budget binds too (900-token prompts): A1 and B1 both quote the prefills it chunked.
+    named = _causes(_judged("long-512"))
+    for cid in ("A1", "B1"):
+        assert "prefills completed above max_num_batched_tokens 512" in " ".join(named[cid]["evidence"]), cid
 
 
 def test_steps_carrying_the_budget_corroborate_b1_and_point_a_queue_at_the_budget() -> None:
@@ -97,3 +105,20 @@ def test_a_healthy_load_on_the_compute_heavier_model_stays_none() -> None:
     doc = _judged("healthy")
     assert doc["objectives"]["ttft"]["met"] is True and doc["objectives"]["itl"]["met"] is True
     assert doc["verdict"]["layer"] == "none" and _counting(doc) == set()
+
+
+def test_the_step_witness_alone_names_b1_on_the_real_engine(tmp_path: Path) -> None:
+    """long-uniform's gaps stutter (p99/p50 about 7) on the CPU build, so the stutter rule names B1 there first.
+    With a tail mark no window reaches, that rule stays quiet and the step witness alone names the budget:
+    at least 95 % of the steps carried a prefill chunk."""
+    folder = tmp_path / "long-uniform"
+    shutil.copytree(WITNESSES / "long-uniform", folder)
+    config = json.loads((folder / "vllm-diag.yaml").read_text())
+    (folder / "vllm-diag.yaml").write_text(json.dumps({**config, "thresholds": {"itl_tail_ratio": 100}}))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diagnose", str(folder), "--format", "json"]) == 0
+    named = _causes(json.loads(out.getvalue())["targets"][0])
+    assert "B1" in named and "B0" not in named
+    text = " ".join(named["B1"]["evidence"])
+    assert "of the steps carry a prefill chunk" in text and "most steps are fast" not in text

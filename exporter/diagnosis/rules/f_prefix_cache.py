@@ -1,4 +1,13 @@
-"""F: the prefix cache is ineffective (F: prompts do not share exact prefixes; F6: hot prefixes evicted)."""
+"""F: the prefix cache is ineffective. Its misses are the prompts' or the pool's:
+
+* F1, prompts never reused (the workload's): some blocks hit, so prompts share a prefix, while the pool never
+  ran out; the shared part breaks early (a template that changes, a timestamp, an order).
+* F6, hot prefixes evicted before their reuse (the pool's): KV full while some prefixes hit.
+* F, the shares cannot tell them apart: the pool ran out at times, short of full. Information when nothing is
+  shared at all or the misses cost no one.
+
+With --kv-cache-metrics the block witness names F1 or F6 whatever the shares say (exporter/diagnosis/witnesses.py).
+"""
 
 from __future__ import annotations
 
@@ -6,11 +15,18 @@ from dataclasses import replace
 
 from exporter.diagnosis.rules.conditions import kv_evidence
 from exporter.diagnosis.rules.finding import Context, Finding, clear, info, rule
-from exporter.diagnosis.rules.prefix import eviction_shaped, hit_at_all, low_prefix_hit, with_costs
+from exporter.diagnosis.rules.prefix import eviction_shaped, hit_at_all, low_prefix_hit, pool_ran_out, with_costs
+
+# The template signal the shares give, as F1's and F's evidence quote it (dropped when the block witness names F6).
+SHARED_BUT_BROKEN = "some blocks hit, so prompts do share a prefix that breaks early (template, timestamps, order)"
+POOL_RAN_OUT = "the pool ran out at times"  # how F's evidence starts its reading of the pool
+POOL_ROOM = "KV never reached its high mark and nothing was preempted in the window"  # F1's reading of it
+PREFIX_CAUSES = ("F", "F1", "F6")
 
 
-@rule("F")
-def rule_f(ctx: Context) -> Finding:
+def _claimed(ctx: Context) -> tuple[Finding, Finding | None] | Finding:
+    """What F and F1 share: the low hit ratio, and its costs where prompts do share a prefix the pool is not
+    full of. A finding to return as it is (clear, abstain, information) when there is nothing to split."""
     low = low_prefix_hit(ctx)
     if low.status != "fired":
         return low
@@ -21,12 +37,38 @@ def rule_f(ctx: Context) -> Finding:
         # first block, so this stays informational and never makes the verdict alone.
         return info(ctx, *low.evidence,
                     "no prompt shares even one cached block: unique by design, or broken in the first block")
-    claimed = with_costs(ctx, low)
+    return low, with_costs(ctx, low)
+
+
+@rule("F")
+def rule_f(ctx: Context) -> Finding:
+    found = _claimed(ctx)
+    if isinstance(found, Finding):
+        return found
+    low, claimed = found
     if claimed is None:
         return info(ctx, *low.evidence, "the first-token objective is met: reuse is bounded by what the prompts "
                                         "share (unique documents cannot hit), and the misses cost no user anything")
-    return replace(claimed, evidence=(*claimed.evidence, "some blocks hit, so prompts do share a prefix that "
-                                                         "breaks early (template, timestamps, order)"))
+    if (pool := pool_ran_out(ctx.signals)) is None:
+        return clear("the pool never ran out: prompts that change before their shared part, see F1")
+    return replace(claimed, evidence=(*claimed.evidence, SHARED_BUT_BROKEN,
+                                      f"{POOL_RAN_OUT} ({pool}), so some misses may be its evictions: "
+                                      "--kv-cache-metrics tells the prompts (F1) from the pool (F6)"))
+
+
+@rule("F1")
+def rule_f1(ctx: Context) -> Finding:
+    found = _claimed(ctx)
+    if isinstance(found, Finding):
+        return clear(found.evidence[-1]) if found.informational else found
+    _, claimed = found
+    if claimed is None:
+        return clear("the misses cost no user anything: reuse bounded by what the prompts share (see F)")
+    if (pool := pool_ran_out(ctx.signals)) is not None:
+        return clear(f"the pool ran out at times ({pool}): the shares cannot tell the prompts from its evictions "
+                     "(see F)")
+    return replace(claimed, evidence=(*claimed.evidence, SHARED_BUT_BROKEN,
+                                      f"{POOL_ROOM}: no sign of a pool short of room"))
 
 
 @rule("F6")

@@ -145,16 +145,43 @@ def prefill_of_prefix_misses(ctx: Context, low: Finding) -> str | None:
         return None
     if tail < t.itl_tail_ratio or share < t.prefill_token_share:
         return None
-    # vLLM evicts a cached prefix when a new block needs its room: only a pool that ran out (KV at its high mark,
-    # or preempting) at some time the window holds shows the misses were evictions. Without that, the misses
-    # are prompts that do not share (unique documents), and their prefill is intrinsic (B1).
-    full, preempted = s.kv.full_fraction or 0.0, s.kv.preemptions or 0.0
-    if not (full > 0 or preempted > 0):
+    # vLLM evicts a cached prefix when a new block needs its room: a pool that ran out (KV at its high mark, or
+    # preempting) at some time the window holds, or the block witness's evicted blocks that had been reused,
+    # show the misses were evictions. Without that, the misses are prompts that do not share (unique
+    # documents), and their prefill is intrinsic (B1).
+    ran_out = pool_ran_out(s)
+    if ran_out is not None:
+        pool = f"the pool ran out ({ran_out})"
+    elif blocks_reused(ctx):
+        pool = "the pool evicted blocks that prompts had reused (the block witness)"
+    else:
         return None
-    pool = (f"KV at its high mark in {pct(full)} of scrapes" if full > 0 else
-            f"{preempted:.0f} preemptions in the window")
     return (f"{tail_text(s)} with prompt tokens {pct(share)} of computed tokens, while the prefix cache misses "
-            f"({low.evidence[0] if low.evidence else 'low hit ratio'}) and the pool ran out ({pool})")
+            f"({low.evidence[0] if low.evidence else 'low hit ratio'}) and {pool}")
+
+
+def blocks_reused(ctx: Context) -> bool | None:
+    """The block witness (--kv-cache-metrics): had the evicted blocks been reused while they lived? The prefix
+    hits land on blocks the pool later evicts when the share of those blocks' lives before their last hit is
+    ``block_reused_share`` or more of the hit ratio; on blocks that stay (a stable head before a changing field),
+    the evicted ones carry none of it. None: too few sampled evictions, or no hit ratio, to say."""
+    s, t = ctx.signals, ctx.thresholds
+    w, hit = s.witnesses, s.kv.prefix_hit_ratio
+    if (w.block_evictions is None or w.block_evictions < t.block_witness_min_evictions
+            or w.block_hit_life_share is None or hit is None):
+        return None
+    return w.block_hit_life_share > 0 and w.block_hit_life_share >= t.block_reused_share * hit
+
+
+def pool_ran_out(s: Signals) -> str | None:
+    """KV at its high mark, or a preemption, at some time the window holds (short of ``kv_full``): the pool may
+    have evicted cached prefixes for room. None when it never ran out."""
+    full, preempted = s.kv.full_fraction or 0.0, s.kv.preemptions or 0.0
+    if full > 0:
+        return f"KV at its high mark in {pct(full)} of scrapes"
+    if preempted > 0:
+        return f"{preempted:.0f} preemptions in the window"
+    return None
 
 
 def eviction_shaped(ctx: Context) -> bool:

@@ -72,7 +72,7 @@ IMMEDIATE_BY_CAUSE: Mapping[str, tuple[Mitigation, ...]] = {
     "B4": (_ROLL_BACK, _SCALE_OUT), "B5": (_ROUTE_OFF_SPECULATION, _ROLL_BACK, _SCALE_OUT),
     "C1": (_FREE_CPU, _SCALE_OUT), "C2": (_NO_MITIGATION,), "C3": (_CAP_TOKENS, _SHED, _SCALE_OUT),
     "D": (_CAP_TOKENS, _SHED, _SCALE_OUT, _ROUTE_LONG), "E": (_CAP_TOKENS, _SCALE_OUT),
-    "F": (_NO_MITIGATION,), "F6": (_ROUTE_PREFIX, _SCALE_OUT), "G": (_SCALE_OUT,),
+    "F": (_NO_MITIGATION,), "F1": (_NO_MITIGATION,), "F6": (_ROUTE_PREFIX, _SCALE_OUT), "G": (_SCALE_OUT,),
     # issue 29: LoRA adapter slots, data-parallel engines
     "A6": (_ROUTE_ADAPTER, _SCALE_OUT), "G2": (_DRAIN_ENGINE, _SCALE_OUT),
 }

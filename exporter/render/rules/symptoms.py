@@ -67,7 +67,7 @@ SYMPTOM_VERIFY: Mapping[str, tuple[Verify, ...]] = {
             lambda n: RAW.ratio(n(vllm.PREFIX_CACHE_HITS_TOTAL), n(vllm.PREFIX_CACHE_QUERIES_TOTAL), _W),
             vllm.PREFIX_CACHE_HITS_TOTAL, vllm.PREFIX_CACHE_QUERIES_TOTAL)),
         Verify("raw mean prompt length (tokens)", RAW.mean(vllm.REQUEST_PROMPT_TOKENS, _W)),
-        Verify("KV usage: full means eviction (F6), room means prompts differ (F)", "vllm_diag_kv_cache_usage_ratio"),
+        Verify("KV usage: full means eviction (F6), room means prompts differ (F1)", "vllm_diag_kv_cache_usage_ratio"),
     ),
     "G": (
         Verify("ITL quantiles", "vllm_diag_itl_seconds"),

@@ -143,7 +143,7 @@ _CASE5 = Scenario(
             ),
         )
     ),
-    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
+    expected=Expected(verdict="request", symptoms=("F",), causes=("F1",), also_possible=("A", "A5", "A1")),
     case="case 5",
     # "No TTFT gain": 99 % of first tokens within 250 ms, which ~3.5 % miss and caching would meet.
     slo={"ttft": {"threshold_seconds": 0.25, "target": 0.99}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},

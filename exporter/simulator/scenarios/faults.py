@@ -242,8 +242,8 @@ _TEMPLATE = Scenario(
             ),
         )
     ),
-    expected=Expected(verdict="kv_cache", symptoms=("F",), causes=("F",), also_possible=("A", "A5", "A1")),
-    case="F",
+    expected=Expected(verdict="request", symptoms=("F",), causes=("F1",), also_possible=("A", "A5", "A1")),
+    case="F1",
     # An interactive assistant: the broken prefix costs the first token its 300 ms objective.
     slo={"ttft": {"threshold_seconds": 0.25, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )

@@ -1,9 +1,10 @@
 """Scenarios for the engine's own witnesses (docs/method.md): vLLM run with ``--kv-cache-metrics``, whose
-block residency tells a pool too small for the working set (F6) from prompts that never come back (F); a
+block residency tells a pool too small for the working set (F6) from prompts that never come back (F1); a
 compute-bound GPU whose prompts, under the long-prompt mark, the step witness names as the first tokens' cost
-(A1); vLLM 0.34's render duration beside a frontend that costs the first tokens (A3). The step witness
-(``vllm:iteration_tokens_total``) is on every scenario, as on every vLLM: small-token-budget and queue-backlog
-read it too."""
+(A1); decode steps that all carry a prefill chunk, uniformly slow gaps without a stutter, which the step
+witness names as the budget's (B1); vLLM 0.34's render duration beside a frontend that costs the first tokens
+(A3). The step witness (``vllm:iteration_tokens_total``) is on every scenario, as on every vLLM:
+small-token-budget and queue-backlog read it too."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ _WORKING_SET = Scenario(
         "Question answering over 128 documents of ~2000 tokens, each asked about at random, on an engine run with "
         "--kv-cache-metrics: the documents together need more blocks than the pool has, so the LRU evicts a "
         "document shortly before it is asked about again. Few requests run at once and KV usage looks low; "
-        "the block witness shows the evicted blocks had been reused while they lived (F6, not F)."
+        "the block witness shows the evicted blocks had been reused while they lived (F6, not F1)."
     ),
     knobs="num_gpu_blocks 4000 (64k tokens); 128 documents x 2000 tokens, uniform; 3 req/s, ~40 output; "
     "--kv-cache-metrics-sample 0.01",
@@ -50,11 +51,11 @@ _TEMPLATE_WITNESSED = replace(
     description=(
         "template-instability on an engine run with --kv-cache-metrics: a request id 24 tokens into the shared "
         "system prompt. The hits land on the first block, which stays cached; the evicted blocks were never "
-        "reused while they lived, so a larger pool would keep nothing the prompts reuse (F: fix the template)."
+        "reused while they lived, so a larger pool would keep nothing the prompts reuse (F1: fix the template)."
     ),
     knobs=_TEMPLATE.knobs + "; --kv-cache-metrics-sample 0.01",
     engine=replace(_TEMPLATE.engine, kv_cache_metrics_sample=KV_METRICS_SAMPLE),
-    case="F (block witness)",
+    case="F1 (block witness)",
 )
 
 _COMPUTE_PROMPTS = Scenario(
@@ -73,6 +74,27 @@ _COMPUTE_PROMPTS = Scenario(
     expected=Expected(verdict="scheduler", symptoms=("A", "B"), causes=("A1", "B1"), also_possible=("C2",)),
     case="A1 (step witness)",
     slo={"ttft": {"threshold_seconds": 1.0, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
+)
+
+_PREFILL_EVERY_STEP = Scenario(
+    name="prefill-every-step",
+    description=(
+        "Llama-3.1-8B on an L4 answering questions about ~1500-token documents in a few dozen streamed tokens, "
+        "none shared, at a token budget of 512: every document takes three steps of the budget, and prefill "
+        "arrives fast enough that most steps carry a chunk. The token gaps are uniformly slow (each gap is a "
+        "step that computes a chunk), with no stutter for the ratios to see: the step witness (prompt tokens "
+        "per step against the budget) names the budget (B1, not B0). The first tokens wait for the budget "
+        "too (A2)."
+    ),
+    knobs="GPU L4; max_num_batched_tokens 512, max_num_seqs 64; 1.2 req/s, ~1500-token unique prompts, "
+    "~24 output",
+    engine=EngineConfig(gpu=L4, max_model_len=8192, max_num_batched_tokens=512, max_num_seqs=64),
+    workload=single(chat(1.2, prompt=lognormal(1500, 0.08, 1125, 1875), output=lognormal(24, 0.2, 4, 72),
+                         prefix=PrefixSpec(), max_tokens=96)),
+    expected=Expected(verdict="scheduler", symptoms=("B",), causes=("B1",), also_possible=("A", "A2", "A4")),
+    case="B1 (step witness)",
+    # A reader of the stream: tokens every 100 ms; the first one within 5 s.
+    slo={"ttft": {"threshold_seconds": 5.0, "target": 0.95}, "itl": {"threshold_seconds": 0.1, "target": 0.95}},
 )
 
 _HEALTHY_WITNESSED = replace(
@@ -98,4 +120,5 @@ _RENDER = replace(
     engine=replace(_CPU_STARVED.engine, vllm_version="0.34.0"),
 )
 
-WITNESSES: tuple[Scenario, ...] = (_WORKING_SET, _TEMPLATE_WITNESSED, _COMPUTE_PROMPTS, _RENDER, _HEALTHY_WITNESSED)
+WITNESSES: tuple[Scenario, ...] = (_WORKING_SET, _TEMPLATE_WITNESSED, _COMPUTE_PROMPTS, _PREFILL_EVERY_STEP, _RENDER,
+                                   _HEALTHY_WITNESSED)
