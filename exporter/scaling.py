@@ -176,9 +176,10 @@ class ScaleTracker:
         self._window = window_seconds
         self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
 
-    def queued(self, now: float, signals: Signals) -> float | None:
-        """The batch slots the queue needs: its growth over the newest third of the window (arrivals past the
-        throughput) and its backlog drained over one window, each times a request's time in the engine."""
+    def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:
+        """The batch slots the queue needs: its growth over the newest ``scale_queue_growth_share`` of the window
+        (arrivals past the throughput) and its backlog drained over one window, each times a request's time in
+        the engine."""
         s = signals.scheduler
         waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
         service = signals.latency.inference_mean
@@ -188,7 +189,7 @@ class ScaleTracker:
         self._waiting.push(now, waiting)
         if service is None:
             return None
-        horizon = self._window / 3
+        horizon = self._window * t.scale_queue_growth_share
         then, before = next(((t0, w) for t0, w in self._waiting.newest(len(self._waiting)) if now - t0 <= horizon),
                             (now, waiting))
         growth = (waiting - before) / (now - then) if now > then else 0.0
@@ -200,7 +201,7 @@ class ScaleTracker:
             self._readings.trim(now)
             self._recent_means.trim(now)
             return HOLD
-        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals))
+        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals, t))
         if value is None:
             self._readings.trim(now)
             self._recent_means.trim(now)

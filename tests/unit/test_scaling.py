@@ -140,9 +140,9 @@ def test_a_cpu_cause_without_starvation_now_leaves_its_backlog_to_the_capacity()
 def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None:
     tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
     base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.3, inference_mean=8.0)
-    assert tracker.queued(0.0, base) == 0.0
+    assert tracker.queued(0.0, base, T) == 0.0
     # 60 more waiting within a minute: one request a second past the throughput, and a backlog of 60
-    grown = tracker.queued(60.0, signals_with(base, waiting=60.0))
+    grown = tracker.queued(60.0, signals_with(base, waiting=60.0), T)
     assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
     # the same backlog, steady: only its drain counts
-    assert tracker.queued(180.0, signals_with(base, waiting=60.0)) == pytest.approx(60 / 180 * 8.0)
+    assert tracker.queued(180.0, signals_with(base, waiting=60.0), T) == pytest.approx(60 / 180 * 8.0)
