@@ -120,6 +120,28 @@ def classify(verdict_layer: str, causes: Iterable[ActiveCause],
     return REASON_BY_CAUSE.get(top.id, "unknown"), top.id
 
 
+def witness(signals: Signals, hit_ratio_high: float | None, t: Thresholds) -> str | None:
+    """The hold reason a non-capacity cause's own witness gives before the diagnosis names the cause, or None.
+
+    The verdict needs an effect held over its hysteresis, while the queue a cause brings grows from its first
+    scrape: a capacity reading in between would add a replica for a cause replicas do not fix. So the
+    witnesses of the vetoing causes hold on their own: the CPU-starvation score over its line (``cpu``), the
+    wait for transferred KV over its share of the first-token time (``transfer``, A7's line), and a prefix hit
+    ratio that fell under its line within the window (``prefix_breakage``: ``hit_ratio_high``, the highest
+    recent ratio of the window's evaluations, was above it). A ratio low for a whole window is the prompts'
+    nature or a cause the diagnosis has had its window to name, so that hold lasts at most a window."""
+    score = signals.cpu.starvation_score
+    if score is not None and score >= t.cpu_starvation_score:
+        return "cpu"
+    deferred = signals.kv_transfer.deferred_ttft_share
+    if deferred is not None and deferred >= t.kv_transfer_ttft_share:
+        return "transfer"
+    recent = signals.kv.prefix_hit_ratio_recent
+    if recent is not None and hit_ratio_high is not None and recent < t.prefix_hit_ratio_low <= hit_ratio_high:
+        return "prefix_breakage"
+    return None
+
+
 def utilization(signals: Signals, max_num_seqs: int | None,
                 queued: float | None = None) -> tuple[float | None, str | None]:
     """(demand / capacity, layer) of the binding resource now: the requests running plus the slots the
@@ -175,6 +197,8 @@ class ScaleTracker:
         self._recent = max(1, recent_evaluations)
         self._window = window_seconds
         self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        # each evaluation's recent prefix hit ratio: did it fall under its line within the window (witness)
+        self._hit_ratios: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
 
     def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:
         """The batch slots the queue needs: its growth over the newest ``scale_queue_growth_share`` of the window
@@ -200,7 +224,13 @@ class ScaleTracker:
         if not diagnosed or signals is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
+            self._hit_ratios.trim(now)
             return HOLD
+        hit_ratio = signals.kv.prefix_hit_ratio_recent
+        if hit_ratio is None:
+            self._hit_ratios.trim(now)
+        else:
+            self._hit_ratios.push(now, hit_ratio)
         value, layer = utilization(signals, max_num_seqs, self.queued(now, signals, t))
         if value is None:
             self._readings.trim(now)
@@ -214,5 +244,8 @@ class ScaleTracker:
             peak = max(self._recent_means)
         score = signals.cpu.starvation_score
         reason, cause = classify(verdict_layer, causes, None if score is None else score >= t.cpu_starvation_score)
+        held = witness(signals, max(self._hit_ratios) if self._hit_ratios else None, t)
+        if held is not None and reason not in HOLD_REASONS:  # a named non-capacity cause keeps its own reason
+            reason, cause = held, None
         helps = reason in CAPACITY_REASONS
         return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))

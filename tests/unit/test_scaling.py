@@ -19,6 +19,7 @@ from exporter.scaling import (
     classify,
     desired,
     utilization,
+    witness,
 )
 from exporter.signals import Signals
 from exporter.simulator import get_scenario
@@ -146,3 +147,30 @@ def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None
     assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
     # the same backlog, steady: only its drain counts
     assert tracker.queued(180.0, signals_with(base, waiting=60.0), T) == pytest.approx(60 / 180 * 8.0)
+
+
+def test_a_non_capacity_witness_holds_a_capacity_reading_until_the_diagnosis_names_its_cause() -> None:
+    base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.5, inference_mean=8.0,
+                        prefix_cache_hit_ratio_recent=0.8)
+    assert witness(base, 0.8, T) is None
+    # the prefix hit ratio falls under its line within the window: the queue it brings is held
+    broken = signals_with(base, prefix_cache_hit_ratio_recent=0.1)
+    assert witness(broken, 0.8, T) == "prefix_breakage"
+    assert witness(broken, 0.1, T) is None  # low for the whole window: the prompts' nature, or the diagnosis' to name
+    assert witness(signals_with(base, cpu_starvation_score=T.cpu_starvation_score), None, T) == "cpu"
+    assert witness(signals_with(base, kv_deferred_ttft_share=T.kv_transfer_ttft_share), None, T) == "transfer"
+    tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
+    queue = [C("A2", "scheduler")]
+    for k in range(4):  # a queue past the target with the cache intact: a capacity cause, more replicas
+        s = tracker.assess(k * 15.0, True, "scheduler", queue, signals_with(base, waiting=30.0 * k), 32, T)
+    assert (s.helps, s.reason) == (True, "queue") and s.desired_replicas > 1.0
+    # the same queue as the hit ratio collapses: held at exactly itself, no cause claimed for the witness
+    s = tracker.assess(60.0, True, "scheduler", queue, signals_with(broken, waiting=150.0), 32, T)
+    assert (s.helps, s.reason, s.cause, s.desired_replicas) == (False, "prefix_breakage", None, 1.0)
+    # a named non-capacity cause keeps its own reason
+    s = tracker.assess(75.0, True, "scheduler", [C("B1", "scheduler")], signals_with(broken, waiting=150.0), 32, T)
+    assert (s.reason, s.cause) == ("configuration", "B1")
+    # a window after the collapse the witness has lapsed: what holds then is the diagnosis' own reading
+    for k in range(6, 20):
+        s = tracker.assess(k * 15.0 + 60.0, True, "scheduler", queue, signals_with(broken, waiting=150.0), 32, T)
+    assert (s.helps, s.reason) == (True, "queue")
