@@ -169,15 +169,21 @@ def utilization(signals: Signals, max_num_seqs: int | None,
     return value, layer
 
 
-def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds) -> float:
+def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds,
+            held: float | None = None) -> float:
     """Replicas this target needs: its demand at the target utilisation when that asks for more (on a
-    capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom."""
+    capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom.
+
+    ``held`` is the lowest reading of the recent horizon (None before the horizon is full). Ahead of a cause,
+    the ask needs it past the line, not only the horizon's mean: the rules and the witnesses judge "now" over
+    that horizon, so a cause that brings the queue (a prefix broken, a CPU taken) gets the horizon to show
+    before its first scrapes read as capacity."""
     if reason in HOLD_REASONS or recent is None or peak is None:
         return 1.0
     target = t.scale_target_utilization
     if helps:
         return max(1.0, recent / target)
-    if recent / target > 1.0 / t.scale_in_headroom:
+    if held is not None and held / target > 1.0 / t.scale_in_headroom:
         # no cause yet, but the binding resource is clearly past the target: ask ahead. The band between
         # this and the scale-in line keeps a replica just removed from being asked back at the next wobble.
         return recent / target
@@ -235,17 +241,18 @@ class ScaleTracker:
         if value is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
-            recent = peak = None
+            recent = peak = held = None
         else:
             self._readings.push(now, value)
             newest = [v for _, v in self._readings.newest(self._recent)]
             recent = sum(newest) / len(newest)
+            held = min(newest) if len(newest) >= self._recent else None
             self._recent_means.push(now, recent)
             peak = max(self._recent_means)
         score = signals.cpu.starvation_score
         reason, cause = classify(verdict_layer, causes, None if score is None else score >= t.cpu_starvation_score)
-        held = witness(signals, max(self._hit_ratios) if self._hit_ratios else None, t)
-        if held is not None and reason not in HOLD_REASONS:  # a named non-capacity cause keeps its own reason
-            reason, cause = held, None
+        seen = witness(signals, max(self._hit_ratios) if self._hit_ratios else None, t)
+        if seen is not None and reason not in HOLD_REASONS:  # a named non-capacity cause keeps its own reason
+            reason, cause = seen, None
         helps = reason in CAPACITY_REASONS
-        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))
+        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t, held))

@@ -35,8 +35,9 @@ def _run(args: tuple[str, Experiment]) -> Score:
     return run(*args)
 
 
-def score_dict(s: Score) -> dict[str, object]:
-    return {"burn_minutes": s.burn_minutes, "replica_hours": round(s.replica_hours, 3),
+def score_dict(s: Score, x: Experiment) -> dict[str, object]:
+    return {"burn_minutes": s.burn_minutes, "burn_by_episode": s.burn_by_episode(x),
+            "replica_hours": round(s.replica_hours, 3),
             "added_in_non_capacity": s.added_in_non_capacity, "direction_changes": s.direction_changes,
             "max_changes_per_10min": s.max_changes_per_10min, "peak_replicas": s.peak_replicas,
             "burning": s.burning, "verdicts": s.verdicts}
@@ -61,25 +62,27 @@ def _commit() -> str:
                           check=True).stdout.strip()
 
 
-def write(seed: int, commit: str, scores: dict[str, Score]) -> None:
+def write(x: Experiment, commit: str, scores: dict[str, Score]) -> None:
     """Record one seed's scores in the summary the docs' table is rendered from."""
+    seed = x.seed
     split = "validation" if seed in VALIDATION else "tuning" if seed in TUNING else None
     if split is None:
         raise SystemExit(f"seed {seed} is in neither lab/scaling/seeds.py's TUNING nor its VALIDATION: list it first")
     # seeds run side by side write one file
     with open(Path(tempfile.gettempdir()) / "vllm-diag-scaling.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        _record(SUMMARY, seed, split, commit, scores)
+        _record(SUMMARY, x, split, commit, scores)
 
 
-def _record(path: Path, seed: int, split: str, commit: str, scores: dict[str, Score]) -> None:
+def _record(path: Path, x: Experiment, split: str, commit: str, scores: dict[str, Score]) -> None:
+    seed = x.seed
     data = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"runs": []}
     if split == "validation" and any(r["seed"] == seed for r in data["runs"]):
         raise SystemExit(f"validation seed {seed} is spent (scored once already): add fresh seeds to seeds.py")
     better, held = checks(scores)
     runs = [r for r in data["runs"] if r["seed"] != seed]
     runs.append({"seed": seed, "split": split, "commit": commit, "better": better, "checks": held,
-                 "policies": {p: {k: v for k, v in score_dict(s).items() if k not in ("burning", "verdicts")}
+                 "policies": {p: {k: v for k, v in score_dict(s, x).items() if k not in ("burning", "verdicts")}
                               for p, s in scores.items()}})
     order = {"validation": 0, "tuning": 1}
     runs.sort(key=lambda r: (order[r["split"]], r["seed"]))
@@ -108,14 +111,16 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.trace).write_text(json.dumps({p: {"trace": s.trace, "burning": s.burning, "timeline": s.timeline}
                                                 for p, s in scores.items()}), encoding="utf-8")
     if args.save:
-        Path(args.save).write_text(json.dumps({p: score_dict(s) for p, s in scores.items()}), encoding="utf-8")
+        Path(args.save).write_text(json.dumps({p: score_dict(s, x) for p, s in scores.items()}), encoding="utf-8")
     print(f"seed {x.seed}, {x.duration_s / 3600:g} simulated hours, traffic {x.trough_rps:g}-{x.peak_rps:g} req/s "
           f"(+{x.burst_rps:g} in the burst)\n")
-    print("| policy | minutes of objective burn | replica-hours | replicas added in CPU / template / transfer "
+    print("| policy | minutes of objective burn (" + " / ".join([*(e.kind for e in x.episodes), "other"]) +
+          ") | replica-hours | replicas added in CPU / template / transfer "
           "episodes | direction changes (most in 10 min) | peak replicas |")
     print("|---|---|---|---|---|---|")
     for policy, s in scores.items():
-        print(f"| {LABEL[policy]} | {s.burn_minutes} | {s.replica_hours:.2f} | {s.added_in_non_capacity} | "
+        print(f"| {LABEL[policy]} | {s.burn_minutes} ({' / '.join(map(str, s.burn_by_episode(x).values()))}) | "
+              f"{s.replica_hours:.2f} | {s.added_in_non_capacity} | "
               f"{s.direction_changes} ({s.max_changes_per_10min}) | {s.peak_replicas} |")
     if set(scores) != set(POLICIES):
         return 0
@@ -134,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
         "flapping": f"<= 1 direction change per 10 minutes (most in any 10 minutes: {ours.max_changes_per_10min})",
     }
     if args.write:
-        write(x.seed, commit, scores)
+        write(x, commit, scores)
     print()
     for key, ok in held.items():
         print(f"{'PASS' if ok else 'FAIL'} {texts[key]}")

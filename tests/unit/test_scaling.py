@@ -80,7 +80,10 @@ def test_desired_holds_on_non_capacity_causes_and_scales_in_only_under_the_headr
         assert desired(False, reason, 3.0, 3.0, T) == 1.0  # never more, never fewer
     assert desired(True, "queue", 2.0, 2.0, T) == pytest.approx(2.0 / T.scale_target_utilization)
     assert desired(True, "kv_pool", 0.3, 0.3, T) == 1.0  # a capacity cause never scales in
-    assert desired(False, "none", 0.9, 0.9, T) == pytest.approx(0.9 / T.scale_target_utilization)  # ahead of a cause
+    # ahead of a cause: every reading of the recent horizon past the line, not only their mean
+    assert desired(False, "none", 0.9, 0.9, T, held=0.9) == pytest.approx(0.9 / T.scale_target_utilization)
+    assert desired(False, "none", 0.9, 0.9, T, held=0.7) == 1.0
+    assert desired(False, "none", 0.9, 0.9, T, held=None) == 1.0  # the horizon is not full yet
     assert desired(False, "none", 0.4, 0.75, T) == 1.0  # the window's peak leaves no headroom: hold
     assert desired(False, "none", 0.3, 0.4, T) == pytest.approx(0.4 / T.scale_target_utilization)
 
