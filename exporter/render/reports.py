@@ -91,7 +91,9 @@ _SCALING_CHECKS = (("replica_hours", "replica-hours <= the better baseline's"),
 def scaling_seeds(data: Mapping[str, Any]) -> list[str]:
     """The fleet experiment, every seed scored: its three policies, then which acceptance points held."""
     runs = data["runs"]
-    rows = [[f"{r['seed']} ({r['split']})", r["commit"], label, str(p["burn_minutes"]), f"{p['replica_hours']:.2f}",
+    rows = [[f"{r['seed']} ({r['split']})", r["commit"], label,
+             f"{p['burn_minutes']} ({' / '.join(str(n) for n in p['burn_by_episode'].values())})",
+             f"{p['replica_hours']:.2f}",
              str(p["added_in_non_capacity"]), f"{p['direction_changes']} ({p['max_changes_per_10min']})",
              str(p["peak_replicas"])]
             for r in runs for key, label in _SCALING_POLICIES for p in (r["policies"][key],)]
@@ -102,7 +104,8 @@ def scaling_seeds(data: Mapping[str, Any]) -> list[str]:
         return ["No seed scored yet."]
     summary = "; ".join(f"{split}: all four points held on {sum(all(r['checks'].values()) for r in rs)} of {len(rs)}"
                         for split, rs in held.items() if rs)
-    return [*_table(("seed", "scored at", "policy", "minutes of objective burn", "replica-hours",
+    episodes = " / ".join(next(iter(runs[0]["policies"].values()))["burn_by_episode"])
+    return [*_table(("seed", "scored at", "policy", f"minutes of objective burn ({episodes})", "replica-hours",
                      "replicas added in CPU / template / transfer episodes", "direction changes (most in 10 min)",
                      "peak replicas"), rows), "",
             *_table(("seed", "better baseline", *(label for _, label in _SCALING_CHECKS)), checks), "",
