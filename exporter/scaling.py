@@ -5,7 +5,8 @@ token budget set too small, a prompt template that empties the prefix cache, a s
 removes them on a dip that is no spare capacity. Here the diagnosis decides:
 
 * ``helps``: the verdict's cause is a capacity cause (the queue, the KV pool, the batch slots). Any
-  other active cause, an ``unknown`` verdict or a target without a diagnosis says no, with the reason.
+  other active cause, an ``unknown`` verdict or a target without a diagnosis says no, with the reason;
+  so does the witness of a CPU, transfer or prefix cause before the diagnosis names it (``witness``).
 * ``desired_replicas``: the replicas this target's traffic needs at the objectives, summed per model by
   the autoscaler (KEDA or an HPA through prometheus-adapter, ``exporter/render/scaling.py``; an
   ``AverageValue`` target of 1 makes the sum the replica count). It is the demand on the binding resource
