@@ -5,7 +5,8 @@ token budget set too small, a prompt template that empties the prefix cache, a s
 removes them on a dip that is no spare capacity. Here the diagnosis decides:
 
 * ``helps``: the verdict's cause is a capacity cause (the queue, the KV pool, the batch slots). Any
-  other active cause, an ``unknown`` verdict or a target without a diagnosis says no, with the reason.
+  other active cause, an ``unknown`` verdict or a target without a diagnosis says no, with the reason;
+  so does the witness of a CPU, transfer or prefix cause before the diagnosis names it (``witness``).
 * ``desired_replicas``: the replicas this target's traffic needs at the objectives, summed per model by
   the autoscaler (KEDA or an HPA through prometheus-adapter, ``exporter/render/scaling.py``; an
   ``AverageValue`` target of 1 makes the sum the replica count). It is the demand on the binding resource
@@ -120,6 +121,28 @@ def classify(verdict_layer: str, causes: Iterable[ActiveCause],
     return REASON_BY_CAUSE.get(top.id, "unknown"), top.id
 
 
+def witness(signals: Signals, hit_ratio_high: float | None, t: Thresholds) -> str | None:
+    """The hold reason a non-capacity cause's own witness gives before the diagnosis names the cause, or None.
+
+    The verdict needs an effect held over its hysteresis, while the queue a cause brings grows from its first
+    scrape: a capacity reading in between would add a replica for a cause replicas do not fix. So the
+    witnesses of the vetoing causes hold on their own: the CPU-starvation score over its line (``cpu``), the
+    wait for transferred KV over its share of the first-token time (``transfer``, A7's line), and a prefix hit
+    ratio that fell under its line within the window (``prefix_breakage``: ``hit_ratio_high``, the highest
+    recent ratio of the window's evaluations, was above it). A ratio low for a whole window is the prompts'
+    nature or a cause the diagnosis has had its window to name, so that hold lasts at most a window."""
+    score = signals.cpu.starvation_score
+    if score is not None and score >= t.cpu_starvation_score:
+        return "cpu"
+    deferred = signals.kv_transfer.deferred_ttft_share
+    if deferred is not None and deferred >= t.kv_transfer_ttft_share:
+        return "transfer"
+    recent = signals.kv.prefix_hit_ratio_recent
+    if recent is not None and hit_ratio_high is not None and recent < t.prefix_hit_ratio_low <= hit_ratio_high:
+        return "prefix_breakage"
+    return None
+
+
 def utilization(signals: Signals, max_num_seqs: int | None,
                 queued: float | None = None) -> tuple[float | None, str | None]:
     """(demand / capacity, layer) of the binding resource now: the requests running plus the slots the
@@ -147,15 +170,21 @@ def utilization(signals: Signals, max_num_seqs: int | None,
     return value, layer
 
 
-def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds) -> float:
+def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds,
+            held: float | None = None) -> float:
     """Replicas this target needs: its demand at the target utilisation when that asks for more (on a
-    capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom."""
+    capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom.
+
+    ``held`` is the lowest reading of the recent horizon (None before the horizon is full). Ahead of a cause,
+    the ask needs it past the line, not only the horizon's mean: the rules and the witnesses judge "now" over
+    that horizon, so a cause that brings the queue (a prefix broken, a CPU taken) gets the horizon to show
+    before its first scrapes read as capacity."""
     if reason in HOLD_REASONS or recent is None or peak is None:
         return 1.0
     target = t.scale_target_utilization
     if helps:
         return max(1.0, recent / target)
-    if recent / target > 1.0 / t.scale_in_headroom:
+    if held is not None and held / target > 1.0 / t.scale_in_headroom:
         # no cause yet, but the binding resource is clearly past the target: ask ahead. The band between
         # this and the scale-in line keeps a replica just removed from being asked back at the next wobble.
         return recent / target
@@ -175,10 +204,13 @@ class ScaleTracker:
         self._recent = max(1, recent_evaluations)
         self._window = window_seconds
         self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        # each evaluation's recent prefix hit ratio: did it fall under its line within the window (witness)
+        self._hit_ratios: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
 
-    def queued(self, now: float, signals: Signals) -> float | None:
-        """The batch slots the queue needs: its growth over the newest third of the window (arrivals past the
-        throughput) and its backlog drained over one window, each times a request's time in the engine."""
+    def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:
+        """The batch slots the queue needs: its growth over the newest ``scale_queue_growth_share`` of the window
+        (arrivals past the throughput) and its backlog drained over one window, each times a request's time in
+        the engine."""
         s = signals.scheduler
         waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
         service = signals.latency.inference_mean
@@ -188,7 +220,7 @@ class ScaleTracker:
         self._waiting.push(now, waiting)
         if service is None:
             return None
-        horizon = self._window / 3
+        horizon = self._window * t.scale_queue_growth_share
         then, before = next(((t0, w) for t0, w in self._waiting.newest(len(self._waiting)) if now - t0 <= horizon),
                             (now, waiting))
         growth = (waiting - before) / (now - then) if now > then else 0.0
@@ -199,19 +231,29 @@ class ScaleTracker:
         if not diagnosed or signals is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
+            self._hit_ratios.trim(now)
             return HOLD
-        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals))
+        hit_ratio = signals.kv.prefix_hit_ratio_recent
+        if hit_ratio is None:
+            self._hit_ratios.trim(now)
+        else:
+            self._hit_ratios.push(now, hit_ratio)
+        value, layer = utilization(signals, max_num_seqs, self.queued(now, signals, t))
         if value is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
-            recent = peak = None
+            recent = peak = held = None
         else:
             self._readings.push(now, value)
             newest = [v for _, v in self._readings.newest(self._recent)]
             recent = sum(newest) / len(newest)
+            held = min(newest) if len(newest) >= self._recent else None
             self._recent_means.push(now, recent)
             peak = max(self._recent_means)
         score = signals.cpu.starvation_score
         reason, cause = classify(verdict_layer, causes, None if score is None else score >= t.cpu_starvation_score)
+        seen = witness(signals, max(self._hit_ratios) if self._hit_ratios else None, t)
+        if seen is not None and reason not in HOLD_REASONS:  # a named non-capacity cause keeps its own reason
+            reason, cause = seen, None
         helps = reason in CAPACITY_REASONS
-        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t))
+        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t, held))

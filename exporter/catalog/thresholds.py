@@ -439,6 +439,10 @@ class Thresholds:
         "Scale-in needs the demand to stay below this share of scale_target_utilization on every evaluation of "
         "the stabilisation window (the sidecar's window): until then a replica asks for itself at least.",
         0.1, 1)
+    scale_queue_growth_share: float = threshold(1 / 3, "ratio",
+        "Share of the window, newest first, over which the desired replicas read the queue's growth (arrivals "
+        "past the throughput): long enough to hold several scrapes, short enough that a queue which stopped "
+        "growing stops asking for replicas within a third of the window.", 0.05, 1)
     scale_down_stabilization_seconds: float = threshold(300, "seconds",
         "The generated HPA's and KEDA's scale-down stabilisation window: a replica is removed only when every "
         "recommendation of this long asks for fewer (the HPA's default). Raise it for traffic with dips shorter "

@@ -1,5 +1,5 @@
-"""The numbers in the accuracy reports (docs/accuracy.md, docs/advisor.md), formatted from the results
-summaries committed beside them in ``docs/data/``.
+"""The numbers in the reports (docs/accuracy.md, docs/advisor.md, the fleet experiment in docs/deployment.md),
+formatted from the results summaries committed beside them in ``docs/data/``.
 
 The summaries are written by the lab that measures (``python -m lab.summary --write`` and the lab's
 ``--write`` options); rendering only formats those committed files, so the product never reads the lab's
@@ -81,6 +81,37 @@ def advisor_pairs(data: Mapping[str, Any]) -> list[str]:
             *_table(("predictor", *(label for _, label in _PAIR_METRICS)), errors)]
 
 
+_SCALING_POLICIES = (("queue", "(a) queue depth"), ("kv", "(b) KV usage"), ("diagnosis", "(c) the diagnosis"))
+_SCALING_CHECKS = (("replica_hours", "replica-hours <= the better baseline's"),
+                   ("burn_minutes", "burn minutes <= the better baseline's"),
+                   ("added", "0 replicas added in CPU / template / transfer"),
+                   ("flapping", "<= 1 direction change in any 10 min"))
+
+
+def scaling_seeds(data: Mapping[str, Any]) -> list[str]:
+    """The fleet experiment, every seed scored: its three policies, then which acceptance points held."""
+    runs = data["runs"]
+    rows = [[f"{r['seed']} ({r['split']})", r["commit"], label,
+             f"{p['burn_minutes']} ({' / '.join(str(n) for n in p['burn_by_episode'].values())})",
+             f"{p['replica_hours']:.2f}",
+             str(p["added_in_non_capacity"]), f"{p['direction_changes']} ({p['max_changes_per_10min']})",
+             str(p["peak_replicas"])]
+            for r in runs for key, label in _SCALING_POLICIES for p in (r["policies"][key],)]
+    checks = [[f"{r['seed']} ({r['split']})", r["better"],
+               *("held" if r["checks"][key] else "**missed**" for key, _ in _SCALING_CHECKS)] for r in runs]
+    held = {split: [r for r in runs if r["split"] == split] for split in ("validation", "tuning")}
+    if not runs:
+        return ["No seed scored yet."]
+    summary = "; ".join(f"{split}: all four points held on {sum(all(r['checks'].values()) for r in rs)} of {len(rs)}"
+                        for split, rs in held.items() if rs)
+    episodes = " / ".join(next(iter(runs[0]["policies"].values()))["burn_by_episode"])
+    return [*_table(("seed", "scored at", "policy", f"minutes of objective burn ({episodes})", "replica-hours",
+                     "replicas added in CPU / template / transfer episodes", "direction changes (most in 10 min)",
+                     "peak replicas"), rows), "",
+            *_table(("seed", "better baseline", *(label for _, label in _SCALING_CHECKS)), checks), "",
+            f"Every seed scored, misses included ({summary}): `{data['command']}`."]
+
+
 def lines(data: Mapping[str, Any]) -> list[str]:
     """A block the lab formats itself (a table and its summary line), as written."""
     return [str(line) for line in data["lines"]]
@@ -90,6 +121,7 @@ def lines(data: Mapping[str, Any]) -> list[str]:
 REPORTS: Mapping[str, tuple[tuple[str, str, Format], ...]] = {
     "docs/accuracy.md": (("accuracy-rounds", "docs/data/accuracy.json", accuracy_rounds),
                          ("witnesses", "docs/data/witnesses.json", lines)),
+    "docs/deployment.md": (("scaling-seeds", "docs/data/scaling.json", scaling_seeds),),
     "docs/advisor.md": (("advisor-pairs", "docs/data/advisor-pairs.json", advisor_pairs),
                         ("advisor-kept-run", "docs/data/advisor-kept-run.json", lines),
                         ("advisor-calibration", "docs/data/advisor-calibration.json", lines)),

@@ -207,6 +207,14 @@ class Score:
     trace: list[tuple[float, int, float | None, str]] = field(default_factory=list)  # (t, replicas, metric, note)
     burning: list[int] = field(default_factory=list)  # the minutes that burn
 
+    def burn_by_episode(self, x: Experiment) -> dict[str, int]:
+        """The burning minutes by the episode acting in them (``other``: none acts)."""
+        out = {e.kind: 0 for e in x.episodes} | {"other": 0}
+        for m in self.burning:
+            kind = next((e.kind for e in x.episodes if e.active(m * 60.0)), "other")
+            out[kind] += 1
+        return out
+
 
 def _config_at(x: Experiment, replica: Replica, t: float, serving: int, starved: set[int]) -> EngineConfig:
     cfg = ENGINE

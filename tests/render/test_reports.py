@@ -67,3 +67,23 @@ def test_the_pooled_row_sums_every_round() -> None:
     table = reports.accuracy_rounds(data)
     assert "| **all 2 rounds** |  |  | **15/16 (93.8 %)** | **1/8** | **11/12 (91.7 %)** |" in table
     assert table[-1].startswith("Pooled over every held-out round, misses included: steady state 15/16 (93.8 %)")
+
+
+def test_the_scaling_table_lists_every_seed_and_names_each_missed_point() -> None:
+    burn = {"cpu": 15, "burst": 5, "template": 16, "transfer": 15, "other": 3}
+    policy = {"burn_minutes": 54, "burn_by_episode": burn, "replica_hours": 8.591, "added_in_non_capacity": 0,
+              "direction_changes": 3, "max_changes_per_10min": 1, "peak_replicas": 6}
+    run = {"seed": 2, "split": "validation", "commit": "abc1234", "better": "kv",
+           "checks": {"replica_hours": True, "burn_minutes": False, "added": True, "flapping": True},
+           "policies": {"queue": policy, "kv": policy, "diagnosis": policy}}
+    table = reports.scaling_seeds({"command": "python -m lab.scaling --seed N --write",
+                                   "runs": [run, {**run, "seed": 0, "split": "tuning",
+                                                  "checks": dict.fromkeys(run["checks"], True)}]})
+    assert "| 2 (validation) | abc1234 | (c) the diagnosis | 54 (15 / 5 / 16 / 15 / 3) | 8.59 | 0 | 3 (1) | 6 |" \
+        in table
+    assert table[0].startswith("| seed | scored at | policy | minutes of objective burn (cpu / burst / template / "
+                               "transfer / other) |")
+    assert "| 2 (validation) | kv | held | **missed** | held | held |" in table
+    assert table[-1] == ("Every seed scored, misses included (validation: all four points held on 0 of 1; tuning: "
+                         "all four points held on 1 of 1): `python -m lab.scaling --seed N --write`.")
+    assert reports.scaling_seeds({"command": "c", "runs": []}) == ["No seed scored yet."]

@@ -19,6 +19,7 @@ from exporter.scaling import (
     classify,
     desired,
     utilization,
+    witness,
 )
 from exporter.signals import Signals
 from exporter.simulator import get_scenario
@@ -79,7 +80,10 @@ def test_desired_holds_on_non_capacity_causes_and_scales_in_only_under_the_headr
         assert desired(False, reason, 3.0, 3.0, T) == 1.0  # never more, never fewer
     assert desired(True, "queue", 2.0, 2.0, T) == pytest.approx(2.0 / T.scale_target_utilization)
     assert desired(True, "kv_pool", 0.3, 0.3, T) == 1.0  # a capacity cause never scales in
-    assert desired(False, "none", 0.9, 0.9, T) == pytest.approx(0.9 / T.scale_target_utilization)  # ahead of a cause
+    # ahead of a cause: every reading of the recent horizon past the line, not only their mean
+    assert desired(False, "none", 0.9, 0.9, T, held=0.9) == pytest.approx(0.9 / T.scale_target_utilization)
+    assert desired(False, "none", 0.9, 0.9, T, held=0.7) == 1.0
+    assert desired(False, "none", 0.9, 0.9, T, held=None) == 1.0  # the horizon is not full yet
     assert desired(False, "none", 0.4, 0.75, T) == 1.0  # the window's peak leaves no headroom: hold
     assert desired(False, "none", 0.3, 0.4, T) == pytest.approx(0.4 / T.scale_target_utilization)
 
@@ -140,9 +144,36 @@ def test_a_cpu_cause_without_starvation_now_leaves_its_backlog_to_the_capacity()
 def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None:
     tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
     base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.3, inference_mean=8.0)
-    assert tracker.queued(0.0, base) == 0.0
+    assert tracker.queued(0.0, base, T) == 0.0
     # 60 more waiting within a minute: one request a second past the throughput, and a backlog of 60
-    grown = tracker.queued(60.0, signals_with(base, waiting=60.0))
+    grown = tracker.queued(60.0, signals_with(base, waiting=60.0), T)
     assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
     # the same backlog, steady: only its drain counts
-    assert tracker.queued(180.0, signals_with(base, waiting=60.0)) == pytest.approx(60 / 180 * 8.0)
+    assert tracker.queued(180.0, signals_with(base, waiting=60.0), T) == pytest.approx(60 / 180 * 8.0)
+
+
+def test_a_non_capacity_witness_holds_a_capacity_reading_until_the_diagnosis_names_its_cause() -> None:
+    base = signals_with(Signals(180.0, 36), running=32.0, waiting=0.0, kv_cache_usage=0.5, inference_mean=8.0,
+                        prefix_cache_hit_ratio_recent=0.8)
+    assert witness(base, 0.8, T) is None
+    # the prefix hit ratio falls under its line within the window: the queue it brings is held
+    broken = signals_with(base, prefix_cache_hit_ratio_recent=0.1)
+    assert witness(broken, 0.8, T) == "prefix_breakage"
+    assert witness(broken, 0.1, T) is None  # low for the whole window: the prompts' nature, or the diagnosis' to name
+    assert witness(signals_with(base, cpu_starvation_score=T.cpu_starvation_score), None, T) == "cpu"
+    assert witness(signals_with(base, kv_deferred_ttft_share=T.kv_transfer_ttft_share), None, T) == "transfer"
+    tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
+    queue = [C("A2", "scheduler")]
+    for k in range(4):  # a queue past the target with the cache intact: a capacity cause, more replicas
+        s = tracker.assess(k * 15.0, True, "scheduler", queue, signals_with(base, waiting=30.0 * k), 32, T)
+    assert (s.helps, s.reason) == (True, "queue") and s.desired_replicas > 1.0
+    # the same queue as the hit ratio collapses: held at exactly itself, no cause claimed for the witness
+    s = tracker.assess(60.0, True, "scheduler", queue, signals_with(broken, waiting=150.0), 32, T)
+    assert (s.helps, s.reason, s.cause, s.desired_replicas) == (False, "prefix_breakage", None, 1.0)
+    # a named non-capacity cause keeps its own reason
+    s = tracker.assess(75.0, True, "scheduler", [C("B1", "scheduler")], signals_with(broken, waiting=150.0), 32, T)
+    assert (s.reason, s.cause) == ("configuration", "B1")
+    # a window after the collapse the witness has lapsed: what holds then is the diagnosis' own reading
+    for k in range(6, 20):
+        s = tracker.assess(k * 15.0 + 60.0, True, "scheduler", queue, signals_with(broken, waiting=150.0), 32, T)
+    assert (s.helps, s.reason) == (True, "queue")

@@ -1,0 +1,13 @@
+"""The fleet experiment's seeds, fixed before any tuning of the scaling signal on them.
+
+``TUNING``: the seeds the signal and the scenario were tuned on (seen; their scores are in-sample).
+``VALIDATION``: held out, written here before the signal's next change was tried; each is scored once, at
+a named commit, with ``python -m lab.scaling --seed N``, and every score (misses included) goes into the
+table in docs/deployment.md#autoscaling (docs/data/scaling.json). Once scored a seed is spent: the next
+fresh set starts after the highest seed listed here.
+"""
+
+from __future__ import annotations
+
+TUNING: tuple[int, ...] = (0, 1)
+VALIDATION: tuple[int, ...] = (2, 3, 4)
