@@ -145,9 +145,19 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
+
+
+def test_issue_49s_half_holds_two_physics_and_every_knob_both_ways() -> None:
+    _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
+    half = [p for p in pairs if p.split == "validation-9"]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny"} and len({p.workload for p in half}) >= 3
+    for knob in {p.knob for p in half}:
+        moves = {(p.physics, p.after_value > p.before) for p in half if p.knob == knob}
+        assert {way for _, way in moves} == {True, False}, knob
+    assert all(p.scrape_interval == 4.0 for p in half)
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
