@@ -19,6 +19,7 @@ from exporter.advisor.calibrate import (
     CannotCalibrate,
     Fitted,
     Outcome,
+    brackets,
     calibrate,
     observe,
 )
@@ -112,10 +113,11 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         arrivals=cal.arrivals.describe(), arrival_model=cal.arrivals.kind,
         step_cost={"fixed_seconds": _round(cal.cost.fixed_s, 6),
                    "per_token_seconds": _round(cal.cost.per_token_s, 8),
-                   "decode_token_weight": cal.cost.decode_weight,
+                   "decode_token_weight": round(cal.cost.decode_weight, 3),
+                   "decode_token_weight_log_sigma": _round(cal.weight_sigma, 3),
                    "noise_sigma": _round(cal.cost.noise_sigma, 3),
                    "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
-        step_cost_reused=reused,
+        step_cost_reused=reused, step_evidence=cal.evidence.to_dict() if cal.evidence is not None else None,
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
@@ -125,6 +127,9 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2))
         return AdviceResult(observed, (), primary.reason, calibration), None
     usable = {kind: t for kind, t in traffic.items() if checks[kind].ok and (both_readings or kind == primary_kind)}
+    # The decode weight's uncertainty, as calibrations refitted at -/+ one standard deviation (the interval's
+    # parameter part): they cost about what one candidate does, inside the sidecar's CPU budget.
+    bracketed = brackets(cal)
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
         cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
@@ -141,7 +146,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
             continue
         try:
             predictions: dict[str, Prediction] = {
-                kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds)
+                kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds, checks[kind],
+                              bracketed if kind == primary_kind else (), window.duration)
                 for kind, t in usable.items()}
         except BadQuestion:
             if what_if:
