@@ -132,7 +132,11 @@ def advisor_pairs() -> dict[str, Any]:
     pooled["coverage_share"] = _share(pooled["covered"], pooled["coverage_cells"])
     for h in halves:
         h["errors"] = {p: {m: round(v[0], 4) for m, v in by_metric.items()} for p, by_metric in h["errors"].items()}
-    return {"generated_by": "python -m lab.summary --write", "halves": halves, "pooled": pooled}
+    from lab import advisor_record
+
+    # Cell by cell: coverage on the cells that moved, each physics and workload family held out, each knob's moves.
+    record = advisor_record.record((split, name) for split, _, name in ADVISOR_HALVES)
+    return {"generated_by": "python -m lab.summary --write", "halves": halves, "pooled": pooled, "record": record}
 
 
 def dump(value: dict[str, Any]) -> str:

@@ -78,7 +78,27 @@ def advisor_pairs(data: Mapping[str, Any]) -> list[str]:
             f"{_counted(advisor['direction'], advisor['moved'])} of the cells that moved, "
             f"{_counted(advisor['within'], advisor['cells'])} of the cells within +/-35 %, the 80 % interval "
             f"covering {_interval(pooled['coverage_share'])}. Mean absolute log error over the same cells:", "",
-            *_table(("predictor", *(label for _, label in _PAIR_METRICS)), errors)]
+            *_table(("predictor", *(label for _, label in _PAIR_METRICS)), errors), "", *_record(data["record"])]
+
+
+def _record(record: Mapping[str, Any]) -> list[str]:
+    """The pooled cells per family held out (what the advisor scores on an engine physics or a workload the
+    rest were tuned on), the interval's coverage on the cells that moved, and each knob's moves."""
+    def row(label: str, s: Mapping[str, Any]) -> list[str]:
+        low, high = s["coverage_moved_wilson95"]
+        return [label, str(s["pairs"]), *(f"{s[p]['direction']}/{s['moved']}" for p, _ in _PREDICTORS),
+                *(f"{s[p]['within']}/{s['cells']}" for p, _ in _PREDICTORS),
+                f"{s['covered_moved']}/{s['moved']} ({_pct(low)}-{_pct(high)})"]
+
+    rows = [row("**all halves pooled**", record["pooled"]),
+            *(row(f"physics `{name}`", s) for name, s in record["physics"].items()),
+            *(row(f"workload `{name}`", s) for name, s in record["workload"].items())]
+    knobs = [[f"`{k['knob']}`", k["direction"], str(k["pairs"]), ", ".join(k["physics"]), f"{k['right']}/{k['moved']}",
+              "**true**" if k["validated"] else "false"] for k in record["knobs"]]
+    return [*_table(("cells held out", "pairs", "direction (moved): advisor", "nothing changes", "queue model",
+                     "within +/-35 %: advisor", "nothing changes", "queue model",
+                     "80 % interval covers, moved cells (Wilson 95 %)"), rows), "",
+            *_table(("knob", "direction", "pairs", "physics", "direction right (moved cells)", "validated"), knobs)]
 
 
 def lines(data: Mapping[str, Any]) -> list[str]:

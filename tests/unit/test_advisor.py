@@ -17,7 +17,7 @@ from exporter.advisor.calibrate import (
     lengths_from_histogram,
     tail_bound,
 )
-from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
+from exporter.advisor.candidates import VALIDATED, BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
 from exporter.advisor.reproduce import relative_error, sampling_band
@@ -311,9 +311,13 @@ def test_json_shape() -> None:
 
 def test_validated_knobs_and_what_a_replica_costs() -> None:
     budget = Candidate((Change("max_num_batched_tokens", 256, 2048),), "")
-    assert budget.validated and budget.accelerators == 1.0 and "no hardware" in budget.cost
-    for knob in ("max_num_seqs", "prefix_hit_ratio"):  # scored on the real before/after pairs
-        assert Candidate((Change(knob, 1, 2),), "").validated, knob
+    assert budget.accelerators == 1.0 and "no hardware" in budget.cost
+    # Validated is per knob and direction, as the pooled record on real engines says (candidates.VALIDATED).
+    for knob, way in VALIDATED:
+        assert Candidate((Change(knob, 4, 8) if way == "up" else Change(knob, 8, 4),), "").validated, knob
+    for knob, current, proposed in (("num_gpu_blocks_override", 100, 200), ("max_tokens", 512, 64),
+                                    ("max_num_seqs", 4, 16), ("kv_cache_memory_bytes", None, 2 ** 30)):
+        assert not Candidate((Change(knob, current, proposed),), "").validated, knob  # no record, or no direction
     for knob in ("api_server_count", "replicas"):
         assert not Candidate((Change(knob, 1, 2),), "").validated, knob
     both = Candidate((Change("max_num_batched_tokens", 256, 2048), Change("replicas", 1, 3)), "")
@@ -335,11 +339,11 @@ def test_published_everywhere() -> None:
     page = html.render(doc)
     assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
     assert "extrapolated: prefill steps of up to 2048 tokens" in page
-    assert 'data-knob="replicas" data-validated="false"' in page and "not validated on a real engine" in page
+    assert 'data-knob="replicas" data-validated="false"' in page and "not validated by the real-engine record" in page
     assert "cost: 2x the accelerators; an accelerator per added replica" in page
     report = text.render(doc)
     assert "max_num_batched_tokens 256 -> 2048" in report
-    assert "replicas 1 -> 2 [not validated on a real engine]: a second replica" in report
+    assert "replicas 1 -> 2 [not validated by the real-engine record]: a second replica" in report
     assert "    cost: 2x the accelerators; an accelerator per added replica" in report
     assert "    cost: no more accelerators; no hardware" in report
     assert "    extrapolated: prefill steps of up to 2048 tokens" in report
