@@ -13,7 +13,8 @@ Scoring a split gives, per pair and per metric (TTFT p95, ITL p95, preemptions/s
 
 * three predictors on the same cells: the advisor (``vllm-diag advise BASE --what-if KNOB=TO``),
   "nothing changes" (the after is the base) and a single-server queue (``queue_baseline``);
-* the advisor's 80 % prediction interval (``interval``) and its coverage with a Wilson interval;
+* the advisor's own 80 % prediction interval (the product's, from the one base window) and its coverage
+  with a Wilson interval (halves 1-8 were scored with the lab's interval from the two base captures);
 * the acceptance cells of issue 27: the direction is right for every metric that moved by more than
   15 % and more than twice its run-to-run noise; the value is within +/-35 % of the measured after
   (for a measured 0 after a non-zero base: at most 10 % of the base); a refusal is a miss.
@@ -60,7 +61,6 @@ NOISE_FACTOR = 2.0  # ... and by more than this many times its run-to-run noise
 MAGNITUDE = 0.35  # within +/- this share of the measured after
 ZERO_SHARE = 0.10  # a measured 0 after a non-zero base: within this share of the base
 PREEMPTION_FLOOR = 0.05  # preemptions/s at or under which a rate counts as 0
-INTERVAL_Z = statistics.NormalDist().inv_cdf(0.9)  # 80 % two-sided: 1.28 standard deviations
 WILSON_Z = statistics.NormalDist().inv_cdf(0.975)
 
 # Workloads a pair may name: the traffic of each; the engine is the harness default with the pair's
@@ -233,36 +233,6 @@ def noise_sigma(first: float | None, second: float | None, pad: float) -> float:
     return abs(_log(first, pad) - _log(second, pad)) / math.sqrt(2.0)
 
 
-def interval(predicted: float | None, key: str, calibration: dict[str, Any], base: dict[str, Any],
-             noise: float) -> tuple[float, float] | None:
-    """80 % prediction interval around ``predicted``, in log terms the root sum of squares of
-
-    * the calibration's parameter uncertainty: how far the calibrated model was from the base window
-      it was fitted to (its relative error on this metric), carried into the what-if;
-    * the window's sampling error: a p95 from the rank band the base window's own histogram gives
-      (``calibration.sampling_band``, at advice_calibration_confidence), a preemption rate from the
-      Poisson count of the window;
-    * the run-to-run noise measured on the two captures of the base (``noise_sigma``).
-    """
-    if predicted is None:
-        return None
-    pad = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
-    error = (calibration.get("errors") or {}).get(key)
-    param = abs(math.log1p(error)) if error is not None and error > -1.0 else 0.0
-    sampling = 0.0
-    band = (calibration.get("sampling_band") or {}).get(key)
-    if band and band[0] and band[1] and band[0] > 0:
-        z = statistics.NormalDist().inv_cdf(0.5 + 0.9 / 2)  # advice_calibration_confidence's default
-        sampling = (math.log(band[1]) - math.log(band[0])) / (2 * z)
-    elif key == "preemption_rate" and base.get("seconds"):
-        count = (base["observed"].get(key) or 0.0) * base["seconds"]
-        sampling = 1.0 / math.sqrt(count + 1.0)
-    sigma = math.sqrt(param ** 2 + sampling ** 2 + noise ** 2)
-    centre = _log(predicted, pad)
-    low, high = math.exp(centre - INTERVAL_Z * sigma) - pad, math.exp(centre + INTERVAL_Z * sigma) - pad
-    return max(low, 0.0), high
-
-
 def close(predicted: float | None, after: float | None, before: float | None, key: str) -> bool:
     """The magnitude cell: within +/-35 % of the after; a measured 0 after a non-zero base within 10 % of it."""
     if predicted is None or after is None:
@@ -336,9 +306,12 @@ def score_pair(pair: Pair, captures: Path) -> list[Cell]:
         pad = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
         noise = noise_sigma(first["observed"].get(key), second["observed"].get(key), pad)
         model = item["predicted"].get(key) if item else None
+        # The product's own 80 % interval, from the one base window the advisor saw (issue 49): its spread of
+        # the step-cost parameter, calibration residual, sampling error and the shipped run-to-run noise.
+        band = (item.get("interval") or {}).get(key) if item else None
         cells.append(Cell(pair.id, key, first["observed"].get(key), after.get(key), noise,
                           {"advisor": model, "unchanged": first["observed"].get(key), "queue": queue.get(key)},
-                          interval(model, key, target.get("calibration") or {}, first, noise), reason))
+                          (float(band[0]), float(band[1])) if band else None, reason))
     return cells
 
 

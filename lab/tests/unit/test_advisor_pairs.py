@@ -12,7 +12,6 @@ from lab.advisor_pairs import (
     Cell,
     Pair,
     close,
-    interval,
     load_manifest,
     noise_sigma,
     plan,
@@ -51,23 +50,6 @@ def test_wilson_interval() -> None:
     assert (low, high) == pytest.approx((0.490, 0.943), abs=0.002)  # 8/10: 49-94 %
     assert wilson(0, 0) == (0.0, 1.0)
     assert wilson(10, 10)[1] == 1.0 and wilson(10, 10)[0] > 0.69
-
-
-def test_interval_widens_with_each_source_and_holds_the_prediction() -> None:
-    calibration = {"errors": {"ttft_p95_seconds": 0.2}, "sampling_band": {"ttft_p95_seconds": [0.8, 1.25]}}
-    base = {"observed": {"preemption_rate": 0.0}, "seconds": 40.0}
-    quiet = interval(1.0, "ttft_p95_seconds", {}, base, 0.0)
-    assert quiet == (1.0, 1.0)  # no uncertainty: a point
-    calibrated = interval(1.0, "ttft_p95_seconds", calibration, base, 0.0)
-    noisy = interval(1.0, "ttft_p95_seconds", calibration, base, 0.3)
-    assert calibrated is not None and noisy is not None
-    assert noisy[0] < calibrated[0] < 1.0 < calibrated[1] < noisy[1]
-    # log-symmetric: 80 % two-sided is 1.28 sigma each side
-    assert math.log(noisy[1]) == pytest.approx(-math.log(noisy[0]))
-    assert interval(None, "ttft_p95_seconds", calibration, base, 0.3) is None
-    # a preemption rate of 0 gets a Poisson width, never a negative bound
-    pre = interval(0.0, "preemption_rate", {}, base, 0.0)
-    assert pre is not None and pre[0] == 0.0 and pre[1] > 0.0
 
 
 def test_noise_from_two_runs() -> None:
