@@ -204,6 +204,7 @@ class Calibration:
     frontend_observed_s: float
     evidence: StepEvidence | None = None  # what the window's own steps say about the step cost
     weight_sigma: float = 0.0  # uncertainty of cost.decode_weight, log terms (one standard deviation)
+    weight_source: str = "prior"  # where the decode weight came from: window, profile or prior
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
 
     def engine_config(self, **changes: Any) -> EngineConfig:
@@ -344,7 +345,7 @@ def _need(value: Any, what: str) -> Any:
 
 
 def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
-              prior: Calibration | None = None) -> Calibration:
+              prior: Calibration | None = None, profile: StepEvidence | None = None) -> Calibration:
     """Everything but the step cost from the window and facts; then the step cost by fitting.
 
     With a ``prior`` (an earlier window's calibration of the same engine, same facts), its fitted step
@@ -408,15 +409,21 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
     evidence = identify(window)
-    weight, sigma = thresholds.advice_decode_token_weight, thresholds.advice_decode_weight_sigma
-    if evidence.identified and evidence.decode_weight is not None and evidence.decode_weight_sigma is not None:
-        weight = min(max(evidence.decode_weight, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
-        sigma = evidence.decode_weight_sigma
+    weight, sigma, source = thresholds.advice_decode_token_weight, thresholds.advice_decode_weight_sigma, "prior"
+    # The window's own reading first, then a profile of this engine (vllm-diag profile), then the prior.
+    for reading, name in ((evidence, "window"), (profile, "profile")):
+        if (reading is not None and reading.identified and reading.decode_weight is not None
+                and reading.decode_weight_sigma is not None):
+            weight = min(max(reading.decode_weight, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
+            sigma, source = reading.decode_weight_sigma, name
+            break
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
                                     decode_weight=weight),
-                  evidence=evidence, weight_sigma=sigma, fit_means=(itl_hist.mean() or 0.0, prefill_mean))
+                  evidence=evidence, weight_sigma=sigma, weight_source=source,
+                  fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
-        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma)
+        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
+                       weight_source=prior.weight_source)
     return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
 
 

@@ -19,7 +19,9 @@ shows; the result says so (``identified`` false, with the reason) and the adviso
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from exporter.catalog import metrics as vllm
 from exporter.window import Window
@@ -46,6 +48,17 @@ class StepEvidence:
     identified: bool = False
     reason: str = ""
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepEvidence:
+        """The evidence ``to_dict`` wrote (a profile file's ``evidence``)."""
+        def f(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+        return cls(int(data.get("intervals") or 0), float(data.get("token_gaps") or 0),
+                   f("seconds_per_step"), f("fixed_seconds"), f("per_prefill_token_seconds"), f("per_decode_seconds"),
+                   f("decode_token_weight"), f("decode_token_weight_log_sigma"), bool(data.get("identified")),
+                   str(data.get("reason") or ""))
+
     def to_dict(self) -> dict[str, object]:
         def r(value: float | None, digits: int) -> float | None:
             return None if value is None else round(value, digits)
@@ -56,9 +69,9 @@ class StepEvidence:
                 "decode_token_weight_log_sigma": r(self.decode_weight_sigma, 3)}
 
 
-def _rows(window: Window) -> list[tuple[float, float, float, float]]:
+def rows(window: Window) -> list[tuple[float, float, float, float]]:
     """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
-    rows = []
+    out = []
     for step in window.steps:
         if step.restarted:
             continue
@@ -69,8 +82,8 @@ def _rows(window: Window) -> list[tuple[float, float, float, float]]:
         decodes = sum(step.counters.get(vllm.GENERATION_TOKENS_TOTAL, {}).values())
         if steps <= 0 or count <= 0:
             continue
-        rows.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
-    return rows
+        out.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
+    return out
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -102,7 +115,11 @@ def _inverse(a: list[list[float]]) -> list[list[float]] | None:
 
 def identify(window: Window) -> StepEvidence:
     """The step cost's fixed, per-prefill-token and per-decode parts from the window, or why not."""
-    rows = _rows(window)
+    return fit(rows(window))
+
+
+def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
+    """The three parts from intervals of (gaps, mean gap, prefill tokens per step, decodes per step), or why not."""
     gaps = sum(r[0] for r in rows)
     per_step = sum(r[0] * r[1] for r in rows) / gaps if gaps else None
     base = StepEvidence(len(rows), gaps, per_step)
