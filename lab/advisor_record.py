@@ -25,6 +25,7 @@ one queue-model direction of validation-2 that the rounding flips.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Iterable
@@ -164,15 +165,41 @@ def knob_moves(cells: list[Cell]) -> list[dict[str, Any]]:
     return out
 
 
+def acceptance(data: dict[str, Any]) -> dict[str, Any]:
+    """Issue 49's acceptance on the pooled record, each point with its numbers."""
+    pooled = data["pooled"]
+    advisor = pooled["advisor"]
+    errors = {key: {p: pooled[p]["mean_abs_log_error"][key] for p in PREDICTORS} for key in LABELS}
+    closer = {key: e["advisor"] is not None and all(e["advisor"] < (e[p] if e[p] is not None else math.inf)
+                                                   for p in ("unchanged", "queue")) for key, e in errors.items()}
+    # The 95 % binomial band around 80 % for this many moved cells: the coverage must fall inside it.
+    n = pooled["moved"]
+    half = 1.96 * math.sqrt(0.8 * 0.2 / n) if n else 0.0
+    coverage = pooled["covered_moved"] / n if n else 0.0
+    families = {f"{key} {name}": s["advisor"]["within"] / s["cells"]
+                for key in ("physics", "workload") for name, s in data[key].items() if s["cells"]}
+    return {
+        "direction_every_moved": advisor["direction"] == pooled["moved"],
+        "within_share": round(advisor["within"] / pooled["cells"], 4),
+        "within_80": advisor["within"] >= 0.8 * pooled["cells"],
+        "closer_than_both_baselines": closer,
+        "coverage_moved": round(coverage, 4), "coverage_band": [round(0.8 - half, 4), round(0.8 + half, 4)],
+        "coverage_in_band": 0.8 - half <= coverage <= 0.8 + half,
+        "families_below_70": sorted(name for name, share in families.items() if share < FAMILY_FLOOR),
+    }
+
+
 def record(halves: Iterable[tuple[str, str]], manifest: Path = MANIFEST) -> dict[str, Any]:
     """``halves``: (split, results file name). The pooled score, per family held out, per knob and direction."""
     _, pairs = load_manifest(manifest)
     by_id = {p.id: p for p in pairs}
     cells = [c for split, name in halves for c in read_half(split, RESULTS / name, by_id)]
-    return {"pooled": score(cells),
-            "physics": {name: score(group) for name, group in _group(cells, "physics").items()},
-            "workload": {name: score(group) for name, group in _group(cells, "workload").items()},
-            "knobs": knob_moves(cells)}
+    out = {"pooled": score(cells),
+           "physics": {name: score(group) for name, group in _group(cells, "physics").items()},
+           "workload": {name: score(group) for name, group in _group(cells, "workload").items()},
+           "knobs": knob_moves(cells)}
+    out["acceptance"] = acceptance(out)
+    return out
 
 
 def table(data: dict[str, Any]) -> str:
@@ -195,4 +222,5 @@ def table(data: dict[str, Any]) -> str:
               "|---|---|---|---|---|---|"]
     lines += [f"| {k['knob']} | {k['direction']} | {k['pairs']} | {', '.join(k['physics'])} | "
               f"{k['right']}/{k['moved']} | {'yes' if k['validated'] else 'no'} |" for k in data["knobs"]]
+    lines += ["", "acceptance: " + json.dumps(data["acceptance"], sort_keys=True)]
     return "\n".join(lines)

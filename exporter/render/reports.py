@@ -95,9 +95,19 @@ def _record(record: Mapping[str, Any]) -> list[str]:
             *(row(f"workload `{name}`", s) for name, s in record["workload"].items())]
     knobs = [[f"`{k['knob']}`", k["direction"], str(k["pairs"]), ", ".join(k["physics"]), f"{k['right']}/{k['moved']}",
               "**true**" if k["validated"] else "false"] for k in record["knobs"]]
-    return [*_table(("cells held out", "pairs", "direction (moved): advisor", "nothing changes", "queue model",
-                     "within +/-35 %: advisor", "nothing changes", "queue model",
-                     "80 % interval covers, moved cells (Wilson 95 %)"), rows), "",
+    acc = record["acceptance"]
+    closer = [label for key, label in _PAIR_METRICS if not acc["closer_than_both_baselines"][key]]
+    low, high = acc["coverage_band"]
+    said = [f"Against the targets: direction right on every moved cell: "
+            f"{'yes' if acc['direction_every_moved'] else 'no'}; within +/-35 %: {_pct(acc['within_share'])} "
+            f"(needs 80 %); closer than both baselines on every metric: "
+            f"{'yes' if not closer else 'no (' + ', '.join(closer) + ')'}; the 80 % interval covers "
+            f"{_pct(acc['coverage_moved'])} of the moved cells (the 95 % binomial band around 80 %: "
+            f"{_pct(low)}-{_pct(high)}); families under 70 % within: "
+            f"{', '.join(acc['families_below_70']) or 'none'}."]
+    return [*said, "", *_table(("cells held out", "pairs", "direction (moved): advisor", "nothing changes",
+                                "queue model", "within +/-35 %: advisor", "nothing changes", "queue model",
+                                "80 % interval covers, moved cells (Wilson 95 %)"), rows), "",
             *_table(("knob", "direction", "pairs", "physics", "direction right (moved cells)", "validated"), knobs)]
 
 
