@@ -55,6 +55,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-6", "bdce395", "advisor-pairs-bdce395-validation-r6.txt"),
     ("validation-7", "9f50abd", "advisor-pairs-9f50abd-validation-r7.txt"),
     ("validation", "717f398", "advisor-pairs-717f398-validation-r8.txt"),
+    ("validation-9", "332a70e", "advisor-pairs-332a70e-validation-9.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
