@@ -37,13 +37,15 @@ FORMAT = 1
 @dataclass(frozen=True, slots=True)
 class Phase:
     clients: int  # closed-loop clients, no think time
-    prompt_words: int  # words of random text per prompt (a word is one to three tokens)
+    prompt_share: float  # prompt length as a share of the engine's max_model_len (at least 8 tokens)
     max_tokens: int
 
 
 # Steps of different make-up: one decode, a batch of decodes, long prompts beside a few decodes, a mix.
-PHASES: tuple[Phase, ...] = (Phase(1, 8, 96), Phase(4, 8, 96), Phase(12, 8, 96), Phase(2, 400, 8),
-                             Phase(6, 150, 48))
+PHASES: tuple[Phase, ...] = (Phase(1, 0.0, 96), Phase(4, 0.0, 96), Phase(12, 0.0, 96), Phase(2, 0.6, 8),
+                             Phase(6, 0.25, 48))
+MIN_PROMPT_TOKENS = 8
+FAILED_SHARE = 0.5  # more requests refused than this: the sweep stops and says why
 WORDS = tuple(f"w{i}" for i in range(4096))  # random words: no two prompts share a cached prefix
 
 
@@ -51,31 +53,47 @@ class ProfileError(Exception):
     """The engine cannot be profiled (unreachable, no model, no step metrics): one line saying why."""
 
 
-async def _model(session: aiohttp.ClientSession, base: str) -> str:
+async def _model(session: aiohttp.ClientSession, base: str) -> tuple[str, int]:
+    """The served model's name and its max_model_len (vLLM's /v1/models says both; 2048 when it does not)."""
     async with session.get(f"{base}/v1/models") as response:
         if response.status != 200:
             raise ProfileError(f"{base}/v1/models answered HTTP {response.status}")
         data = await response.json()
-    models = [m.get("id") for m in data.get("data", []) if m.get("id")]
+    models = [m for m in data.get("data", []) if m.get("id")]
     if not models:
         raise ProfileError(f"{base}/v1/models lists no model")
-    return str(models[0])
+    return str(models[0]["id"]), int(models[0].get("max_model_len") or 2048)
 
 
-async def _client(session: aiohttp.ClientSession, base: str, model: str, phase: Phase, stop_at: float,
-                  rng: random.Random, failures: list[str]) -> None:
+async def _tokens_per_word(session: aiohttp.ClientSession, base: str, model: str) -> float:
+    """Tokens a random word takes (vLLM's /tokenize); 3 when the server has no such endpoint."""
+    sample = " ".join(WORDS[i * 37 % len(WORDS)] for i in range(200))
+    try:
+        async with session.post(f"{base}/tokenize", json={"model": model, "prompt": sample}) as response:
+            if response.status == 200:
+                count = (await response.json()).get("count")
+                if count:
+                    return float(count) / 200
+    except (aiohttp.ClientError, TimeoutError, ValueError):
+        pass
+    return 3.0
+
+
+async def _client(session: aiohttp.ClientSession, base: str, model: str, words: int, phase: Phase,
+                  stop_at: float, rng: random.Random, done: list[str]) -> None:
     while time.monotonic() < stop_at:
-        prompt = " ".join(rng.choice(WORDS) for _ in range(phase.prompt_words))
+        prompt = " ".join(rng.choice(WORDS) for _ in range(words))
         payload = {"model": model, "prompt": prompt, "max_tokens": phase.max_tokens, "ignore_eos": True,
                    "temperature": 0.0}
         try:
             async with session.post(f"{base}/v1/completions", json=payload) as response:
-                await response.read()
-                if response.status != 200:
-                    failures.append(f"HTTP {response.status}")
+                body = await response.read()
+                done.append("" if response.status == 200 else
+                            f"HTTP {response.status}: {body[:160].decode('utf-8', 'replace')}")
         except (aiohttp.ClientError, TimeoutError) as exc:
-            failures.append(type(exc).__name__)
-            await asyncio.sleep(0.5)
+            done.append(f"{type(exc).__name__}: {exc}")
+        if done[-1]:
+            await asyncio.sleep(0.5)  # a refusal is not retried at full speed
 
 
 async def _scrape(session: aiohttp.ClientSession, metrics_url: str, window: Window) -> None:
@@ -92,33 +110,41 @@ async def sweep(base: str, seconds: float = 20.0, interval: float = 2.0, seed: i
     metrics_url = f"{base}/metrics"
     rng = random.Random(seed)
     all_rows: list[tuple[float, float, float, float]] = []
-    failures: list[str] = []
+    done: list[str] = []  # per request: "" when it finished, else why not
     timeout = aiohttp.ClientTimeout(total=max(60.0, seconds * 3))
     async with aiohttp.ClientSession(timeout=timeout) as session:
         try:
-            model = await _model(session, base)
+            model, max_model_len = await _model(session, base)
         except aiohttp.ClientError as exc:
             raise ProfileError(f"{base}: {exc}") from None
+        per_word = await _tokens_per_word(session, base, model)
         per_phase = []
         for phase in phases:
+            tokens = max(MIN_PROMPT_TOKENS, int(phase.prompt_share * max_model_len))
+            tokens = min(tokens, max_model_len - phase.max_tokens - 16)  # room for the output and the template
+            words = max(1, int(tokens / per_word))
             window = Window(seconds * 4, COUNTERS)
             stop_at = time.monotonic() + seconds
-            clients = [asyncio.create_task(_client(session, base, model, phase, stop_at, rng, failures))
+            clients = [asyncio.create_task(_client(session, base, model, words, phase, stop_at, rng, done))
                        for _ in range(phase.clients)]
             await asyncio.sleep(min(interval, seconds / 4))  # the first steps, before the first scrape
             while time.monotonic() < stop_at:
                 await _scrape(session, metrics_url, window)
                 await asyncio.sleep(interval)
             await asyncio.gather(*clients)
+            failed = [why for why in done if why]
+            if len(failed) > FAILED_SHARE * len(done):
+                raise ProfileError(f"the engine refused {len(failed)} of {len(done)} requests ({failed[0]})")
             found = rows(window)
-            per_phase.append({**asdict(phase), "intervals": len(found)})
+            per_phase.append({**asdict(phase), "prompt_words": words, "intervals": len(found)})
             all_rows += found
     if not all_rows:
         raise ProfileError(f"{metrics_url}: no interval with engine steps and token gaps (is it vLLM, with "
                            "vllm:iteration_tokens_total and vllm:inter_token_latency_seconds?)")
     evidence = fit(all_rows)
     return {"format": FORMAT, "url": base, "model": model, "measured_at": time.time(), "seconds_per_phase": seconds,
-            "phases": per_phase, "failed_requests": len(failures),
+            "max_model_len": max_model_len, "phases": per_phase, "requests": len(done),
+            "failed_requests": sum(1 for why in done if why),
             "rows": [[round(v, 9) for v in r] for r in all_rows], "evidence": evidence.to_dict()}
 
 
