@@ -27,6 +27,7 @@ from typing import Any
 import aiohttp
 
 from exporter.advisor.stepcost import StepEvidence, fit, rows
+from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.pipeline import COUNTERS
 from exporter.window import Window
@@ -140,7 +141,7 @@ async def sweep(base: str, seconds: float = 20.0, interval: float = 2.0, seed: i
             all_rows += found
     if not all_rows:
         raise ProfileError(f"{metrics_url}: no interval with engine steps and token gaps (is it vLLM, with "
-                           "vllm:iteration_tokens_total and vllm:inter_token_latency_seconds?)")
+                           f"{vllm.ITERATION_TOKENS_TOTAL} and {vllm.INTER_TOKEN_LATENCY_SECONDS}?)")
     evidence = fit(all_rows)
     return {"format": FORMAT, "url": base, "model": model, "measured_at": time.time(), "seconds_per_phase": seconds,
             "max_model_len": max_model_len, "phases": per_phase, "requests": len(done),
