@@ -127,7 +127,7 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
