@@ -9,7 +9,8 @@ those rows back, joins each pair with the manifest (its knob and direction, its 
 and pools them:
 
 * per predictor (the advisor, "nothing changes", the single-server queue): direction on the cells that
-  moved, within +/-35 %, mean absolute log error per metric;
+  moved, within +/-35 % (a refusal is a miss), mean absolute log error per metric over the cells every
+  predictor answered;
 * the 80 % interval's coverage on the cells that moved (a 0 -> 0 preemption cell is covered by any
   interval that starts at 0, and says nothing);
 * the same per engine physics and per workload family, each family held out of the rest: what a model
@@ -129,7 +130,10 @@ def score(cells: list[Cell]) -> dict[str, Any]:
     for predictor in PREDICTORS:
         errors = {}
         for key in LABELS:
-            values = [e for c in cells if c.metric == key and (e := c.log_error(predictor)) is not None]
+            # On the same cells for every predictor: those all three predicted (a refusal is a miss in
+            # ``within``; here it would leave the advisor only the cells it chose to answer).
+            shared = [c for c in cells if c.metric == key and all(c.log_error(p) is not None for p in PREDICTORS)]
+            values = [c.log_error(predictor) or 0.0 for c in shared]
             errors[key] = round(sum(values) / len(values), 4) if values else None
         out[predictor] = {"direction": sum(c.right_way(predictor) for c in moved),
                           "within": sum(c.close(predictor) for c in cells), "mean_abs_log_error": errors}

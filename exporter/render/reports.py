@@ -101,7 +101,11 @@ def _record(record: Mapping[str, Any]) -> list[str]:
     said = [f"Against the targets: direction right on every moved cell: "
             f"{'yes' if acc['direction_every_moved'] else 'no'}; within +/-35 %: {_pct(acc['within_share'])} "
             f"(needs 80 %); closer than both baselines on every metric: "
-            f"{'yes' if not closer else 'no (' + ', '.join(closer) + ')'}; the 80 % interval covers "
+            f"{'yes' if not closer else 'no (' + ', '.join(closer) + ')'} (mean absolute log error on the cells "
+            f"all three answered, advisor / nothing changes / queue model: "
+            + "; ".join(f"{label} " + " / ".join(f"{record['pooled'][p]['mean_abs_log_error'][key]:.3f}"
+                                                for p, _ in _PREDICTORS) for key, label in _PAIR_METRICS)
+            + f"); the 80 % interval covers "
             f"{_pct(acc['coverage_moved'])} of the moved cells (the 95 % binomial band around 80 %: "
             f"{_pct(low)}-{_pct(high)}); families under 70 % within: "
             f"{', '.join(acc['families_below_70']) or 'none'}."]
