@@ -56,6 +56,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-7", "9f50abd", "advisor-pairs-9f50abd-validation-r7.txt"),
     ("validation", "717f398", "advisor-pairs-717f398-validation-r8.txt"),
     ("validation-9", "332a70e", "advisor-pairs-332a70e-validation-9.txt"),
+    ("validation-10", "65cd99b", "advisor-pairs-65cd99b-validation-10.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
