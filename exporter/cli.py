@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -29,6 +29,9 @@ from exporter.poll import fetch
 from exporter.promsource import command as promsource
 from exporter.publish import document, text
 from exporter.render import cli as render
+
+if TYPE_CHECKING:
+    from exporter.advisor.stepcost import StepEvidence
 
 EXIT_BAD_INPUT = 2
 DEFAULT_INTERVAL = 15.0  # seconds between plain captures when nothing says otherwise
@@ -96,6 +99,14 @@ def cmd_advise(args: argparse.Namespace) -> int:
             parse_question(question)
         except BadQuestion as exc:
             raise BadInput(f"--what-if {question}: {exc}") from None
+    profile = None
+    if args.profile:
+        from exporter.advisor.profile import ProfileError, load
+
+        try:
+            profile = load(Path(args.profile))
+        except ProfileError as exc:
+            raise BadInput(f"--profile: {exc}") from None
     pipelines = _advise_prometheus(args) if promsource.wanted(args) else [_diagnosed(args)]
     states = []
     for pipeline in pipelines:
@@ -103,11 +114,45 @@ def cmd_advise(args: argparse.Namespace) -> int:
         active = {cause.id for cause in state.diagnosis.active_causes if not cause.informational}
         try:
             result = advise(pipeline.window, engine_facts(state.engine), pipeline.thresholds, args.what_if or (),
-                            active)
+                            active, profile=profile or _target_profile(pipeline))
         except BadQuestion as exc:
             raise BadInput(f"--what-if: {exc}") from None
         states.append(replace(state, advice=result))
     _emit(document.build(states), args.format)
+    return 0
+
+
+def _target_profile(pipeline: TargetPipeline) -> StepEvidence | None:
+    """The step profile a target's configuration names (``step_profile``), or None."""
+    from exporter.advisor.profile import ProfileError, load
+
+    path = pipeline.target.step_profile
+    if path is None:
+        return None
+    try:
+        return load(path)
+    except ProfileError as exc:
+        raise BadInput(f"targets[{pipeline.target.name}].step_profile: {exc}") from None
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    """A short, bounded sweep of the engine's step cost (exporter/advisor/profile.py), written to --out."""
+    from exporter.advisor.profile import PHASES, ProfileError, sweep
+
+    if not args.url.startswith(("http://", "https://")):
+        raise BadInput(f"profile: {args.url} is not an http(s) URL of a vLLM server")
+    print(f"profiling {args.url}: {len(PHASES)} phases of {args.seconds:g} s of load (use an engine out of "
+          "service)", file=sys.stderr)
+    try:
+        data = asyncio.run(sweep(args.url, args.seconds, args.interval))
+    except ProfileError as exc:
+        raise BadInput(f"profile: {exc}") from None
+    Path(args.out).write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+    evidence = data["evidence"]
+    said = (f"decode weight {evidence['decode_token_weight']:.1f} prefill tokens (log sigma "
+            f"{evidence['decode_token_weight_log_sigma']:.2f})" if evidence["identified"]
+            else f"not identified: {evidence['reason']}")
+    print(f"{args.out}: {said}")
     return 0
 
 
@@ -349,7 +394,20 @@ def build_parser() -> argparse.ArgumentParser:
     adv.add_argument("--what-if", action="append", metavar="KNOB=VALUE",
                      help="a change to evaluate (repeatable), e.g. max_num_seqs=6, kv_cache_memory_bytes=8GiB, "
                           "max_tokens=512, max_num_batched_tokens=4096")
+    adv.add_argument("--profile", metavar="FILE", help="the engine's step cost from `vllm-diag profile` (used where "
+                     "the window does not identify it; default: the target's step_profile)")
     adv.set_defaults(func=cmd_advise)
+
+    prof = sub.add_parser("profile", help="measure the engine's step cost with a short sweep (sends load)",
+                          description="Send a few phases of closed-loop requests (one decode, many decodes, long "
+                                      "prompts beside them) to a vLLM server OUT OF SERVICE, scrape its /metrics, "
+                                      "fit the step cost (fixed, per prefill token, per decode) and write it to "
+                                      "--out for `advise --profile` and a target's step_profile.")
+    prof.add_argument("url", help="the engine's base URL, e.g. http://127.0.0.1:8000")
+    prof.add_argument("--out", required=True, metavar="FILE", help="where to write the profile (JSON)")
+    prof.add_argument("--seconds", type=float, default=20.0, help="seconds of load per phase (default 20)")
+    prof.add_argument("--interval", type=float, default=2.0, help="seconds between scrapes (default 2)")
+    prof.set_defaults(func=cmd_profile)
 
     simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario",
                               description="A vLLM 0.32-compatible /metrics source from the built-in simulator: "

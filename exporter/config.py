@@ -229,6 +229,8 @@ class Target(_Strict):
     max_series_per_family: int = Field(default=2000, gt=0,
                                        description="cardinality cap: series beyond it are dropped and counted")
     slo: Slo | None = Field(default=None, description="this target's objectives; the global slo when unset")
+    step_profile: Path | None = Field(default=None, description="the engine's step cost from `vllm-diag profile` "
+                                      "(the advisor uses it where a window does not identify the split)")
 
     @model_validator(mode="before")
     @classmethod

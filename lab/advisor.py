@@ -1,5 +1,6 @@
-"""``python -m lab.advisor``: the what-if advisor against a real vLLM, its four before/after cases
-(lab/advisor_cases.py) or, with ``--manifest``, the real before/after pairs (lab/advisor_pairs.py)."""
+"""``python -m lab.advisor``: the advisor's pooled record over every validation half ever scored
+(lab/advisor_record.py); with ``--manifest``, the real before/after pairs (lab/advisor_pairs.py); with
+``--runs``/``--write``/``--live``, its four before/after cases against a real vLLM (lab/advisor_cases.py)."""
 
 from __future__ import annotations
 
@@ -33,7 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM "
                         "(all: every capture of the manifest not on disk yet)")
     parser.add_argument("--seconds", type=float, default=None, help="with --capture: captured seconds per run")
+    parser.add_argument("--live", action="store_true", help="run the four cases on a real vLLM (a temporary folder)")
     args = parser.parse_args(argv)
+    if not (args.manifest or args.runs or args.write or args.live or args.reuse):
+        from lab import advisor_record, summary
+
+        print(advisor_record.table(advisor_record.record((s, name) for s, _, name in summary.ADVISOR_HALVES)))
+        return 0
     if args.manifest:
         if args.capture and not vllm_available():
             print(f"python -m lab.advisor: {unavailable_reason()}", file=sys.stderr)

@@ -248,8 +248,8 @@ async def probe_step_seconds(base_url: str) -> float:
 
 
 async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0,
-                     seconds: float | None = None) -> dict[str, Any]:
-    """Run the traffic, capturing /metrics every SCRAPE_INTERVAL_S after the warm-up for ``seconds``
+                     seconds: float | None = None, interval: float = SCRAPE_INTERVAL_S) -> dict[str, Any]:
+    """Run the traffic, capturing /metrics every ``interval`` seconds after the warm-up for ``seconds``
     (default: CLOSED_RUN_S or OPEN_RUN_S by the traffic); probe the machine's speed on the idle
     engine just before and just after."""
     out.mkdir(parents=True, exist_ok=True)
@@ -269,10 +269,10 @@ async def record_run(server: RealVLLM, spec: RunSpec, out: Path, seed: int = 0,
             header = f"# vllm-diag capture target={spec.name} scraped_at={stamp!r}\n"
             (out / f"{spec.name}-{index:03d}.txt.gz").write_bytes(compress((header + text).encode("utf-8")))
             index += 1
-            next_at += SCRAPE_INTERVAL_S
+            next_at += interval
     failures = await load
     probe_after = await probe_step_seconds(server.base_url)
-    config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": SCRAPE_INTERVAL_S,
+    config = {"targets": [{"name": spec.name, "url": server.metrics_url, "scrape_interval": interval,
                            "timeout": 1.0, "engine": _facts(server)}]}
     (out / "vllm-diag.yaml").write_text(yaml.safe_dump(config, sort_keys=False), encoding="utf-8")
     meta = {"run": spec.name, "engine": spec.engine, "traffic": asdict(spec.traffic), "captures": index,

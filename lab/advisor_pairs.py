@@ -13,7 +13,8 @@ Scoring a split gives, per pair and per metric (TTFT p95, ITL p95, preemptions/s
 
 * three predictors on the same cells: the advisor (``vllm-diag advise BASE --what-if KNOB=TO``),
   "nothing changes" (the after is the base) and a single-server queue (``queue_baseline``);
-* the advisor's 80 % prediction interval (``interval``) and its coverage with a Wilson interval;
+* the advisor's own 80 % prediction interval (the product's, from the one base window) and its coverage
+  with a Wilson interval (halves 1-8 were scored with the lab's interval from the two base captures);
 * the acceptance cells of issue 27: the direction is right for every metric that moved by more than
   15 % and more than twice its run-to-run noise; the value is within +/-35 % of the measured after
   (for a measured 0 after a non-zero base: at most 10 % of the base); a refusal is a miss.
@@ -49,9 +50,11 @@ from lab.advisor_cases import (
 
 # ``validation-1`` ... ``validation-7``: the first campaign's and rounds 2-7's validation halves, each scored once
 # (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
-# ``validation`` is the current half (round 8, scored once at 717f398); the next round relabels it ``validation-8``.
+# ``validation`` is round 8's half (scored once at 717f398); ``validation-9`` is issue 49's, fixed in the manifest
+# before any model change of that issue and scored once; ``validation-10`` was fixed after validation-9's scoring,
+# before any model change made after it.
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "validation-6", "validation-7", "smoke")
+          "validation-6", "validation-7", "validation-9", "validation-10", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -59,7 +62,6 @@ NOISE_FACTOR = 2.0  # ... and by more than this many times its run-to-run noise
 MAGNITUDE = 0.35  # within +/- this share of the measured after
 ZERO_SHARE = 0.10  # a measured 0 after a non-zero base: within this share of the base
 PREEMPTION_FLOOR = 0.05  # preemptions/s at or under which a rate counts as 0
-INTERVAL_Z = statistics.NormalDist().inv_cdf(0.9)  # 80 % two-sided: 1.28 standard deviations
 WILSON_Z = statistics.NormalDist().inv_cdf(0.975)
 
 # Workloads a pair may name: the traffic of each; the engine is the harness default with the pair's
@@ -82,6 +84,8 @@ WORKLOADS: dict[str, Traffic] = {
     "shared-prefixes": Traffic(prompt_tokens=(450, 650), max_tokens=((24, 1.0),), rate=2.0),
     "mixed": MIXED,
     "mixed-slow": replace(MIXED, rate=0.6),
+    # The long prompts at half the rate for the wide-MLP engine, whose 860-token prefill costs a few hundred ms.
+    "long-prompts-queue-wide": replace(LONG_PROMPTS, rate=0.8),
 }
 BASE_ENGINE: dict[str, Any] = {"max_num_batched_tokens": 1024, "max_num_seqs": 16, "kv_cache_memory_bytes": KV_BYTES}
 ENGINE_KNOBS = ("max_num_batched_tokens", "max_num_seqs", "kv_cache_memory_bytes")
@@ -97,6 +101,9 @@ WORKER_PROCESS = "VLLM::Worker"  # the process name vLLM V1 gives the model exec
 # 524288 tokens, 268 MB: ~10 ms, plus ~1 ms per sequence), as an accelerator's decode step reads the
 # weights, while a prefill costs what it did: steady slow steps, without a CPU quota's throttling noise.
 PADDED_VOCAB = "padded_vocab"
+# A third: the compute-bound model (tests/realvllm/make_model.py --wide, a 16384-wide MLP): a decode step is
+# milliseconds of matrix work and a prefill chunk scales with its tokens, as on a GPU serving a real model.
+WIDE_MLP = "wide_mlp"
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -119,6 +126,18 @@ class Pair:
     # served heavier loads first runs its steps 15-25 % slower (round 7's light bases), which a base shared
     # with other workloads and an after on a fresh start would read as the knob's effect.
     fresh_starts: bool = False
+    scrape_interval: float = 2.0  # seconds between captures (issue 49's half: 4, half the folder's size)
+
+    @property
+    def physics(self) -> str:
+        """The engine's cost structure: what a leave-one-physics-out score leaves out."""
+        if self.engine.get(WIDE_MLP):
+            return "wide-mlp"
+        if self.engine.get(PADDED_VOCAB):
+            return "padded-vocab"
+        if self.engine.get(WORKER_CPUS):
+            return "cpu-quota"
+        return "tiny"
 
     @property
     def what_if(self) -> str:
@@ -144,7 +163,8 @@ def load_manifest(path: Path) -> tuple[Path, list[Pair]]:
             raise ValueError(f"pair {item['id']}: base_starts is 1 or 2, not {starts}")
         pairs.append(Pair(item["id"], item["workload"], item["knob"], item["from"], item["to"],
                           (str(base[0]), str(base[1])), str(item["after"]), item["split"],
-                          dict(item.get("engine") or {}), starts, bool(item.get("fresh_starts", False))))
+                          dict(item.get("engine") or {}), starts, bool(item.get("fresh_starts", False)),
+                          float(item.get("scrape_interval", 2.0))))
     return captures, pairs
 
 
@@ -212,36 +232,6 @@ def noise_sigma(first: float | None, second: float | None, pad: float) -> float:
     if first is None or second is None or first + pad <= 0 or second + pad <= 0:
         return 0.0
     return abs(_log(first, pad) - _log(second, pad)) / math.sqrt(2.0)
-
-
-def interval(predicted: float | None, key: str, calibration: dict[str, Any], base: dict[str, Any],
-             noise: float) -> tuple[float, float] | None:
-    """80 % prediction interval around ``predicted``, in log terms the root sum of squares of
-
-    * the calibration's parameter uncertainty: how far the calibrated model was from the base window
-      it was fitted to (its relative error on this metric), carried into the what-if;
-    * the window's sampling error: a p95 from the rank band the base window's own histogram gives
-      (``calibration.sampling_band``, at advice_calibration_confidence), a preemption rate from the
-      Poisson count of the window;
-    * the run-to-run noise measured on the two captures of the base (``noise_sigma``).
-    """
-    if predicted is None:
-        return None
-    pad = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
-    error = (calibration.get("errors") or {}).get(key)
-    param = abs(math.log1p(error)) if error is not None and error > -1.0 else 0.0
-    sampling = 0.0
-    band = (calibration.get("sampling_band") or {}).get(key)
-    if band and band[0] and band[1] and band[0] > 0:
-        z = statistics.NormalDist().inv_cdf(0.5 + 0.9 / 2)  # advice_calibration_confidence's default
-        sampling = (math.log(band[1]) - math.log(band[0])) / (2 * z)
-    elif key == "preemption_rate" and base.get("seconds"):
-        count = (base["observed"].get(key) or 0.0) * base["seconds"]
-        sampling = 1.0 / math.sqrt(count + 1.0)
-    sigma = math.sqrt(param ** 2 + sampling ** 2 + noise ** 2)
-    centre = _log(predicted, pad)
-    low, high = math.exp(centre - INTERVAL_Z * sigma) - pad, math.exp(centre + INTERVAL_Z * sigma) - pad
-    return max(low, 0.0), high
 
 
 def close(predicted: float | None, after: float | None, before: float | None, key: str) -> bool:
@@ -317,9 +307,12 @@ def score_pair(pair: Pair, captures: Path) -> list[Cell]:
         pad = PREEMPTION_FLOOR if key == "preemption_rate" else 0.0
         noise = noise_sigma(first["observed"].get(key), second["observed"].get(key), pad)
         model = item["predicted"].get(key) if item else None
+        # The product's own 80 % interval, from the one base window the advisor saw (issue 49): its spread of
+        # the step-cost parameter, calibration residual, sampling error and the shipped run-to-run noise.
+        band = (item.get("interval") or {}).get(key) if item else None
         cells.append(Cell(pair.id, key, first["observed"].get(key), after.get(key), noise,
                           {"advisor": model, "unchanged": first["observed"].get(key), "queue": queue.get(key)},
-                          interval(model, key, target.get("calibration") or {}, first, noise), reason))
+                          (float(band[0]), float(band[1])) if band else None, reason))
     return cells
 
 
@@ -391,6 +384,7 @@ class CaptureSpec:
     seed: int
     start: int = 0  # 1: on a second engine start with the same flags, after every first start
     alone: bool = False  # on an engine start of its own, shared with no other capture
+    scrape_interval: float = 2.0
 
     @property
     def engine_start(self) -> tuple[int, tuple[tuple[str, float], ...], str]:
@@ -422,7 +416,7 @@ def plan(pairs: list[Pair]) -> dict[str, CaptureSpec]:
                                          (pair.base[1], pair.before, 1, second_start),
                                          (pair.after, pair.after_value, 0, 0)):
             spec = CaptureSpec(name, tuple(sorted(engine_flags(pair, value).items())), traffic(pair, value), seed,
-                               start, pair.fresh_starts)
+                               start, pair.fresh_starts, pair.scrape_interval)
             if specs.setdefault(name, spec) != spec:
                 raise ValueError(f"capture {name}: pair {pair.id} describes it differently from another pair")
     return specs
@@ -481,13 +475,18 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
         worker_cpus = engine.pop(WORKER_CPUS, None)
         if (padded := engine.pop(PADDED_VOCAB, None)) is not None:
             engine["model"] = padded_model(int(padded))
+        if engine.pop(WIDE_MLP, None):
+            from lab.engine_witnesses import ensure_wide_model
+
+            engine["model"] = ensure_wide_model()
         with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, _slowed(server, worker_cpus):
             asyncio.run(_warm_up(server.base_url))
             timings[f"start {start} {dict(flags)} {key[2]}".rstrip()] = time.monotonic() - t0
             for spec in (s for s in todo if s.engine_start == key):
                 t1 = time.monotonic()
                 meta = asyncio.run(record_run(server, RunSpec(spec.name, "pair", spec.traffic),
-                                              captures / spec.name, seed=spec.seed, seconds=seconds))
+                                              captures / spec.name, seed=spec.seed, seconds=seconds,
+                                              interval=spec.scrape_interval))
                 if meta["failed_requests"]:
                     raise RuntimeError(f"{spec.name}: {meta['failed_requests']} requests failed")
                 timings[f"run {spec.name}"] = time.monotonic() - t1

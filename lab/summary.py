@@ -55,6 +55,8 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-6", "bdce395", "advisor-pairs-bdce395-validation-r6.txt"),
     ("validation-7", "9f50abd", "advisor-pairs-9f50abd-validation-r7.txt"),
     ("validation", "717f398", "advisor-pairs-717f398-validation-r8.txt"),
+    ("validation-9", "332a70e", "advisor-pairs-332a70e-validation-9.txt"),
+    ("validation-10", "65cd99b", "advisor-pairs-65cd99b-validation-10.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
@@ -132,7 +134,11 @@ def advisor_pairs() -> dict[str, Any]:
     pooled["coverage_share"] = _share(pooled["covered"], pooled["coverage_cells"])
     for h in halves:
         h["errors"] = {p: {m: round(v[0], 4) for m, v in by_metric.items()} for p, by_metric in h["errors"].items()}
-    return {"generated_by": "python -m lab.summary --write", "halves": halves, "pooled": pooled}
+    from lab import advisor_record
+
+    # Cell by cell: coverage on the cells that moved, each physics and workload family held out, each knob's moves.
+    record = advisor_record.record((split, name) for split, _, name in ADVISOR_HALVES)
+    return {"generated_by": "python -m lab.summary --write", "halves": halves, "pooled": pooled, "record": record}
 
 
 def dump(value: dict[str, Any]) -> str:

@@ -19,6 +19,7 @@ from exporter.advisor.calibrate import (
     CannotCalibrate,
     Fitted,
     Outcome,
+    brackets,
     calibrate,
     observe,
 )
@@ -33,6 +34,7 @@ from exporter.advisor.candidates import (
 from exporter.advisor.predict import predict, score
 from exporter.advisor.reproduce import Check, check
 from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
+from exporter.advisor.stepcost import StepEvidence
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts
@@ -71,29 +73,31 @@ def _value(candidate: Candidate, attr: str) -> object:
 
 
 def advise(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: Sequence[str] = (),
-           active_causes: Iterable[str] = (), cpu_budget_s: float | None = None) -> AdviceResult:
+           active_causes: Iterable[str] = (), cpu_budget_s: float | None = None,
+           profile: StepEvidence | None = None) -> AdviceResult:
     """The advice for one target's window. Raises BadQuestion for a --what-if it cannot evaluate."""
-    return advise_calibrated(window, facts, thresholds, what_if, active_causes, cpu_budget_s)[0]
+    return advise_calibrated(window, facts, thresholds, what_if, active_causes, cpu_budget_s, profile=profile)[0]
 
 
 def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds, what_if: Sequence[str] = (),
                       active_causes: Iterable[str] = (), cpu_budget_s: float | None = None,
-                      prior: Calibration | None = None, both_readings: bool = True
-                      ) -> tuple[AdviceResult, Fitted | None]:
+                      prior: Calibration | None = None, both_readings: bool = True,
+                      profile: StepEvidence | None = None) -> tuple[AdviceResult, Fitted | None]:
     """``advise``, and the calibration it used with its reading and baseline (for the next window of the
     same engine: ``prior``; for the track record of a knob change: ``exporter.advisor.track``).
 
     ``prior``: an earlier calibration of this engine with the same facts; its fitted step cost is
     reused when it reproduces this window (else the cost is fitted afresh). ``both_readings``: when
     the traffic is unclear, predict the other reading too (``if_closed``/``if_open``); the sidecar
-    predicts its primary reading only. ``cpu_budget_s``: candidates beyond it are left out, those
+    predicts its primary reading only. ``profile``: the engine's step cost from ``vllm-diag profile``, used
+    where the window does not identify the split itself. ``cpu_budget_s``: candidates beyond it are left out, those
     answering an active cause evaluated first, and always one.
     """
     started = time.thread_time()
     active = set(active_causes)
     observed = observe(window)
     try:
-        cal = calibrate(window, facts, thresholds, prior)
+        cal = calibrate(window, facts, thresholds, prior, profile)
     except CannotCalibrate as exc:
         return AdviceResult(observed, (), f"cannot calibrate: {exc}"), None
     traffic = cal.arrivals.alternatives()
@@ -101,7 +105,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     primary_kind, checks = checked(cal, observed, thresholds)
     reused = prior is not None
     if reused and not checks[primary_kind].ok:  # the engine or the machine changed: fit afresh
-        cal = calibrate(window, facts, thresholds)
+        cal = calibrate(window, facts, thresholds, profile=profile)
         checking = time.thread_time()
         primary_kind, checks = checked(cal, observed, thresholds)
         reused = False
@@ -112,10 +116,13 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         arrivals=cal.arrivals.describe(), arrival_model=cal.arrivals.kind,
         step_cost={"fixed_seconds": _round(cal.cost.fixed_s, 6),
                    "per_token_seconds": _round(cal.cost.per_token_s, 8),
-                   "decode_token_weight": cal.cost.decode_weight,
+                   "decode_token_weight": round(cal.cost.decode_weight, 3),
+                   "decode_token_weight_log_sigma": _round(cal.weight_sigma, 3),
                    "noise_sigma": _round(cal.cost.noise_sigma, 3),
                    "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         step_cost_reused=reused,
+        step_evidence={**(cal.evidence.to_dict() if cal.evidence is not None else {}),
+                       "decode_token_weight_used_from": cal.weight_source},
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
@@ -125,6 +132,9 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         calibration = replace(calibration, cpu_seconds=round(time.thread_time() - started, 2))
         return AdviceResult(observed, (), primary.reason, calibration), None
     usable = {kind: t for kind, t in traffic.items() if checks[kind].ok and (both_readings or kind == primary_kind)}
+    # The decode weight's uncertainty, as calibrations refitted at -/+ one standard deviation (the interval's
+    # parameter part): they cost about what one candidate does, inside the sidecar's CPU budget.
+    bracketed = brackets(cal)
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
         cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
@@ -141,7 +151,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
             continue
         try:
             predictions: dict[str, Prediction] = {
-                kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds)
+                kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds, checks[kind],
+                              bracketed if kind == primary_kind else (), window.duration)
                 for kind, t in usable.items()}
         except BadQuestion:
             if what_if:

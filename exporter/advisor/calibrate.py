@@ -6,8 +6,10 @@ What is read, and from where (all window deltas, never lifetime counters):
   scrapes (burstiness), running + waiting (open or closed, ``arrival``);
 * lengths: the prompt and output token histograms, placed inside their buckets so the exact
   window means (``_sum``/``_count``) come out;
-* step cost: ``fixed + per_token x (prefill tokens + advice_decode_token_weight x decodes)``, solved
-  so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
+* step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
+  window's own reading where its steps identify it (``stepcost.identify``), else the prior
+  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty); fixed and
+  per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
   (``tail_bound``);
 * KV: ``num_gpu_blocks`` and ``block_size`` from ``cache_config_info``; budget and sequence cap
@@ -32,6 +34,7 @@ from typing import Any, cast
 
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
+from exporter.advisor.stepcost import StepEvidence, identify
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
@@ -199,6 +202,10 @@ class Calibration:
     # What the window shows outside queue and inference: the frontend work plus the wait for the step
     # under way when a request reaches the engine (vLLM stamps QUEUED between steps).
     frontend_observed_s: float
+    evidence: StepEvidence | None = None  # what the window's own steps say about the step cost
+    weight_sigma: float = 0.0  # uncertainty of cost.decode_weight, log terms (one standard deviation)
+    weight_source: str = "prior"  # where the decode weight came from: window, profile or prior
+    fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -338,7 +345,7 @@ def _need(value: Any, what: str) -> Any:
 
 
 def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
-              prior: Calibration | None = None) -> Calibration:
+              prior: Calibration | None = None, profile: StepEvidence | None = None) -> Calibration:
     """Everything but the step cost from the window and facts; then the step cost by fitting.
 
     With a ``prior`` (an earlier window's calibration of the same engine, same facts), its fitted step
@@ -401,11 +408,46 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
         enable_prefix_caching=facts.enable_prefix_caching is not False,
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
+    evidence = identify(window)
+    weight, sigma, source = thresholds.advice_decode_token_weight, thresholds.advice_decode_weight_sigma, "prior"
+    # The window's own reading first, then a profile of this engine (vllm-diag profile), then the prior.
+    for reading, name in ((evidence, "window"), (profile, "profile")):
+        if (reading is not None and reading.identified and reading.decode_weight is not None
+                and reading.decode_weight_sigma is not None):
+            weight = min(max(reading.decode_weight, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
+            sigma, source = reading.decode_weight_sigma, name
+            break
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
-                                    decode_weight=thresholds.advice_decode_token_weight))
+                                    decode_weight=weight),
+                  evidence=evidence, weight_sigma=sigma, weight_source=source,
+                  fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
-        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s)
+        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
+                       weight_source=prior.weight_source)
     return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
+
+
+WEIGHT_BOUNDS = (1.0, 20.0)  # advice_decode_token_weight's range: a reading outside it is clamped to it
+
+
+def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:
+    """The calibration refitted with its decode weight one standard deviation lower and higher (the fixed and
+    per-token parts re-solved to the same window each time), with each one's own simulated window: what a
+    prediction's parameter uncertainty is read from. Empty when the weight is certain or cannot move."""
+    if cal.weight_sigma <= 0:
+        return ()
+    out = []
+    itl_mean, prefill_mean = cal.fit_means
+    for factor in (math.exp(-cal.weight_sigma), math.exp(cal.weight_sigma)):
+        weight = min(max(cal.cost.decode_weight * factor, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
+        if weight == cal.cost.decode_weight:
+            continue
+        try:
+            moved, run = _fit_means(cal, replace(cal.cost, decode_weight=weight), itl_mean, prefill_mean, 2)
+        except CannotCalibrate:
+            continue
+        out.append((moved, run.outcome))
+    return tuple(out)
 
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2, "fp8": 1, "int8": 1}

@@ -36,12 +36,12 @@ NOT_MODELLED: dict[str, str] = {
     "pipeline_parallel_size": "the model does not cover multi-GPU parallelism",
 }
 ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
-# Knobs whose predictions were scored against a real engine's before/after pairs (docs/advisor.md,
-# "Validation on a real vLLM": the campaign and the validation rounds). A prediction for any other knob
-# (api_server_count, replicas: two cores cannot add a server's or a replica's capacity) is the engine
-# model's alone and says so (``validated: false``).
-VALIDATED: frozenset[str] = frozenset({"max_num_batched_tokens", "num_gpu_blocks_override", "kv_cache_memory_bytes",
-                                       "max_tokens", "max_num_seqs", "prefix_hit_ratio"})
+# The knob moves (knob, "up" or "down") the record on real engines validates: at least six pooled validation
+# pairs over at least two engine physics, and the direction right on every cell that moved (docs/advisor.md,
+# the pooled record; lab/tests check this set against it). Any other move, and any knob a window of two cores
+# cannot test (api_server_count, replicas), is the engine model's prediction alone and says so
+# (``validated: false``).
+VALIDATED: frozenset[tuple[str, str]] = frozenset({("prefix_hit_ratio", "up")})
 # What a change costs besides accelerators (a replica is an accelerator more: ``Candidate.accelerators``).
 COSTS: dict[str, str] = {
     "max_num_batched_tokens": "no hardware; larger steps stall decodes longer, smaller ones prefill slower",
@@ -88,8 +88,9 @@ class Candidate:
 
     @property
     def validated(self) -> bool:
-        """Every knob it turns was checked against a real engine (``VALIDATED``)."""
-        return all(c.knob in VALIDATED for c in self.changes)
+        """Every move it makes is one the record on real engines validates (``VALIDATED``)."""
+        return all(c.current is not None and c.proposed != c.current
+                   and (c.knob, "up" if c.proposed > c.current else "down") in VALIDATED for c in self.changes)
 
     @property
     def accelerators(self) -> float:

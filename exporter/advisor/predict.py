@@ -3,17 +3,31 @@
 Each seed's simulated outcome is scaled by observed / simulated-baseline (the calibration's residual
 error, metric by metric), so what is predicted is the model's *change* applied to what was seen;
 TTFT carries only its queue's part of that error and, in seconds, its tail's (``_ttft_p95``).
-The prediction is the seeds pooled into one longer window; the interval is the spread of the seeds.
+The prediction is the seeds pooled into one longer window. Its interval (``interval``) is what one window
+can say: the prediction times exp(-/+ z sigma) at ``advice_interval_coverage``, sigma in log terms the root
+sum of squares of
+
+* the step-cost parameter's uncertainty: the same what-if on the calibrations refitted with the decode
+  weight one standard deviation lower and higher (``calibrate.brackets``), half their log spread;
+* the calibration's residual: how far the calibrated model was from the window on this metric;
+* the window's sampling error: a p95 from the rank band of the window's own histogram (the check's
+  ``sampling_band``), a preemption rate from its Poisson count;
+* the run-to-run noise of one window (``advice_noise_*``), measured once on the real validation pairs.
+
+The seeds' spread is not in it: the seeds are pooled, and their spread is none of the four.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
+from collections.abc import Sequence
 
 from exporter import numbers
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.candidates import Candidate, apply
 from exporter.advisor.model import Clients, OpenArrivals
+from exporter.advisor.reproduce import Check
 from exporter.advisor.result import Prediction
 from exporter.catalog.thresholds import Thresholds
 
@@ -87,22 +101,62 @@ def _scaled(outcome: Outcome, observed: Outcome, baseline: Outcome, throughput_s
     return out
 
 
+def _noise(key: str, thresholds: Thresholds) -> float:
+    return {"ttft_p95_seconds": thresholds.advice_noise_ttft_p95, "itl_p95_seconds": thresholds.advice_noise_itl_p95,
+            "preemption_rate": thresholds.advice_noise_preemption}.get(key, thresholds.advice_noise_itl_p95)
+
+
+def sigma(key: str, check: Check | None, spread: Sequence[float | None], observed: Outcome, window_seconds: float,
+          thresholds: Thresholds) -> float:
+    """The log-terms standard deviation of one prediction (see the module's docstring)."""
+    pad = thresholds.advice_preemption_floor if key == "preemption_rate" else 0.0
+    known = [v for v in spread if v is not None and v + pad > 0]
+    parameter = abs(math.log(known[-1] + pad) - math.log(known[0] + pad)) / 2.0 if len(known) == 2 else 0.0
+    error = check.errors.get(key) if check is not None else None
+    residual = abs(math.log1p(error)) if error is not None and -1.0 < error < math.inf else 0.0
+    sampling = 0.0
+    band = check.bands.get(key) if check is not None else None
+    if band and band[0] > 0 and band[1] > 0:
+        z = statistics.NormalDist().inv_cdf(0.5 + thresholds.advice_calibration_confidence / 2)
+        sampling = (math.log(band[1]) - math.log(band[0])) / (2 * z)
+    elif key == "preemption_rate" and window_seconds > 0:
+        sampling = 1.0 / math.sqrt((observed.get(key) or 0.0) * window_seconds + 1.0)
+    return math.sqrt(parameter ** 2 + residual ** 2 + sampling ** 2 + _noise(key, thresholds) ** 2)
+
+
+def interval(value: float | None, key: str, log_sigma: float, thresholds: Thresholds) -> tuple[float, float] | None:
+    if value is None:
+        return None
+    pad = thresholds.advice_preemption_floor if key == "preemption_rate" else 0.0
+    z = statistics.NormalDist().inv_cdf(0.5 + thresholds.advice_interval_coverage / 2)
+    centre = math.log(max(value, 0.0) + pad) if value + pad > 0 else None
+    if centre is None:
+        return value, value
+    return max(math.exp(centre - z * log_sigma) - pad, 0.0), math.exp(centre + z * log_sigma) - pad
+
+
 def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients, baseline: Outcome,
-            observed: Outcome, thresholds: Thresholds) -> Prediction:
-    """The seeds pooled give the prediction (``calibrate.pooled``); their spread gives the interval."""
+            observed: Outcome, thresholds: Thresholds, check: Check | None = None,
+            bracketed: Sequence[tuple[Calibration, Outcome]] = (), window_seconds: float = 0.0) -> Prediction:
+    """The seeds pooled give the prediction (``calibrate.pooled``); ``interval`` its calibrated interval, with
+    ``bracketed`` the calibrations at the decode weight -/+ one standard deviation and their baselines."""
     applied = apply(cal, candidate, traffic)
     floor = thresholds.advice_preemption_floor
     runs = [simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed) for seed in SEEDS]
     central = _scaled(pooled(runs), observed, baseline, applied.throughput_scale, floor)
-    per_seed = [_scaled(r.outcome, observed, baseline, applied.throughput_scale, floor) for r in runs]
-    interval: dict[str, tuple[float, float] | None] = {}
+    spread = []
+    for other, other_baseline in bracketed:
+        moved = apply(other, candidate, traffic)
+        run = simulate(other, moved.config, moved.workload, moved.traffic, other.cost, SEEDS[0])
+        spread.append(_scaled(run.outcome, observed, other_baseline, moved.throughput_scale, floor))
+    bands: dict[str, tuple[float, float] | None] = {}
     for key in METRIC_KEYS:
-        values = [v for v in (*(seed[key] for seed in per_seed), central[key]) if v is not None]
-        interval[key] = (min(values), max(values)) if values else None
+        log_sigma = sigma(key, check, [s[key] for s in spread], observed, window_seconds, thresholds)
+        bands[key] = interval(central[key], key, log_sigma, thresholds)
     predicted = Outcome(ttft_p95_seconds=central["ttft_p95_seconds"], itl_p95_seconds=central["itl_p95_seconds"],
                         preemption_rate=central["preemption_rate"],
                         generation_tokens_per_second=central["generation_tokens_per_second"])
-    return Prediction(predicted, interval, worse(observed, predicted, thresholds))
+    return Prediction(predicted, bands, worse(observed, predicted, thresholds))
 
 
 def _text(key: str, value: float) -> str:

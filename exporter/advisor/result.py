@@ -116,11 +116,13 @@ class CalibrationReport:
     cpu_seconds: float | None = None
     left_out: str = ""  # why candidates were not evaluated (the sidecar's CPU budget)
     window_end: float | None = None  # when the window ended (the sidecar's worker stamps it)
+    step_evidence: dict[str, Any] | None = None  # stepcost.StepEvidence.to_dict(): the split identified, or why not
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "arrivals": self.arrivals, "arrival_model": self.arrival_model, "step_cost": dict(self.step_cost),
-            "step_cost_reused": self.step_cost_reused, "frontend_seconds": self.frontend_seconds,
+            "step_cost_reused": self.step_cost_reused, "step_evidence": self.step_evidence,
+            "frontend_seconds": self.frontend_seconds,
             "frontend_observed_seconds": self.frontend_observed_seconds, "num_gpu_blocks": self.num_gpu_blocks,
             "shared_prefix_tokens": self.shared_prefix_tokens, "prompt_tokens_mean": self.prompt_tokens_mean,
             "output_tokens_mean": self.output_tokens_mean, "window_seconds": self.window_seconds,

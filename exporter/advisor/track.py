@@ -36,6 +36,7 @@ from exporter.advisor.calibrate import Calibration, Empirical, Fitted, Outcome
 from exporter.advisor.candidates import Candidate, Change
 from exporter.advisor.model import Clients, OpenArrivals, StepCost
 from exporter.advisor.predict import predict
+from exporter.advisor.stepcost import StepEvidence
 from exporter.catalog.thresholds import Thresholds
 from exporter.facts.base import FactValue
 from exporter.record import write_atomically
@@ -109,6 +110,8 @@ class Summary:
             "arrivals": ArrivalModel(**{**arrivals, "open": OpenArrivals(**arrivals["open"]),
                                         "closed": Clients(**arrivals["closed"])}),
             "cost": StepCost(**c["cost"]),
+            "evidence": StepEvidence(**c["evidence"]) if c.get("evidence") else None,
+            "fit_means": tuple(c.get("fit_means") or (0.0, None)),
         })
         fitted = Fitted(cal, str(data["kind"]), Outcome(**data["simulated"]))
         return cls(fitted, Outcome(**data["observed"]), dict(data["knobs"]), data.get("started"),

@@ -38,11 +38,14 @@ from collections.abc import Iterable
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
+from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
 from exporter.advisor import Calibration, Fitted, advise_calibrated
 from exporter.advisor.calibrate import observe
+from exporter.advisor.profile import ProfileError
+from exporter.advisor.profile import load as load_profile
 from exporter.advisor.result import AdviceResult
 from exporter.advisor.track import Summary, TrackRecord, file_path, knobs, predict_move
 from exporter.catalog import metrics as vllm
@@ -68,14 +71,22 @@ _CALIBRATIONS: dict[str, tuple[EngineFacts, Thresholds, Calibration]] = {}
 
 
 def advise_window(window: Window, facts: EngineFacts, thresholds: Thresholds, active_causes: frozenset[str],
-                  target: str = "", cpu_budget_s: float | None = None) -> tuple[AdviceResult, Fitted | None]:
+                  target: str = "", cpu_budget_s: float | None = None,
+                  profile: Path | None = None) -> tuple[AdviceResult, Fitted | None]:
     """What the worker process runs: everything it needs comes in as (picklable) arguments; the advice,
-    and the calibration it rests on (for the track record)."""
+    and the calibration it rests on (for the track record). ``profile``: the target's ``step_profile``
+    file, read here (a file that is not one is logged and left out: the prior stands in)."""
+    evidence = None
+    if profile is not None:
+        try:
+            evidence = load_profile(profile)
+        except ProfileError as exc:
+            log.warning("advisor: %s", exc)
     budget = thresholds.advice_cpu_seconds if cpu_budget_s is None else min(cpu_budget_s, thresholds.advice_cpu_seconds)
     kept = _CALIBRATIONS.get(target)
     prior = kept[2] if kept is not None and kept[0] == facts and kept[1] == thresholds else None
     result, calibration = advise_calibrated(window, facts, thresholds, (), active_causes, cpu_budget_s=budget,
-                                            prior=prior, both_readings=False)
+                                            prior=prior, both_readings=False, profile=evidence)
     if calibration is not None:
         _CALIBRATIONS[target] = (facts, thresholds, calibration.calibration)
     return result, calibration
@@ -197,7 +208,7 @@ class AdvisorWorker:
             try:
                 result, fitted = await loop.run_in_executor(
                     self._executor_now(), advise_window, window, facts, pipeline.thresholds, active,
-                    pipeline.target.name, self.settings.cpu_budget_seconds)
+                    pipeline.target.name, self.settings.cpu_budget_seconds, pipeline.target.step_profile)
                 # when its window ended: the advice is withdrawn ADVICE_MAX_AGE_SECONDS later at the latest
                 calibration = result.calibration
                 pipeline.advice = result if calibration is None else replace(

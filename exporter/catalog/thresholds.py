@@ -420,9 +420,29 @@ class Thresholds:
         "What one decoding sequence adds to a step, in prefill tokens. A prefill token is one row of a "
         "batched matrix product; a decode also reads its whole context from the KV cache and is sampled, "
         "detokenised and streamed on its own, so it costs several times more (this CPU build: about 6; "
-        "a GPU at small batch: about 2-3). One window cannot tell the two apart (its batch size barely "
-        "varies), so the step-cost fit takes this ratio as given.",
+        "a GPU at small batch: about 2-3). The prior: where the window's own steps identify the ratio "
+        "(exporter/advisor/stepcost.py: the token gaps against the tokens per step) the fit takes the "
+        "window's reading instead; most windows' batch size varies too little to tell.",
         1, 20)
+    advice_decode_weight_sigma: float = threshold(0.6, "ratio",
+        "Uncertainty of advice_decode_token_weight where the window does not identify it, in log terms (one "
+        "standard deviation): 0.6 puts 2-9 within the 80 % band, the range from a GPU at small batch to the "
+        "CPU build. The prediction is re-run at the weight times exp(-/+ this), each refitted to the window, "
+        "and their spread is the parameter part of the interval.", 0, 2)
+    advice_interval_coverage: float = threshold(0.8, "ratio",
+        "Share of real outcomes the advisor's prediction interval is meant to cover: the interval is the "
+        "prediction times exp(-/+ z sigma), sigma the root sum of squares of the step-cost parameter's spread, "
+        "the calibration's residual error, the window's sampling error and the run-to-run noise below.",
+        0.5, 0.99)
+    advice_noise_ttft_p95: float = threshold(0.19, "ratio",
+        "Run-to-run noise of one window's TTFT p95, log terms: the same engine, configuration and traffic "
+        "captured twice reads this far apart (RMS over the 74 real validation pairs' two base captures, "
+        "vLLM's CPU build on a shared 2-core machine). Part of every prediction interval.", 0, 2)
+    advice_noise_itl_p95: float = threshold(0.18, "ratio",
+        "Run-to-run noise of one window's ITL p95, log terms (measured as advice_noise_ttft_p95).", 0, 2)
+    advice_noise_preemption: float = threshold(0.09, "ratio",
+        "Run-to-run noise of one window's preemption rate, log terms of the rate plus "
+        "advice_preemption_floor (measured as advice_noise_ttft_p95).", 0, 2)
     advice_simulated_seconds: float = threshold(90, "seconds",
         "Longest stretch of traffic the advisor's engine model replays per seed after its warm-up: the "
         "window's traffic (its rates and lengths) is replayed for at most this long, not for the whole of a "

@@ -170,7 +170,7 @@ def advice_lines(target: dict[str, Any]) -> list[str]:
         lines.append(f"  no prediction: {target.get('reason') or 'nothing to evaluate'}")
     for item in target["advice"]:
         current = "unset" if item["current"] is None else fact_value(item["current"])
-        unvalidated = "" if item.get("validated", True) else " [not validated on a real engine]"
+        unvalidated = "" if item.get("validated", True) else " [not validated by the real-engine record]"
         lines.append(f"  {item['knob']} {current} -> {fact_value(item['proposed'])}{unvalidated}: {item['why']}")
         cost = item.get("cost")
         if cost:

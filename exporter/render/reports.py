@@ -78,7 +78,41 @@ def advisor_pairs(data: Mapping[str, Any]) -> list[str]:
             f"{_counted(advisor['direction'], advisor['moved'])} of the cells that moved, "
             f"{_counted(advisor['within'], advisor['cells'])} of the cells within +/-35 %, the 80 % interval "
             f"covering {_interval(pooled['coverage_share'])}. Mean absolute log error over the same cells:", "",
-            *_table(("predictor", *(label for _, label in _PAIR_METRICS)), errors)]
+            *_table(("predictor", *(label for _, label in _PAIR_METRICS)), errors), "", *_record(data["record"])]
+
+
+def _record(record: Mapping[str, Any]) -> list[str]:
+    """The pooled cells per family held out (what the advisor scores on an engine physics or a workload the
+    rest were tuned on), the interval's coverage on the cells that moved, and each knob's moves."""
+    def row(label: str, s: Mapping[str, Any]) -> list[str]:
+        low, high = s["coverage_moved_wilson95"]
+        return [label, str(s["pairs"]), *(f"{s[p]['direction']}/{s['moved']}" for p, _ in _PREDICTORS),
+                *(f"{s[p]['within']}/{s['cells']}" for p, _ in _PREDICTORS),
+                f"{s['covered_moved']}/{s['moved']} ({_pct(low)}-{_pct(high)})"]
+
+    rows = [row("**all halves pooled**", record["pooled"]),
+            *(row(f"physics `{name}`", s) for name, s in record["physics"].items()),
+            *(row(f"workload `{name}`", s) for name, s in record["workload"].items())]
+    knobs = [[f"`{k['knob']}`", k["direction"], str(k["pairs"]), ", ".join(k["physics"]), f"{k['right']}/{k['moved']}",
+              "**true**" if k["validated"] else "false"] for k in record["knobs"]]
+    acc = record["acceptance"]
+    closer = [label for key, label in _PAIR_METRICS if not acc["closer_than_both_baselines"][key]]
+    low, high = acc["coverage_band"]
+    said = [f"Against the targets: direction right on every moved cell: "
+            f"{'yes' if acc['direction_every_moved'] else 'no'}; within +/-35 %: {_pct(acc['within_share'])} "
+            f"(needs 80 %); closer than both baselines on every metric: "
+            f"{'yes' if not closer else 'no (' + ', '.join(closer) + ')'} (mean absolute log error on the cells "
+            f"all three answered, advisor / nothing changes / queue model: "
+            + "; ".join(f"{label} " + " / ".join(f"{record['pooled'][p]['mean_abs_log_error'][key]:.3f}"
+                                                for p, _ in _PREDICTORS) for key, label in _PAIR_METRICS)
+            + f"); the 80 % interval covers "
+            f"{_pct(acc['coverage_moved'])} of the moved cells (the 95 % binomial band around 80 %: "
+            f"{_pct(low)}-{_pct(high)}); families under 70 % within: "
+            f"{', '.join(acc['families_below_70']) or 'none'}."]
+    return [*said, "", *_table(("cells held out", "pairs", "direction (moved): advisor", "nothing changes",
+                                "queue model", "within +/-35 %: advisor", "nothing changes", "queue model",
+                                "80 % interval covers, moved cells (Wilson 95 %)"), rows), "",
+            *_table(("knob", "direction", "pairs", "physics", "direction right (moved cells)", "validated"), knobs)]
 
 
 _SCALING_POLICIES = (("queue", "(a) queue depth"), ("kv", "(b) KV usage"), ("diagnosis", "(c) the diagnosis"))

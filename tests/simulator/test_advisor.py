@@ -113,3 +113,25 @@ def test_worker_publishes_off_the_poll_loop(small_budget: tuple[Path, Path]) -> 
     doc = state.to_dict()
     assert doc["advice"] and doc["observed"]["ttft_p95_seconds"] > 0
     assert doc["calibration"]["cpu_seconds"] <= pipeline.thresholds.advice_cpu_seconds + 10
+
+
+def test_a_profile_supplies_the_split_the_window_does_not(small_budget: tuple[Path, Path], tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    before, _ = small_budget
+    plain = _advise(capsys, str(before), "--what-if", "max_num_seqs=8")["calibration"]
+    evidence = plain["step_evidence"]
+    assert evidence["decode_token_weight_used_from"] in ("window", "prior")
+    if evidence["identified"]:
+        pytest.skip("this window identifies the split itself: the profile is not consulted")
+    assert plain["step_cost"]["decode_token_weight"] == 4 and plain["step_cost"]["decode_token_weight_log_sigma"] == 0.6
+    profile = tmp_path / "engine.profile.json"
+    profile.write_text(json.dumps({"format": 1, "evidence": {
+        "identified": True, "intervals": 40, "token_gaps": 9000, "seconds_per_step": 0.02, "fixed_seconds": 0.01,
+        "per_prefill_token_seconds": 1e-5, "per_decode_seconds": 9e-5, "decode_token_weight": 9.0,
+        "decode_token_weight_log_sigma": 0.1}}), encoding="utf-8")
+    used = _advise(capsys, str(before), "--what-if", "max_num_seqs=8", "--profile", str(profile))["calibration"]
+    assert used["step_evidence"]["decode_token_weight_used_from"] == "profile"
+    assert used["step_cost"]["decode_token_weight"] == 9.0 and used["step_cost"]["decode_token_weight_log_sigma"] == 0.1
+    (tmp_path / "bad.json").write_text("{}", encoding="utf-8")
+    assert main(["advise", str(before), "--profile", str(tmp_path / "bad.json")]) == 2
+    assert "not a vllm-diag profile" in capsys.readouterr().err

@@ -17,7 +17,7 @@ from exporter.advisor.calibrate import (
     lengths_from_histogram,
     tail_bound,
 )
-from exporter.advisor.candidates import BadQuestion, Candidate, Change, parse_question, parse_value
+from exporter.advisor.candidates import VALIDATED, BadQuestion, Candidate, Change, parse_question, parse_value
 from exporter.advisor.model import OpenArrivals
 from exporter.advisor.predict import _ttft_p95, score, worse
 from exporter.advisor.reproduce import relative_error, sampling_band
@@ -311,9 +311,13 @@ def test_json_shape() -> None:
 
 def test_validated_knobs_and_what_a_replica_costs() -> None:
     budget = Candidate((Change("max_num_batched_tokens", 256, 2048),), "")
-    assert budget.validated and budget.accelerators == 1.0 and "no hardware" in budget.cost
-    for knob in ("max_num_seqs", "prefix_hit_ratio"):  # scored on the real before/after pairs
-        assert Candidate((Change(knob, 1, 2),), "").validated, knob
+    assert budget.accelerators == 1.0 and "no hardware" in budget.cost
+    # Validated is per knob and direction, as the pooled record on real engines says (candidates.VALIDATED).
+    for knob, way in VALIDATED:
+        assert Candidate((Change(knob, 4, 8) if way == "up" else Change(knob, 8, 4),), "").validated, knob
+    for knob, current, proposed in (("num_gpu_blocks_override", 100, 200), ("max_tokens", 512, 64),
+                                    ("max_num_seqs", 4, 16), ("kv_cache_memory_bytes", None, 2 ** 30)):
+        assert not Candidate((Change(knob, current, proposed),), "").validated, knob  # no record, or no direction
     for knob in ("api_server_count", "replicas"):
         assert not Candidate((Change(knob, 1, 2),), "").validated, knob
     both = Candidate((Change("max_num_batched_tokens", 256, 2048), Change("replicas", 1, 3)), "")
@@ -335,14 +339,35 @@ def test_published_everywhere() -> None:
     page = html.render(doc)
     assert 'data-knob="max_num_batched_tokens"' in page and "A4 active" in page
     assert "extrapolated: prefill steps of up to 2048 tokens" in page
-    assert 'data-knob="replicas" data-validated="false"' in page and "not validated on a real engine" in page
+    assert 'data-knob="replicas" data-validated="false"' in page and "not validated by the real-engine record" in page
     assert "cost: 2x the accelerators; an accelerator per added replica" in page
     report = text.render(doc)
     assert "max_num_batched_tokens 256 -> 2048" in report
-    assert "replicas 1 -> 2 [not validated on a real engine]: a second replica" in report
+    assert "replicas 1 -> 2 [not validated by the real-engine record]: a second replica" in report
     assert "    cost: 2x the accelerators; an accelerator per added replica" in report
     assert "    cost: no more accelerators; no hardware" in report
     assert "    extrapolated: prefill steps of up to 2048 tokens" in report
     exposition = Exposition(None).render([state]).decode()  # what /metrics serves
     assert ('vllm_diag_advice_info{current="256",knob="max_num_batched_tokens",model_name="",proposed="2048",'
             'target="t"} 1.0') in exposition
+
+
+def test_the_interval_is_one_windows_calibrated_band_not_the_seeds_spread() -> None:
+    from exporter.advisor.predict import interval, sigma
+    from exporter.advisor.reproduce import Check
+
+    observed = Outcome(0.5, 0.02, 0.0, 100.0)
+    # Nothing but the run-to-run noise: the shipped constant.
+    alone = sigma("ttft_p95_seconds", None, [], observed, 120.0, TH)
+    assert alone == pytest.approx(TH.advice_noise_ttft_p95)
+    # The decode weight's spread (-/+ one standard deviation), the residual and the sampling band add in quadrature.
+    check = Check(observed, {"ttft_p95_seconds": 0.2}, (), True, "", {"ttft_p95_seconds": (0.4, 0.6)})
+    full = sigma("ttft_p95_seconds", check, [0.3, 0.6], observed, 120.0, TH)
+    parts = [math.log(2) / 2, math.log1p(0.2), (math.log(0.6) - math.log(0.4)) / (2 * 1.96),
+             TH.advice_noise_ttft_p95]
+    assert full == pytest.approx(math.sqrt(sum(p * p for p in parts)), rel=1e-3)
+    low, high = interval(0.4, "ttft_p95_seconds", full, TH)  # type: ignore[misc]
+    assert low < 0.4 < high and math.log(high / 0.4) == pytest.approx(1.2816 * full, rel=1e-3)
+    # A preemption rate of 0 keeps a band above it, from the floor's pad.
+    zero = interval(0.0, "preemption_rate", 0.5, TH)
+    assert zero is not None and zero[0] == 0.0 and zero[1] > 0.0

@@ -12,7 +12,6 @@ from lab.advisor_pairs import (
     Cell,
     Pair,
     close,
-    interval,
     load_manifest,
     noise_sigma,
     plan,
@@ -51,23 +50,6 @@ def test_wilson_interval() -> None:
     assert (low, high) == pytest.approx((0.490, 0.943), abs=0.002)  # 8/10: 49-94 %
     assert wilson(0, 0) == (0.0, 1.0)
     assert wilson(10, 10)[1] == 1.0 and wilson(10, 10)[0] > 0.69
-
-
-def test_interval_widens_with_each_source_and_holds_the_prediction() -> None:
-    calibration = {"errors": {"ttft_p95_seconds": 0.2}, "sampling_band": {"ttft_p95_seconds": [0.8, 1.25]}}
-    base = {"observed": {"preemption_rate": 0.0}, "seconds": 40.0}
-    quiet = interval(1.0, "ttft_p95_seconds", {}, base, 0.0)
-    assert quiet == (1.0, 1.0)  # no uncertainty: a point
-    calibrated = interval(1.0, "ttft_p95_seconds", calibration, base, 0.0)
-    noisy = interval(1.0, "ttft_p95_seconds", calibration, base, 0.3)
-    assert calibrated is not None and noisy is not None
-    assert noisy[0] < calibrated[0] < 1.0 < calibrated[1] < noisy[1]
-    # log-symmetric: 80 % two-sided is 1.28 sigma each side
-    assert math.log(noisy[1]) == pytest.approx(-math.log(noisy[0]))
-    assert interval(None, "ttft_p95_seconds", calibration, base, 0.3) is None
-    # a preemption rate of 0 gets a Poisson width, never a negative bound
-    pre = interval(0.0, "preemption_rate", {}, base, 0.0)
-    assert pre is not None and pre[0] == 0.0 and pre[1] > 0.0
 
 
 def test_noise_from_two_runs() -> None:
@@ -145,9 +127,19 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
+
+
+def test_issue_49s_half_holds_two_physics_and_every_knob_both_ways() -> None:
+    _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
+    half = [p for p in pairs if p.split == "validation-9"]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny"} and len({p.workload for p in half}) >= 3
+    for knob in {p.knob for p in half}:
+        moves = {(p.physics, p.after_value > p.before) for p in half if p.knob == knob}
+        assert {way for _, way in moves} == {True, False}, knob
+    assert all(p.scrape_interval == 4.0 for p in half)
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:

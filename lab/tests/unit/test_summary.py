@@ -43,3 +43,30 @@ def test_the_witness_table_is_what_the_real_captures_say() -> None:
     committed = json.loads(engine_witnesses.TABLE_FILE.read_text(encoding="utf-8"))
     fresh = engine_witnesses.table(engine_witnesses.FIXTURES)
     assert committed == fresh, "rerun `python -m lab.engine_witnesses --table`"
+
+
+def test_the_product_validates_exactly_the_moves_the_pooled_record_does() -> None:
+    from exporter.advisor.candidates import VALIDATED
+    from lab import advisor_record
+
+    record = summary.advisor_pairs()["record"]
+    assert VALIDATED == {(k["knob"], k["direction"]) for k in record["knobs"] if k["validated"]}
+    for k in record["knobs"]:
+        if k["validated"]:
+            assert k["pairs"] >= advisor_record.VALIDATED_PAIRS and len(k["physics"]) >= 2
+            assert 0 < k["moved"] == k["right"]
+
+
+def test_the_record_reads_every_half_cell_by_cell_as_its_totals_say() -> None:
+    from lab import advisor_record
+
+    data = summary.advisor_pairs()
+    pooled, record = data["pooled"], data["record"]["pooled"]
+    assert record["cells"] == pooled["advisor"]["cells"] and record["moved"] == pooled["advisor"]["moved"]
+    for p in ("advisor", "unchanged", "queue"):
+        assert record[p]["within"] == pooled[p]["within"]
+    assert record["advisor"]["direction"] == pooled["advisor"]["direction"]
+    # every family row is a part of the pooled cells, and the parts add up
+    for key in ("physics", "workload"):
+        assert sum(s["cells"] for s in data["record"][key].values()) == record["cells"]
+    assert record["covered_moved"] <= record["moved"] and advisor_record.FAMILY_FLOOR == 0.7

@@ -1,0 +1,165 @@
+"""The engine's step cost identified from the window's own evidence, with its uncertainty.
+
+A token gap (``vllm:inter_token_latency_seconds``) is one engine step seen by one decoding sequence, so a
+scrape interval's mean gap is the mean time of its steps, and that mean is linear in what its steps held:
+``mean gap = fixed + per_prefill x prefill tokens per step + per_decode x decodes per step``. Every interval
+gives those from the window's deltas: steps (the count of ``vllm:iteration_tokens_total``, one observation
+per step), tokens scheduled (its sum) and decodes (``vllm:generation_tokens_total``; prefill tokens are the
+rest). Least squares over the intervals, each weighted by its gaps, gives the three parts and their
+standard errors; the advisor's step cost is ``fixed + per_token x (prefill + decode_weight x decodes)``, so
+``decode_weight = per_decode / per_prefill``.
+
+The split is identified only where the intervals differ in what their steps hold. Where every step has
+about the same size (a steady batch of decodes, one prompt length), time per step is all the window
+shows; the result says so (``identified`` false, with the reason) and the advisor keeps its prior weight
+(``advice_decode_token_weight``) with that prior's spread as the uncertainty, or a profile's
+(``vllm-diag profile``) where one is configured.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from exporter.catalog import metrics as vllm
+from exporter.window import Window
+
+MIN_INTERVALS = 6  # intervals a three-parameter fit needs (three residual degrees of freedom at least)
+# A split is identified when the decode weight's relative standard error is under this: beyond it, the
+# window's 80 % interval on the weight spans more than a factor of ~4.
+MAX_RELATIVE_ERROR = 0.5
+WEIGHT_RANGE = (0.5, 40.0)  # a decode costing under half or over 40 prefill tokens is no reading of a step
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvidence:
+    """What the window says about the step cost. Costs in seconds; ``None`` where not identified."""
+
+    intervals: int  # scrape intervals read
+    steps: float  # token gaps in them (one per decoding sequence and step)
+    seconds_per_step: float | None  # the mean gap: the one number every window identifies
+    fixed_s: float | None = None
+    per_prefill_token_s: float | None = None
+    per_decode_s: float | None = None
+    decode_weight: float | None = None
+    decode_weight_sigma: float | None = None  # its standard error in log terms
+    identified: bool = False
+    reason: str = ""
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepEvidence:
+        """The evidence ``to_dict`` wrote (a profile file's ``evidence``)."""
+        def f(key: str) -> float | None:
+            value = data.get(key)
+            return None if value is None else float(value)
+        return cls(int(data.get("intervals") or 0), float(data.get("token_gaps") or 0),
+                   f("seconds_per_step"), f("fixed_seconds"), f("per_prefill_token_seconds"), f("per_decode_seconds"),
+                   f("decode_token_weight"), f("decode_token_weight_log_sigma"), bool(data.get("identified")),
+                   str(data.get("reason") or ""))
+
+    def to_dict(self) -> dict[str, object]:
+        def r(value: float | None, digits: int) -> float | None:
+            return None if value is None else round(value, digits)
+        return {"identified": self.identified, "reason": self.reason or None, "intervals": self.intervals,
+                "token_gaps": round(self.steps), "seconds_per_step": r(self.seconds_per_step, 6),
+                "fixed_seconds": r(self.fixed_s, 6), "per_prefill_token_seconds": r(self.per_prefill_token_s, 8),
+                "per_decode_seconds": r(self.per_decode_s, 7), "decode_token_weight": r(self.decode_weight, 2),
+                "decode_token_weight_log_sigma": r(self.decode_weight_sigma, 3)}
+
+
+def rows(window: Window) -> list[tuple[float, float, float, float]]:
+    """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
+    out = []
+    for step in window.steps:
+        if step.restarted:
+            continue
+        iterations = list(step.histograms.get(vllm.ITERATION_TOKENS_TOTAL, {}).values())
+        gaps = list(step.histograms.get(vllm.INTER_TOKEN_LATENCY_SECONDS, {}).values())
+        steps, tokens = sum(h.count for h in iterations), sum(h.sum for h in iterations)
+        count, total = sum(h.count for h in gaps), sum(h.sum for h in gaps)
+        decodes = sum(step.counters.get(vllm.GENERATION_TOKENS_TOTAL, {}).values())
+        if steps <= 0 or count <= 0:
+            continue
+        out.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
+    return out
+
+
+def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
+    """Gaussian elimination with partial pivoting; None when singular."""
+    n = len(b)
+    m = [row[:] + [b[i]] for i, row in enumerate(a)]
+    for col in range(n):
+        pivot = max(range(col, n), key=lambda r: abs(m[r][col]))
+        if abs(m[pivot][col]) < 1e-12 * max(1.0, max(abs(x) for row in m for x in row[:n])):
+            return None
+        m[col], m[pivot] = m[pivot], m[col]
+        for r in range(n):
+            if r != col:
+                f = m[r][col] / m[col][col]
+                m[r] = [x - f * y for x, y in zip(m[r], m[col], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+    n = len(a)
+    columns = []
+    for j in range(n):
+        col = _solve(a, [1.0 if i == j else 0.0 for i in range(n)])
+        if col is None:
+            return None
+        columns.append(col)
+    return [[columns[j][i] for j in range(n)] for i in range(n)]
+
+
+def identify(window: Window) -> StepEvidence:
+    """The step cost's fixed, per-prefill-token and per-decode parts from the window, or why not."""
+    return fit(rows(window))
+
+
+def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
+    """The three parts from intervals of (gaps, mean gap, prefill tokens per step, decodes per step), or why not."""
+    gaps = sum(r[0] for r in rows)
+    per_step = sum(r[0] * r[1] for r in rows) / gaps if gaps else None
+    base = StepEvidence(len(rows), gaps, per_step)
+    if len(rows) < MIN_INTERVALS:
+        return _not(base, f"{len(rows)} scrape intervals with steps and token gaps, needs {MIN_INTERVALS}")
+    x = [(1.0, r[2], r[3]) for r in rows]
+    w = [r[0] for r in rows]
+    xtx = [[sum(wi * xi[p] * xi[q] for xi, wi in zip(x, w, strict=True)) for q in range(3)] for p in range(3)]
+    xty = [sum(wi * xi[p] * r[1] for xi, wi, r in zip(x, w, rows, strict=True)) for p in range(3)]
+    inverse = _inverse(xtx)
+    if inverse is None:
+        return _not(base, "every interval's steps held the same prefill and decodes (steps of one size): time "
+                          "per step is identified, its split into fixed and per-token parts is not")
+    coef = [sum(inverse[p][q] * xty[q] for q in range(3)) for p in range(3)]
+    # Each gap's variance from the residuals (weights are gap counts: an interval's mean of n gaps varies as 1/n).
+    residual = sum(wi * (r[1] - sum(c * v for c, v in zip(coef, xi, strict=True))) ** 2
+                   for xi, wi, r in zip(x, w, rows, strict=True))
+    variance = residual / max(len(rows) - 3, 1)
+    fixed, per_prefill, per_decode = coef
+    found = StepEvidence(base.intervals, gaps, per_step, fixed, per_prefill, per_decode)
+    if per_prefill <= 0 or per_decode <= 0 or fixed < 0:
+        return _not(found, "the window's intervals do not separate fixed, prefill and decode cost (a fitted part "
+                           "came out negative: step sizes too alike)")
+    weight = per_decode / per_prefill
+    # The ratio's relative error by the delta method, from the covariance of the two costs.
+    var_p, var_d, cov = variance * inverse[1][1], variance * inverse[2][2], variance * inverse[1][2]
+    relative = math.sqrt(max(var_d / per_decode ** 2 + var_p / per_prefill ** 2
+                             - 2 * cov / (per_decode * per_prefill), 0.0))
+    found = StepEvidence(base.intervals, gaps, per_step, fixed, per_prefill, per_decode, weight, math.log1p(relative))
+    if relative > MAX_RELATIVE_ERROR:
+        return _not(found, f"the decode weight {weight:.1f} has a relative standard error of {relative:.0%} "
+                           f"(over {MAX_RELATIVE_ERROR:.0%}): step sizes vary too little in the window")
+    if not WEIGHT_RANGE[0] <= weight <= WEIGHT_RANGE[1]:
+        return _not(found, f"a decode weight of {weight:.1f} prefill tokens is outside {WEIGHT_RANGE[0]:g}-"
+                           f"{WEIGHT_RANGE[1]:g}: the window's intervals do not read as one step-cost curve")
+    return StepEvidence(found.intervals, gaps, per_step, fixed, per_prefill, per_decode, weight,
+                        math.log1p(relative), identified=True)
+
+
+def _not(evidence: StepEvidence, reason: str) -> StepEvidence:
+    return StepEvidence(evidence.intervals, evidence.steps, evidence.seconds_per_step, evidence.fixed_s,
+                        evidence.per_prefill_token_s, evidence.per_decode_s, evidence.decode_weight,
+                        evidence.decode_weight_sigma, identified=False, reason=reason)
