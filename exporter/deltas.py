@@ -2,8 +2,8 @@
 
 A step is what happened between two consecutive scrapes. Kept as a dict per family of parsed samples,
 a step cost about 11 KB at the shipped 180 s / 5 s (dicts, one object per histogram series and step);
-kept as one ``array('d')`` per series, a step costs its numbers: 8 bytes per counter series and per
-histogram bucket, sum and count, plus a presence byte per histogram series.
+kept as one array per series, a step costs its numbers: 2 bytes per whole count under 65,536 (4, or a
+double, for the others), 8 per histogram sum, and a presence byte per histogram series.
 
 Rows are numbered by the step's sequence number (0, 1, ... over the window's life). A series' column
 starts at the first step it appears in and ends at the last; a step it was missing from holds zeros
@@ -118,6 +118,31 @@ def _naive(values: Iterable[float]) -> float:
     return reduce(add, values, 0.0)
 
 
+# A column's numbers are whole and small nearly always (counts per step): 2 bytes each while they fit,
+# then 4, then a double from the first one that is fractional, negative or larger. Every one of them
+# reads back as the float it was (an integer under 2**32 is a float exactly).
+_WIDER = {"H": "I", "I": "d"}
+
+
+def _extend(column: array, values: list[float]) -> array:
+    """Append ``values`` to ``column``, widened first when they do not fit it; returns the column."""
+    while column.typecode != "d":
+        try:
+            whole = list(map(int, values))
+        except (OverflowError, ValueError):  # inf, nan
+            whole = None
+        if whole == values:
+            size = len(column)
+            try:
+                column.extend(whole)
+                return column
+            except OverflowError:
+                del column[size:]
+        column = array(_WIDER[column.typecode], column)
+    column.extend(values)
+    return column
+
+
 class _Counter:
     """One counter series' deltas, a row per step from ``first``."""
 
@@ -125,34 +150,50 @@ class _Counter:
 
     def __init__(self, first: int) -> None:
         self.first = first
-        self.values = array("d")
+        self.values = array("H")
+
+    def append(self, seq: int, delta: float) -> None:
+        missing = seq - self.first - len(self.values)
+        if missing > 0:
+            self.values.extend(repeat(0, missing))
+        self.values = _extend(self.values, [delta])
 
     def rows(self, lo: int, hi: int) -> array:
         return self.values[max(lo - self.first, 0):max(hi - self.first, 0)]
 
 
 class _Histogram:
-    """One histogram series' deltas with one set of bounds: per step count, sum, then the cumulative buckets."""
+    """One histogram series' deltas with one set of bounds: per step the count then the cumulative buckets
+    (``counts``), and the sum (``sums``); ``present`` is 0 for a step that did not hold the series."""
 
-    __slots__ = ("bounds", "first", "rows", "present")
+    __slots__ = ("bounds", "first", "counts", "sums", "present")
 
     def __init__(self, bounds: tuple[float, ...], first: int) -> None:
         self.bounds = bounds
         self.first = first
-        self.rows = array("d")
+        self.counts = array("H")
+        self.sums = array("d")
         self.present = bytearray()
 
     @property
     def stride(self) -> int:
-        return len(self.bounds) + 2
+        return len(self.bounds) + 1
 
-    def append(self, seq: int, row: Iterable[float]) -> None:
+    def append(self, seq: int, count: float, total: float, cumulative: Iterable[float]) -> None:
         missing = seq - self.first - len(self.present)
         if missing > 0:
-            self.rows.extend(repeat(0.0, missing * self.stride))
+            self.counts.extend(repeat(0, missing * self.stride))
+            self.sums.extend(repeat(0.0, missing))
             self.present.extend(bytes(missing))
-        self.rows.extend(row)
+        self.counts = _extend(self.counts, [count, *cumulative])
+        self.sums.append(total)
         self.present.append(1)
+
+    def drop(self, steps: int) -> None:
+        del self.counts[:steps * self.stride]
+        del self.sums[:steps]
+        del self.present[:steps]
+        self.first += steps
 
     def newest_in(self, lo: int, hi: int) -> int:
         """The sequence number of the newest step in [lo, hi) that holds the series, -1 for none."""
@@ -166,9 +207,9 @@ class _Histogram:
         """The series' deltas summed over the steps in [lo, hi)."""
         k = self.stride
         a, b = max(lo - self.first, 0), max(hi - self.first, 0)
-        rows = self.rows[a * k:b * k]
-        return HistogramDelta(self.bounds, tuple(_naive(rows[i::k]) for i in range(2, k)),
-                              math.fsum(rows[1::k]), math.fsum(rows[0::k]))
+        counts = self.counts[a * k:b * k]
+        return HistogramDelta(self.bounds, tuple(_naive(counts[i::k]) for i in range(1, k)),
+                              math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
 
     def at(self, seq: int) -> HistogramDelta | None:
         """The series' delta in one step, None when the step did not hold it."""
@@ -176,12 +217,12 @@ class _Histogram:
         if i < 0 or i >= len(self.present) or not self.present[i]:
             return None
         k = self.stride
-        return HistogramDelta(self.bounds, tuple(self.rows[i * k + 2:(i + 1) * k]), self.rows[i * k + 1],
-                              self.rows[i * k])
+        return HistogramDelta(self.bounds, tuple(map(float, self.counts[i * k + 1:(i + 1) * k])), self.sums[i],
+                              float(self.counts[i * k]))
 
     def copy(self) -> _Histogram:
         clone = _Histogram(self.bounds, self.first)
-        clone.rows, clone.present = array("d", self.rows), bytearray(self.present)
+        clone.counts, clone.sums, clone.present = self.counts[:], self.sums[:], self.present[:]
         return clone
 
 
@@ -202,7 +243,7 @@ class StepDeltas:
             copies = clone.counters[name] = {}
             for key, column in series.items():
                 copies[key] = copied = _Counter(column.first)
-                copied.values = array("d", column.values)
+                copied.values = column.values[:]
         clone.histograms = {name: {key: {bounds: column.copy() for bounds, column in per_bounds.items()}
                                    for key, per_bounds in series.items()}
                             for name, series in self.histograms.items()}
@@ -238,11 +279,7 @@ class StepDeltas:
                 column = columns.get(key)
                 if column is None:
                     column = columns[key] = _Counter(seq)
-                values = column.values
-                missing = seq - column.first - len(values)
-                if missing > 0:
-                    values.extend(repeat(0.0, missing))
-                values.append(delta)
+                column.append(seq, delta)
         for name, new_histograms in new.histograms.items():
             old_histograms = old.histograms.get(name, {})
             by_key = self.histograms.get(name)
@@ -257,13 +294,13 @@ class StepDeltas:
                     hist = per_bounds[sample.bounds] = _Histogram(sample.bounds, seq)
                 before_hist = old_histograms.get(key)
                 if before_hist is None:
-                    hist.append(seq, repeat(0.0, len(sample.bounds) + 2))
+                    hist.append(seq, 0.0, 0.0, repeat(0.0, len(sample.bounds)))
                 elif process_restarted or went_down(before_hist, sample):
                     any_reset = True
-                    hist.append(seq, chain((sample.count, sample.sum), sample.cumulative))
+                    hist.append(seq, sample.count, sample.sum, sample.cumulative)
                 else:
-                    hist.append(seq, chain((sample.count - before_hist.count, sample.sum - before_hist.sum),
-                                           map(sub, sample.cumulative, before_hist.cumulative)))
+                    hist.append(seq, sample.count - before_hist.count, sample.sum - before_hist.sum,
+                                map(sub, sample.cumulative, before_hist.cumulative))
         return any_reset
 
     def drop_before(self, seq: int) -> None:
@@ -289,9 +326,7 @@ class StepDeltas:
                     if drop >= len(hist.present):
                         del per_bounds[bounds]
                     else:
-                        del hist.rows[:drop * hist.stride]
-                        del hist.present[:drop]
-                        hist.first = seq
+                        hist.drop(drop)
                 if not per_bounds:
                     del by_key[key]
 
@@ -305,7 +340,7 @@ class StepDeltas:
             return 0.0
         if len(found) == 1:
             return _naive(found[0][1])
-        values = list(chain.from_iterable(rows for _, rows in found))
+        values = list(map(float, chain.from_iterable(rows for _, rows in found)))
         if all(map(float.is_integer, values)) and math.fsum(map(abs, values)) <= EXACT:
             return math.fsum(values)
         total = 0.0
@@ -318,7 +353,7 @@ class StepDeltas:
     def increase_by_step(self, name: str, lo: int, hi: int) -> list[float]:
         """Each step's increase in [lo, hi), summed over the family's series, oldest first."""
         columns = list(self.counters.get(name, {}).values())
-        return [sum(column.values[seq - column.first] for column in columns
+        return [sum(float(column.values[seq - column.first]) for column in columns
                     if 0 <= seq - column.first < len(column.values)) for seq in range(lo, hi)]
 
     # -- histograms ----------------------------------------------------------------------

@@ -13,14 +13,15 @@ the info families are read at the newest scrape only, so a window holds one full
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import dataclass, field, replace
-from itertools import islice
+from array import array
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, replace
+from itertools import chain, islice
 from types import MappingProxyType
 from typing import Literal
 
 from exporter.deltas import HistogramDelta, LabelFilter, StepDeltas
-from exporter.snapshot import Snapshot
+from exporter.snapshot import LabelSet, Snapshot
 from exporter.timebuffer import TimeBuffer
 
 __all__ = ["GaugeAgg", "HistogramDelta", "LabelFilter", "Step", "Window"]
@@ -49,15 +50,49 @@ def _start_time(snapshot: Snapshot) -> float | None:
 _NOTHING: MappingProxyType = MappingProxyType({})
 
 
+class _Layout:
+    """Which gauge families and series an older scrape held, in order: shared by every scrape that held
+    the same ones (nearly all of a window's)."""
+
+    __slots__ = ("structure", "where")
+
+    def __init__(self, structure: tuple[tuple[str, tuple[LabelSet, ...]], ...]) -> None:
+        self.structure = structure
+        self.where: dict[str, tuple[int, tuple[LabelSet, ...]]] = {}
+        start = 0
+        for name, keys in structure:
+            self.where[name] = (start, keys)
+            start += len(keys)
+
+
+class _Gauges(Mapping[str, Mapping[LabelSet, float]]):
+    """An older scrape's gauges: its values in one array, read through the shared layout."""
+
+    __slots__ = ("_layout", "_values")
+
+    def __init__(self, layout: _Layout, values: array) -> None:
+        self._layout = layout
+        self._values = values
+
+    def __getitem__(self, name: str) -> Mapping[LabelSet, float]:
+        start, keys = self._layout.where[name]
+        return dict(zip(keys, self._values[start:start + len(keys)]))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._layout.where)
+
+    def __len__(self) -> int:
+        return len(self._layout.where)
+
+
 @dataclass(frozen=True, slots=True)
 class _Scrape:
-    """A snapshot in the window and the step that led to it (None for the first one ever)."""
+    """A snapshot in the window, the step that led to it (None for the first one ever) and its number
+    (consecutive over the window's life: the gauge memo's index)."""
 
     snapshot: Snapshot
     step: Step | None
-    # (family, aggregation) -> the gauge at this scrape: the snapshot is immutable, and each scrape
-    # stays in the window for 36 evaluations at the shipped 180 s / 5 s.
-    gauges: dict[tuple[str, str], float | None] = field(default_factory=dict, compare=False)
+    serial: int
 
 
 class Window:
@@ -74,10 +109,16 @@ class Window:
         self._counter_names = frozenset(counter_names)
         self._scrapes: TimeBuffer[_Scrape] = TimeBuffer(span_seconds, keep_baseline=True)
         self._deltas = StepDeltas(self._counter_names)
+        self._serial = 0
+        self._layout: _Layout | None = None
+        # (family, aggregation) -> the serial of the window's oldest scrape it was read at, and the gauge at
+        # each scrape since (NaN: none); each scrape stays for 36 evaluations at the shipped 180 s / 5 s.
+        self._gauge_memo: dict[tuple[str, str], tuple[int, array]] = {}
 
     def clear(self) -> None:
         self._scrapes.clear()
         self._deltas = StepDeltas(self._counter_names)
+        self._gauge_memo = {}
 
     def copy(self) -> Window:
         """An independent view of the window as it is now: a reader on another thread keeps it while
@@ -85,7 +126,18 @@ class Window:
         clone = Window(self.span_seconds, self._counter_names)
         clone._scrapes = self._scrapes.copy()
         clone._deltas = self._deltas.copy()
+        clone._serial = self._serial
         return clone
+
+    def _gauges_only(self, older: Snapshot) -> Snapshot:
+        """An older scrape as the window keeps it: its gauges, in one array (its counters and histograms live
+        on as step deltas, and the info families are read at the newest scrape only)."""
+        kept = [(name, series) for name, series in older.scalars.items() if name not in self._counter_names]
+        structure = tuple((name, tuple(series)) for name, series in kept)
+        if self._layout is None or self._layout.structure != structure:
+            self._layout = _Layout(structure)
+        values = array("d", chain.from_iterable(series.values() for _, series in kept))
+        return replace(older, scalars=_Gauges(self._layout, values), histograms=_NOTHING, info=_NOTHING)
 
     def push(self, snapshot: Snapshot) -> Step | None:
         """Add a scrape. A timestamp that does not move forward (clock jump) restarts the window."""
@@ -103,12 +155,9 @@ class Window:
             seq = self._deltas.next
             reset = self._deltas.push(older, snapshot, process_restarted)
             step = Step(seq, older.timestamp, snapshot.timestamp, reset)
-            gauges_only = MappingProxyType({name: series for name, series in older.scalars.items()
-                                            if name not in self._counter_names})
-            self._scrapes.replace_latest(replace(last, snapshot=replace(older, scalars=gauges_only,
-                                                                        histograms=_NOTHING, info=_NOTHING),
-                                                 gauges=last.gauges))
-        self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step))
+            self._scrapes.replace_latest(replace(last, snapshot=self._gauges_only(older)))
+        self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step, self._serial))
+        self._serial += 1
         first = next(islice(self._scrapes, 1, None), None)
         self._deltas.drop_before(first.step.seq if first is not None and first.step is not None
                                  else self._deltas.next)
@@ -250,13 +299,21 @@ class Window:
         """The gauge at every snapshot of the window that carries it, oldest first."""
         if match is not None:
             values = [self.gauge_at(s, name, agg, match) for s in self.snapshots]
-        else:
-            values = []
-            key = (name, agg)
-            for scrape in self._scrapes:
-                known = scrape.gauges
-                if key not in known:
-                    known[key] = self.gauge_at(scrape.snapshot, name, agg)
-                values.append(known[key])
-        return [v for v in values if v is not None]
+            return [v for v in values if v is not None]
+        scrapes = list(self._scrapes)
+        if not scrapes:
+            return []
+        oldest = scrapes[0].serial
+        known = self._gauge_memo.get((name, agg))
+        if known is None or known[0] > oldest:
+            known = (oldest, array("d"))
+        elif known[0] < oldest:
+            del known[1][:oldest - known[0]]
+            known = (oldest, known[1])
+        memo = known[1]
+        for scrape in scrapes[len(memo):]:
+            value = self.gauge_at(scrape.snapshot, name, agg)
+            memo.append(math.nan if value is None else value)
+        self._gauge_memo[(name, agg)] = known
+        return [v for v in memo if v == v]  # NaN: no gauge at that scrape (the parser drops NaN samples)
 
