@@ -87,6 +87,8 @@ def main() -> int:
     parser.add_argument("--steady", type=int, default=2, help="steady cycles per run after the cold one")
     parser.add_argument("--store", choices=("prometheus", "victoria-metrics"), default="victoria-metrics")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
+    parser.add_argument("--url", help="a store already holding the fleet (this command's, left running), ...")
+    parser.add_argument("--start", type=float, help="... and the start time its fleet was imported at")
     parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
@@ -100,7 +102,10 @@ def main() -> int:
     duration = WINDOW + INTERVAL * (args.steady + 3)  # a window, the cycles, a scrape of slack
     with tempfile.TemporaryDirectory(prefix="vllm-diag-central-") as tmp:
         root = Path(tmp)
-        if args.store == "victoria-metrics":
+        process: subprocess.Popen[bytes] | None = None
+        if args.url:
+            url, start = args.url, args.start
+        elif args.store == "victoria-metrics":
             process, url = build_victoria_metrics(root, largest, start, duration)
         else:
             process, url = start_prometheus(root, build_store(root, largest, start, duration))
@@ -117,7 +122,8 @@ def main() -> int:
                 shards.append(run_worker(url, largest, start, args.steady, (i, args.shards)))
                 print(f"shard {i}/{args.shards}: {len(shards[-1]['owned'])} engines", file=sys.stderr)
         finally:
-            stop(process)
+            if process is not None:
+                stop(process)
     print(size_table(results))
     ok = all(r["every_target_every_cycle"] for r in results)
     if shards:

@@ -166,8 +166,10 @@ def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES
     from exporter.promsource.client import PromClient
     from exporter.promsource.settings import PrometheusSource
 
+    # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
+    # the shipped 30 s timeout, which would measure the machine, not the diagnoser.
     source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{instances(size)}"}}', interval=INTERVAL,
-                              max_targets=max(1000, size), shard=shard[0], shards=shard[1])
+                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600)
     settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
     baseline = rss_mb()
