@@ -92,6 +92,12 @@ class HistogramDelta:
         parts = list(parts)
         if not parts:
             return None
+        if len(parts) == 1:  # bounds ascend and are distinct (the parser sorts them): the sum of one is itself
+            return parts[0]
+        first = parts[0].bounds
+        if all(part.bounds == first for part in parts):  # the usual case: the same bounds on every engine
+            return HistogramDelta(first, tuple(sum(values) for values in zip(*(p.cumulative for p in parts))),
+                                  math.fsum(p.sum for p in parts), math.fsum(p.count for p in parts))
         common = set(parts[0].bounds)
         for part in parts[1:]:
             common &= set(part.bounds)
@@ -116,6 +122,11 @@ def went_down(old: HistogramSample, new: HistogramSample) -> bool:
 def _naive(values: Iterable[float]) -> float:
     """The left-to-right float sum from 0.0 (what ``total += value`` in a loop gives)."""
     return reduce(add, values, 0.0)
+
+
+def _whole(values: array) -> float:
+    """The sum of whole numbers (an 'H' or 'I' column: each under 2**32, so any window's sum is exact)."""
+    return float(sum(values))
 
 
 # A column's numbers are whole and small nearly always (counts per step): 2 bytes each while they fit,
@@ -208,7 +219,9 @@ class _Histogram:
         k = self.stride
         a, b = max(lo - self.first, 0), max(hi - self.first, 0)
         counts = self.counts[a * k:b * k]
-        return HistogramDelta(self.bounds, tuple(_naive(counts[i::k]) for i in range(1, k)),
+        # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
+        add_up = _naive if counts.typecode == "d" else _whole
+        return HistogramDelta(self.bounds, tuple(add_up(counts[i::k]) for i in range(1, k)),
                               math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
 
     def at(self, seq: int) -> HistogramDelta | None:
