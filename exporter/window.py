@@ -114,9 +114,11 @@ class Window:
         # (family, aggregation) -> the serial of the window's oldest scrape it was read at, and the gauge at
         # each scrape since (NaN: none); each scrape stays for 36 evaluations at the shipped 180 s / 5 s.
         self._gauge_memo: dict[tuple[str, str], tuple[int, array]] = {}
+        self._steps: tuple[Step, ...] | None = None
 
     def clear(self) -> None:
         self._scrapes.clear()
+        self._steps = None
         self._deltas = StepDeltas(self._counter_names)
         self._gauge_memo = {}
 
@@ -157,6 +159,7 @@ class Window:
             step = Step(seq, older.timestamp, snapshot.timestamp, reset)
             self._scrapes.replace_latest(replace(last, snapshot=self._gauges_only(older)))
         self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step, self._serial))
+        self._steps = None
         self._serial += 1
         first = next(islice(self._scrapes, 1, None), None)
         self._deltas.drop_before(first.step.seq if first is not None and first.step is not None
@@ -172,7 +175,9 @@ class Window:
     @property
     def steps(self) -> list[Step]:
         """The steps between consecutive snapshots of the window, oldest first."""
-        return [scrape.step for scrape in islice(self._scrapes, 1, None) if scrape.step is not None]
+        if self._steps is None:  # read dozens of times per evaluation; changes only with a push
+            self._steps = tuple(scrape.step for scrape in islice(self._scrapes, 1, None) if scrape.step is not None)
+        return list(self._steps)
 
     def __len__(self) -> int:
         return len(self._scrapes)
