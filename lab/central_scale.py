@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -82,8 +83,11 @@ def shard_table(shards: list[dict[str, Any]], size: int) -> tuple[str, bool]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.central_scale", description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 5000, 10000])
+    parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 10000])
     parser.add_argument("--shards", type=int, default=4, help="shards over the largest size (0: none)")
+    parser.add_argument("--shard-fleet", type=int, help="the fleet the shards split (default: the largest size)")
+    parser.add_argument("--parallel", action="store_true",
+                        help="run the shards at once, as they would run on their machines (default: one by one)")
     parser.add_argument("--steady", type=int, default=2, help="steady cycles per run after the cold one")
     parser.add_argument("--store", choices=("prometheus", "victoria-metrics"), default="victoria-metrics")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
@@ -97,7 +101,7 @@ def main() -> int:
         print(json.dumps(result))
         return 0
     started = time.perf_counter()
-    largest = max(args.sizes)
+    largest = args.shard_fleet or max(args.sizes)
     start = math.floor(time.time() / 3600) * 3600 - 2 * 3600  # inside retention, whole hours
     duration = WINDOW + INTERVAL * (args.steady + 3)  # a window, the cycles, a scrape of slack
     with tempfile.TemporaryDirectory(prefix="vllm-diag-central-") as tmp:
@@ -118,9 +122,15 @@ def main() -> int:
                 results.append(run_worker(url, size, start, args.steady, (0, 1)))
                 print(f"{size} engines: { {k: v for k, v in results[-1].items() if k != 'owned'} }", file=sys.stderr)
             shards = []
-            for i in range(args.shards):
-                shards.append(run_worker(url, largest, start, args.steady, (i, args.shards)))
-                print(f"shard {i}/{args.shards}: {len(shards[-1]['owned'])} engines", file=sys.stderr)
+            if args.parallel:
+                with ThreadPoolExecutor(max_workers=max(1, args.shards)) as pool:
+                    shards = list(pool.map(lambda i: run_worker(url, largest, start, args.steady, (i, args.shards)),
+                                           range(args.shards)))
+            else:
+                for i in range(args.shards):
+                    shards.append(run_worker(url, largest, start, args.steady, (i, args.shards)))
+            for r in shards:
+                print(f"shard {r['shard'][0]}/{r['shard'][1]}: {len(r['owned'])} engines", file=sys.stderr)
         finally:
             if process is not None:
                 stop(process)
