@@ -195,7 +195,8 @@ def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES
     return {
         "targets": size,
         "shard": list(shard),
-        "owned": sorted(central.states),
+        # The engines this process diagnosed in its last cycle (a state that is not "down").
+        "owned": sorted(name for name, state in central.states.items() if state.status != "down"),
         "fleet_targets": central.fleet_targets,
         "cold": cycles[0],
         "cycle_seconds": statistics.median(c["seconds"] for c in steady),
