@@ -34,10 +34,11 @@ from typing import Any
 from lab.fleet import INTERVAL, WINDOW, build_store, build_victoria_metrics, start_prometheus, stop, worker
 
 
-def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int]) -> dict[str, Any]:
+def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int],
+               concurrency: int) -> dict[str, Any]:
     """One fresh process (its RSS and CPU its own)."""
     out = subprocess.run([sys.executable, "-m", "lab.central_scale", "--worker", url, str(size), str(start),
-                          str(steady), str(shard[0]), str(shard[1])],
+                          str(steady), str(shard[0]), str(shard[1]), str(concurrency)],
                          check=True, capture_output=True, text=True, timeout=7200)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -93,11 +94,14 @@ def main() -> int:
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--url", help="a store already holding the fleet (this command's, left running), ...")
     parser.add_argument("--start", type=float, help="... and the start time its fleet was imported at")
-    parser.add_argument("--worker", nargs=6, help=argparse.SUPPRESS)
+    parser.add_argument("--concurrency", type=int, default=4,
+                        help="queries in flight per process (VictoriaMetrics runs 4 at once by default and fails "
+                             "what waits over 10 s: keep the sum of the processes' at 4)")
+    parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        url, size, start, steady, shard, shards = args.worker
-        result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)))
+        url, size, start, steady, shard, shards, concurrency = args.worker
+        result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency))
         print(json.dumps(result))
         return 0
     started = time.perf_counter()
@@ -119,16 +123,18 @@ def main() -> int:
         try:
             results = []
             for size in args.sizes:
-                results.append(run_worker(url, size, start, args.steady, (0, 1)))
+                results.append(run_worker(url, size, start, args.steady, (0, 1), args.concurrency))
                 print(f"{size} engines: { {k: v for k, v in results[-1].items() if k != 'owned'} }", file=sys.stderr)
             shards = []
             if args.parallel:
+                def one(i: int) -> dict[str, Any]:
+                    return run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency)
+
                 with ThreadPoolExecutor(max_workers=max(1, args.shards)) as pool:
-                    shards = list(pool.map(lambda i: run_worker(url, largest, start, args.steady, (i, args.shards)),
-                                           range(args.shards)))
+                    shards = list(pool.map(one, range(args.shards)))
             else:
                 for i in range(args.shards):
-                    shards.append(run_worker(url, largest, start, args.steady, (i, args.shards)))
+                    shards.append(run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency))
             for r in shards:
                 print(f"shard {r['shard'][0]}/{r['shard'][1]}: {len(r['owned'])} engines", file=sys.stderr)
         finally:

@@ -159,7 +159,7 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 
 def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES,
-           shard: tuple[int, int] = (0, 1)) -> dict[str, Any]:
+           shard: tuple[int, int] = (0, 1), concurrency: int = 4) -> dict[str, Any]:
     """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures."""
     from exporter.config import load_settings
     from exporter.promsource.central import CentralDiagnoser
@@ -169,7 +169,8 @@ def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES
     # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
     # the shipped 30 s timeout, which would measure the machine, not the diagnoser.
     source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{instances(size)}"}}', interval=INTERVAL,
-                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600)
+                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600,
+                              max_concurrency=concurrency)
     settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
     baseline = rss_mb()
