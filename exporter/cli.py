@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
-from exporter import __version__, demo, simulator
+from exporter import __version__
 from exporter.argtypes import positive
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
 from exporter.facts.discovery import FactDiscovery
@@ -338,7 +338,9 @@ def ensure_free(host: str, port: int, what: str) -> None:
                 raise BadInput(f"{what}: {exc.strerror or exc}") from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser; with ``command``, the simulator's and the demo's flags only for their own command
+    (``serve`` then never loads the simulator: a megabyte of RSS)."""
     parser = Parser(prog="vllm-diag", description=__doc__.splitlines()[0].replace("``", ""),
                     epilog="Run 'vllm-diag COMMAND --help' for a command's flags. Exit status: 0 whatever "
                            "the verdict, 2 for bad input (one line on stderr).")
@@ -412,14 +414,20 @@ def build_parser() -> argparse.ArgumentParser:
     simulate = sub.add_parser("simulate", help="serve or capture a simulated vLLM scenario",
                               description="A vLLM 0.32-compatible /metrics source from the built-in simulator: "
                                           "served live (--port) or written as captures (--out).")
-    simulator.configure_parser(simulate)
+    if command in (None, "simulate"):
+        from exporter import simulator
+
+        simulator.configure_parser(simulate)
     simulate.set_defaults(func=_simulate)
 
     demo_parser = sub.add_parser("demo", help="simulated vLLM engines plus the sidecar, for a first look",
                                  description="Simulated vLLM engines plus the sidecar in one process, for a first "
                                              "look without a GPU. The diagnosis window (three minutes) starts "
                                              "filled with the simulator's warm-up, so verdicts are settled at once.")
-    demo.configure_parser(demo_parser)
+    if command in (None, "demo"):
+        from exporter import demo
+
+        demo.configure_parser(demo_parser)
     demo_parser.set_defaults(func=_demo)
 
     render.register(sub)
@@ -427,6 +435,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _demo(args: argparse.Namespace) -> int:
+    from exporter import demo
+
     host, _, port = args.listen.rpartition(":")
     if not port.isdigit():
         raise BadInput(f"--listen {args.listen!r}: not HOST:PORT")
@@ -442,6 +452,8 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    from exporter import simulator
+
     if args.scenario and args.out is None and not args.list:
         from exporter.simulator.server import DEFAULT_PORT
 
@@ -460,7 +472,9 @@ def _os_error(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    args = build_parser().parse_args(promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv)))
+    words = promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv))
+    command = next((word for word in words if not word.startswith("-")), None)  # no top-level flag takes a value
+    args = build_parser(command).parse_args(words)
     try:
         return args.func(args)
     except BadInput as exc:

@@ -13,8 +13,9 @@ move the threshold, or the engine's buckets, onto an edge.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from exporter import numbers
@@ -37,7 +38,8 @@ class Edges:
     upper: float | None  # the nearest edge above it (None: none above, i.e. only +Inf)
 
 
-def bucket_edges(bounds: Sequence[float], threshold: float) -> Edges:
+@lru_cache(maxsize=1024)  # a handful of bound sets and thresholds, asked about in every evaluation
+def bucket_edges(bounds: tuple[float, ...], threshold: float) -> Edges:
     """Is ``threshold`` one of ``bounds``' finite edges; else its nearest edges either side."""
     finite = sorted(b for b in bounds if math.isfinite(b))
     if any(math.isclose(b, threshold, rel_tol=1e-9, abs_tol=1e-12) for b in finite):

@@ -56,14 +56,20 @@ def instance(i: int) -> str:
     return f"vllm-{i:05d}"
 
 
-def build_store(root: Path, targets: int, start: float) -> Path:
+def instances(size: int) -> str:
+    """A regular expression for the first ``size`` instances (whole thousands as one range each)."""
+    thousands = [f"vllm-{block:02d}[0-9][0-9][0-9]" for block in range(size // 1000)]
+    return "|".join(thousands + [instance(i) for i in range(size // 1000 * 1000, size)])
+
+
+def build_store(root: Path, targets: int, start: float, duration: float = DURATION) -> Path:
     """Captures for each scenario, backfilled under ``targets`` instances; returns the TSDB folder."""
     from exporter.promsource import backfill
     from exporter.simulator import write_captures
 
     captures: dict[str, list[tuple[float, str]]] = {}
     for name in SCENARIOS:
-        write_captures(name, root / name, DURATION, INTERVAL)
+        write_captures(name, root / name, duration, INTERVAL)
         captures[name] = backfill.folder(root / name, start, INTERVAL)
     source = root / "fleet.om"
     with source.open("w") as out:
@@ -80,7 +86,8 @@ def build_store(root: Path, targets: int, start: float) -> Path:
     return storage
 
 
-def build_victoria_metrics(root: Path, targets: int, start: float) -> tuple[subprocess.Popen[bytes], str]:
+def build_victoria_metrics(root: Path, targets: int, start: float,
+                           duration: float = DURATION) -> tuple[subprocess.Popen[bytes], str]:
     """Captures for each scenario under ``targets`` instances, imported into a fresh VictoriaMetrics."""
     from exporter.promsource import backfill
     from exporter.promsource.rebuild import WIRE_NAMES
@@ -90,7 +97,7 @@ def build_victoria_metrics(root: Path, targets: int, start: float) -> tuple[subp
     # Per scenario and scrape, the lines once, with a placeholder for the instance.
     lines: dict[str, list[str]] = {}
     for name in SCENARIOS:
-        write_captures(name, root / name, DURATION, INTERVAL)
+        write_captures(name, root / name, duration, INTERVAL)
         lines[name] = ["".join(line + "\n" for line in backfill.samples(text, at, {"instance": "@I@", "job": "vllm"},
                                                                         millis=True)
                                if line.split("{", 1)[0].split(" ", 1)[0] in wanted)
@@ -151,16 +158,19 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(5)
 
 
-def worker(url: str, size: int, start: float) -> dict[str, Any]:
-    """One fleet size in this (fresh) process: cycles on a replayed clock; the figures as a dict."""
+def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES,
+           shard: tuple[int, int] = (0, 1), concurrency: int = 4) -> dict[str, Any]:
+    """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures."""
     from exporter.config import load_settings
     from exporter.promsource.central import CentralDiagnoser
     from exporter.promsource.client import PromClient
     from exporter.promsource.settings import PrometheusSource
 
-    names = "|".join(instance(i) for i in range(size))
-    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{names}"}}', interval=INTERVAL,
-                              max_targets=max(1000, size))
+    # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
+    # the shipped 30 s timeout, which would measure the machine, not the diagnoser.
+    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{instances(size)}"}}', interval=INTERVAL,
+                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600,
+                              max_concurrency=concurrency)
     settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
     baseline = rss_mb()
@@ -170,26 +180,33 @@ def worker(url: str, size: int, start: float) -> dict[str, Any]:
         async with PromClient(source) as client:
             central.client = client
             first = start + INTERVAL + WINDOW  # the first instant with a full window stored
-            for k in range(1 + STEADY_CYCLES):
+            for k in range(1 + steady_cycles):
                 cpu = time.process_time()
                 stats = await central.cycle(now=first + k * INTERVAL)
                 cycles.append({"seconds": stats.duration_seconds, "cpu_seconds": time.process_time() - cpu,
                                "queries": stats.queries,
                                "bytes": stats.bytes_read, "targets": stats.targets, "diagnosed": stats.diagnosed,
+                               "fleet": central.fleet_targets,
                                "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
         return cycles
 
     cycles = asyncio.run(run())
     steady = cycles[1:]
+    owned = len(central.states)
     return {
         "targets": size,
+        "shard": list(shard),
+        # The engines this process diagnosed in its last cycle (a state that is not "down").
+        "owned": sorted(name for name, state in central.states.items() if state.status != "down"),
+        "fleet_targets": central.fleet_targets,
         "cold": cycles[0],
         "cycle_seconds": statistics.median(c["seconds"] for c in steady),
         "cycle_cpu_seconds": statistics.median(c["cpu_seconds"] for c in steady),
         "load_average": os.getloadavg()[0],
         "queries": statistics.median(c["queries"] for c in steady),
         "bytes": statistics.median(c["bytes"] for c in steady),
-        "every_target_every_cycle": all(c["diagnosed"] == size and c["targets"] == size for c in cycles),
+        "every_target_every_cycle": all(c["diagnosed"] == owned and c["targets"] == owned and c["fleet"] == size
+                                        for c in cycles),
         "rss_mb": rss_mb(),
         "rss_before_mb": baseline,
         "verdicts": sorted({v for c in cycles for v in c["verdicts"]}),

@@ -55,10 +55,7 @@ class ArrivalModel:
 
 
 def _finished_per_step(window: Window) -> list[float]:
-    out = []
-    for step in window.steps:
-        out.append(sum(step.counters.get(vllm.REQUEST_SUCCESS_TOTAL, {}).values()))
-    return out
+    return window.increase_by_step(vllm.REQUEST_SUCCESS_TOTAL)
 
 
 def infer_arrivals(window: Window, thresholds: Thresholds, e2e_mean: float | None) -> ArrivalModel:

@@ -3,8 +3,9 @@
 ``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
 time: one window), with one range-selector query per family of the catalog for all its targets at
 once; the answer is split by the target labels and each target's part is rebuilt into its scrapes
-(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets, and the
-bytes read grow with the targets.
+(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets (a shard
+whose names fill more than ``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow
+with the targets.
 
 Shards split a fleet the way Prometheus' ``hashmod`` relabelling splits scrapes: the MD5 of the target
 labels' values joined by ``;``, its low 64 bits modulo the number of shards. Every process computes the
@@ -52,12 +53,33 @@ def _literal(value: str) -> str:
     return "".join("\\" + c if c in _RE2_SPECIAL else c for c in value)
 
 
-def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> str:
-    """A matcher on the one target label that keeps other targets (other shards') out of the answers."""
+# VictoriaMetrics refuses a query longer than 16 KB (its -search.maxQueryLen default); a shard of a few
+# thousand targets names them in more than that, so its names are split over several matchers.
+NARROWING_MAX_CHARS = 12_000
+
+
+def _narrowings(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> list[str]:
+    """Matchers on the one target label that keep other targets (other shards') out of the answers, each
+    under ``NARROWING_MAX_CHARS``: one query per family and matcher. [""]: no matcher, read all."""
     if everything or len(source.target_labels) != 1 or not keys:
-        return ""
-    pattern = "|".join(_literal(key.labels[0][1]) for key in keys)
-    return f'{source.target_labels[0]}=~"{quote_label_value(pattern)}"'
+        return [""]
+    out: list[str] = []
+    names: list[str] = []
+    length = 0
+    for key in keys:
+        name = quote_label_value(_literal(key.labels[0][1]))
+        if names and length + len(name) + 1 > NARROWING_MAX_CHARS:
+            out.append(f'{source.target_labels[0]}=~"{"|".join(names)}"')
+            names, length = [], 0
+        names.append(name)
+        length += len(name) + 1
+    out.append(f'{source.target_labels[0]}=~"{"|".join(names)}"')
+    return out
+
+
+def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool) -> str:
+    """The one matcher of a shard whose names fit in one ("": none)."""
+    return _narrowings(source, keys, everything)[0]
 
 
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
@@ -67,12 +89,12 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed).
     """
     wanted = set(keys)
-    narrowing = _narrowing(source, keys, everything)
+    narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
     by_target: dict[TargetKey, list[Mapping[str, Any]]] = {key: [] for key in keys}
 
-    async def one(names: tuple[str, ...]) -> None:
+    async def one(names: tuple[str, ...], narrowing: str) -> None:
         expr = selector(source.match, names)
         if narrowing:
             expr = expr[:-1] + ", " + narrowing + "}"
@@ -85,6 +107,6 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
             if key in wanted:
                 by_target[key].append(series)
 
-    await asyncio.gather(*(one(names) for names in FAMILY_NAMES))
+    await asyncio.gather(*(one(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings))
     return by_target
 

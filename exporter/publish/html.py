@@ -9,9 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from functools import lru_cache
-from typing import Any
-
-from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from typing import TYPE_CHECKING, Any
 
 from exporter import numbers
 from exporter.catalog.symptoms import (
@@ -34,6 +32,9 @@ from exporter.publish.document import (
     worst_first,
 )
 from exporter.publish.text import KEY_SIGNALS, abstentions, fact_value, missing_inputs, objective_state, objective_title
+
+if TYPE_CHECKING:
+    from jinja2 import Environment
 
 # What each layer means, for the legend (docs/method.md, "The six layers").
 LAYER_HELP: dict[str, str] = {
@@ -71,6 +72,9 @@ def runbook_url(symptom_id: str, base_url: str | None = None) -> str | None:
 
 @lru_cache(maxsize=1)
 def _environment() -> Environment:
+    # jinja2 is loaded with the first page: a sidecar nobody opens in a browser does not hold it (2 MB).
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
     env = Environment(
         loader=PackageLoader("exporter", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),

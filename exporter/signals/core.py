@@ -117,10 +117,9 @@ def long_prompt_steps(window: Window, long_tokens: float, slow_seconds: float | 
     if not window.present(vllm.PROMPT_TOKENS_TOTAL):
         return []
     out = []
-    for step in window.steps:
-        ttft = step.histograms.get(vllm.TIME_TO_FIRST_TOKEN_SECONDS, {}).values()
+    for step, prompt_tokens in zip(window.steps, window.increase_by_step(vllm.PROMPT_TOKENS_TOTAL)):
+        ttft = window.histograms_at(step, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
         first_tokens = sum(delta.count for delta in ttft)
-        prompt_tokens = sum(step.counters.get(vllm.PROMPT_TOKENS_TOTAL, {}).values())
         slow = sum(_over(delta, slow_seconds) for delta in ttft) if slow_seconds is not None else 0.0
         long = first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens
         out.append(LongPromptStep(step.end, first_tokens, long, slow))

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from exporter.promsource.batch import _narrowing, owned, shard_of
+from exporter.promsource.batch import NARROWING_MAX_CHARS, _narrowing, _narrowings, owned, shard_of
 from exporter.promsource.command import shard_spec
 from exporter.promsource.rebuild import TargetKey
 from exporter.promsource.settings import PrometheusSource
@@ -128,3 +128,15 @@ def test_a_shard_asks_the_store_for_its_own_targets_only() -> None:
     assert _narrowing(source, keys, everything=True) == ""
     two_labels = PrometheusSource(url="http://127.0.0.1:9", target_labels=("namespace", "pod"))
     assert _narrowing(two_labels, keys, everything=False) == ""  # read all, keep its own client-side
+
+
+def test_a_large_shard_names_its_targets_in_matchers_a_store_accepts() -> None:
+    """VictoriaMetrics refuses queries over 16 KB: 2,500 targets' names go in several matchers, each under the
+    cap, and together they name every target once."""
+    source = PrometheusSource(url="http://127.0.0.1:9", shard=0, shards=4)
+    keys = [TargetKey((("instance", f"vllm-{i:05d}.example:8000"),)) for i in range(2500)]
+    matchers = _narrowings(source, keys, everything=False)
+    assert len(matchers) > 1 and all(len(m) <= NARROWING_MAX_CHARS + 20 for m in matchers)
+    named = [name for m in matchers for name in m.removeprefix('instance=~"').removesuffix('"').split("|")]
+    assert named == [_narrowing(source, [key], everything=False).removeprefix('instance=~"').removesuffix('"')
+                     for key in keys]

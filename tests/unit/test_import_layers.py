@@ -65,7 +65,7 @@ LAYERS: Mapping[str, Layer] = {
     "sources": Layer(("exporter.poll", "exporter.parse", "exporter.record", "exporter.dcgm", "exporter.offline",
                       "exporter.facts.*"), ("foundation",),
                      "what the sidecar reads: scrapes, parsed snapshots, recorded captures, DCGM, engine facts"),
-    "window": Layer(("exporter.window",), ("foundation",), "snapshots over time: reset-safe deltas"),
+    "window": Layer(("exporter.window", "exporter.deltas"), ("foundation",), "snapshots over time: reset-safe deltas"),
     "signals": Layer(("exporter.signals", "exporter.signals.*", "exporter.objectives", "exporter.inputs"), ("window",),
                      "the window's numbers, the objectives judged on it, the watched inputs"),
     "host cpu": Layer(("exporter.hostcpu.*",), ("signals",),

@@ -162,7 +162,7 @@ def test_series_order_never_changes_per_series_deltas(order, starts, growths, re
         assert math.isclose(window.increase(f"vllm:{name}_total"), expected, rel_tol=1e-9, abs_tol=1e-6)
 
 
-# -- the running totals equal the step-by-step sums, bit for bit --------------------------------------
+# -- the columns' sums equal the step-by-step sums, bit for bit ---------------------------------------
 BOUND_SETS = ((0.1, 0.5, math.inf), (0.1, 0.25, 0.5, math.inf))
 HIST = "vllm:time_to_first_token_seconds"
 COUNTER = "vllm:num_preemptions_total"
@@ -177,13 +177,70 @@ scrape_events = st.lists(st.tuples(
 ), min_size=1, max_size=30)
 
 
+def _reference_step(old: Snapshot, new: Snapshot) -> tuple[dict, dict]:
+    """One step as a dict per family, series by series (the window's storage before it kept columns)."""
+    start = old.scalars.get("process_start_time_seconds", {}).get(())
+    restarted = start is not None and start != new.scalars.get("process_start_time_seconds", {}).get(())
+    counters: dict = {}
+    for name in (COUNTER, CPU):
+        for key, value in new.scalars.get(name, {}).items():
+            before = old.scalars.get(name, {}).get(key)
+            counters.setdefault(name, {})[key] = (0.0 if before is None else value if restarted or value < before
+                                                  else value - before)
+    hists: dict = {}
+    for key, sample in new.histograms.get(HIST, {}).items():
+        before_hist = old.histograms.get(HIST, {}).get(key)
+        if before_hist is None:
+            part = HistogramDelta(sample.bounds, tuple(0.0 for _ in sample.bounds), 0.0, 0.0)
+        elif (restarted or before_hist.bounds != sample.bounds or sample.count < before_hist.count
+              or any(n < o for n, o in zip(sample.cumulative, before_hist.cumulative))):
+            part = HistogramDelta(sample.bounds, sample.cumulative, sample.sum, sample.count)
+        else:
+            grown = tuple(n - o for n, o in zip(sample.cumulative, before_hist.cumulative))
+            part = HistogramDelta(sample.bounds, grown, sample.sum - before_hist.sum, sample.count - before_hist.count)
+        hists[key] = part
+    return counters, hists
+
+
+def _reference_increase(steps: list, name: str, match) -> float:
+    total = 0.0
+    for counters, _ in steps:
+        for key, delta in counters.get(name, {}).items():
+            if match is None or match(key):
+                total += delta
+    return total
+
+
+def _reference_histogram(steps: list, match) -> HistogramDelta | None:
+    per_series: dict = {}
+    for _, hists in steps:
+        for key, part in hists.items():
+            if match is None or match(key):
+                per_series.setdefault(key, []).append(part)
+    merged = []
+    for parts in per_series.values():
+        bounds = parts[-1].bounds
+        same = [p for p in parts if p.bounds == bounds]
+        cumulative = [0.0] * len(bounds)
+        for part in same:
+            for i, value in enumerate(part.cumulative):
+                cumulative[i] += value
+        merged.append(HistogramDelta(bounds, tuple(cumulative), math.fsum(p.sum for p in same),
+                                     math.fsum(p.count for p in same)))
+    return HistogramDelta.merge(merged)
+
+
 @settings(max_examples=150, deadline=None)
-@given(scrape_events, st.sampled_from((15.0, 40.0, 1000.0)))
-def test_running_totals_equal_stepwise_sums(events, span):
+@given(scrape_events, st.sampled_from((15.0, 40.0, 1000.0)), st.integers(1, 4))
+def test_column_sums_equal_stepwise_sums(events, span, recent):
+    """Whole window, newest steps, step by step: the columns give the very floats a walk over per-step dicts
+    gives (integer counts in any order, a fractional counter and huge counts in step order)."""
     window = Window(span, COUNTERS)
     counter: dict[str, float] = {"0": 0.0, "1": 0.0}
     buckets: dict[str, list[float]] = {"0": [0.0] * 4, "1": [0.0] * 4}
     start, cpu = 1000.0, 0.0
+    reference: dict[float, tuple[dict, dict]] = {}
+    previous = None
     for t, (engines, step, increment, bounds_choice, restarted) in enumerate(events):
         start += 1.0 if restarted else 0.0
         cpu += 0.1 * t
@@ -199,13 +256,24 @@ def test_running_totals_equal_stepwise_sums(events, span):
                 cumulative[i] += increment * (i + 1)
             values = tuple(cumulative[: len(bounds)])
             hists.setdefault(HIST, {})[key] = HistogramSample(bounds, values, values[-1] * 0.3, values[-1])
-        window.push(Snapshot(float(t * 5), scalars, hists))
+        snapshot = Snapshot(float(t * 5), scalars, hists)
+        if previous is not None:
+            reference[snapshot.timestamp] = _reference_step(previous, snapshot)
+        previous = snapshot
+        window.push(snapshot)
+        steps = [reference[s.end] for s in window.steps]
+        if not steps:
+            continue
         for name in (COUNTER, CPU):
             for match in (None, lambda k: k == (("engine", "1"),)):
-                fast = window.increase(name, match)
-                if fast is not None:
-                    assert repr(fast) == repr(window.increase_stepwise(name, match))
+                if window.present(name):
+                    assert repr(window.increase(name, match)) == repr(_reference_increase(steps, name, match))
+                    assert (repr(window.increase_recent(name, recent, match))
+                            == repr(_reference_increase(steps[-recent:], name, match)))
+            assert window.increase_by_step(name) == [sum(c.get(name, {}).values()) for c, _ in steps]
         for match in (None, lambda k: k == (("engine", "0"),)):
-            fast_hist = window.histogram(HIST, match)
-            if fast_hist is not None:
-                assert fast_hist == window.histogram_stepwise(HIST, match)
+            if window.present(HIST):
+                assert window.histogram(HIST, match) == _reference_histogram(steps, match)
+                assert window.histogram_recent(HIST, recent, match) == _reference_histogram(steps[-recent:], match)
+        for s, (_, hists) in zip(window.steps, steps):
+            assert sorted(map(repr, window.histograms_at(s, HIST))) == sorted(map(repr, hists.values()))
