@@ -72,14 +72,13 @@ class StepEvidence:
 def rows(window: Window) -> list[tuple[float, float, float, float]]:
     """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
     out = []
-    for step in window.steps:
+    for step, decodes in zip(window.steps, window.increase_by_step(vllm.GENERATION_TOKENS_TOTAL), strict=True):
         if step.restarted:
             continue
-        iterations = list(step.histograms.get(vllm.ITERATION_TOKENS_TOTAL, {}).values())
-        gaps = list(step.histograms.get(vllm.INTER_TOKEN_LATENCY_SECONDS, {}).values())
+        iterations = window.histograms_at(step, vllm.ITERATION_TOKENS_TOTAL)
+        gaps = window.histograms_at(step, vllm.INTER_TOKEN_LATENCY_SECONDS)
         steps, tokens = sum(h.count for h in iterations), sum(h.sum for h in iterations)
         count, total = sum(h.count for h in gaps), sum(h.sum for h in gaps)
-        decodes = sum(step.counters.get(vllm.GENERATION_TOKENS_TOTAL, {}).values())
         if steps <= 0 or count <= 0:
             continue
         out.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
