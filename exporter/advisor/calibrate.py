@@ -37,7 +37,7 @@ from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, Step
 from exporter.advisor.stepcost import StepEvidence, identify
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
-from exporter.catalog.thresholds import Thresholds
+from exporter.catalog.thresholds import BY_KEY, Thresholds
 from exporter.config import EngineFacts
 from exporter.simulator.engine import CostModel, EngineConfig, Histogram
 from exporter.simulator.workload import Arrivals, LengthDist, PrefixSpec, RequestClass, Workload
@@ -427,7 +427,9 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
 
 
-WEIGHT_BOUNDS = (1.0, 20.0)  # advice_decode_token_weight's range: a reading outside it is clamped to it
+# advice_decode_token_weight's declared range, read from its one entry: a reading outside it is clamped to it.
+_WEIGHT = BY_KEY["advice_decode_token_weight"]
+WEIGHT_BOUNDS = (_WEIGHT.minimum, _WEIGHT.maximum if _WEIGHT.maximum is not None else math.inf)
 
 
 def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:

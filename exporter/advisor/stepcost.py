@@ -30,7 +30,9 @@ MIN_INTERVALS = 6  # intervals a three-parameter fit needs (three residual degre
 # A split is identified when the decode weight's relative standard error is under this: beyond it, the
 # window's 80 % interval on the weight spans more than a factor of ~4.
 MAX_RELATIVE_ERROR = 0.5
-WEIGHT_RANGE = (0.5, 40.0)  # a decode costing under half or over 40 prefill tokens is no reading of a step
+# A decode costing under half or over 40 prefill tokens is no reading of a step. Wider on purpose than
+# advice_decode_token_weight's range, to which calibrate clamps a reading between the two.
+WEIGHT_RANGE = (0.5, 40.0)
 
 
 @dataclass(frozen=True, slots=True)
