@@ -5,7 +5,8 @@
 
 A pair is one knob move on one workload: its base captured twice (two runs of the same engine and
 traffic: the run-to-run noise), its after once, each a folder of sidecar-style captures under the
-manifest's ``captures`` folder (``lab.advisor_cases.record_run``). The manifest fixes each pair's
+manifest's ``captures`` folder (``lab.advisor_cases.record_run``), packed once taken into one archive
+a run (``lab.pair_archive``). The manifest fixes each pair's
 ``split`` (``dev`` or ``validation``; ``smoke`` for a pair that only proves the capture command and
 is in neither half) before any model change is scored on it.
 
@@ -47,6 +48,7 @@ from lab.advisor_cases import (
     observed,
     record_run,
 )
+from lab.pair_archive import is_captured, run_folders
 
 # ``validation-1`` ... ``validation-7``: the first campaign's and rounds 2-7's validation halves, each scored once
 # (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
@@ -296,9 +298,10 @@ PREDICTORS = ("advisor", "unchanged", "queue")
 
 
 def score_pair(pair: Pair, captures: Path) -> list[Cell]:
-    first, second = _window_numbers(captures / pair.base[0]), _window_numbers(captures / pair.base[1])
-    after = observed(captures / pair.after)
-    target = advise(captures / pair.base[0], pair.what_if)
+    with run_folders(captures, [*pair.base, pair.after]) as (base, rerun, after_run):
+        first, second = _window_numbers(base), _window_numbers(rerun)
+        after = observed(after_run)
+        target = advise(base, pair.what_if)
     item = target["advice"][0] if target.get("advice") else None
     reason = "" if item else target.get("reason") or "no prediction"
     queue = queue_baseline(first, pair)
@@ -466,7 +469,7 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
     from lab.advisor_cases import _warm_up
     from tests.realvllm.engine import RealVLLM
 
-    todo = [s for s in specs if not (captures / s.name / "run.json").exists()]
+    todo = [s for s in specs if not is_captured(captures, s.name)]
     timings: dict[str, float] = {}
     for key in sorted({s.engine_start for s in todo}):
         start, flags, _ = key
