@@ -13,7 +13,8 @@ removes them on a dip that is no spare capacity. Here the diagnosis decides:
   (requests running and waiting for engine capacity, against ``max_num_seqs`` or the KV pool) over the
   capacity at ``scale_target_utilization``. While a non-capacity cause acts, or nothing can be judged, a
   target asks exactly for itself: no replica added, none removed. Scale-in needs the demand under
-  ``scale_in_headroom`` of the target utilisation on every evaluation the stabilisation window holds.
+  ``scale_in_headroom`` of the target utilisation on every evaluation the stabilisation window holds. The
+  backlog a non-capacity cause left is not demand: once the cause is fixed, that queue drains on its own.
 
 The classification is a pure function of the cause ids (``REASON_BY_CAUSE``, one row per cause of
 ``exporter.catalog.symptoms``); :class:`ScaleTracker` keeps the per-evaluation utilisations the
@@ -58,6 +59,8 @@ REASON_BY_CAUSE: Mapping[str, str] = MappingProxyType({
 assert set(REASON_BY_CAUSE) == {c.id for c in CAUSES} and set(REASON_BY_CAUSE.values()) <= set(REASONS)
 # A cause of these acting anywhere vetoes scaling, whatever the verdict: its queue is not a capacity queue.
 VETO_REASONS: tuple[str, ...] = ("cpu", "transfer", "prefix_breakage")
+# The named causes replicas do not fix: the queue they leave is theirs to drain once fixed.
+NON_CAPACITY_REASONS: tuple[str, ...] = tuple(r for r in HOLD_REASONS if r != "unknown")
 
 
 class ActiveCause(Protocol):
@@ -157,7 +160,7 @@ def utilization(signals: Signals, max_num_seqs: int | None,
     waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
     if running is None:
         return None, None
-    demand = running + (queued if queued is not None else min(waiting or 0.0, max(running, 1.0)))
+    demand = max(0.0, running + (queued if queued is not None else min(waiting or 0.0, max(running, 1.0))))
     candidates: list[tuple[float, str]] = []
     if max_num_seqs:
         candidates.append((demand / max_num_seqs, "scheduler"))
@@ -184,9 +187,10 @@ def desired(helps: bool, reason: str, recent: float | None, peak: float | None, 
     target = t.scale_target_utilization
     if helps:
         return max(1.0, recent / target)
-    if held is not None and held / target > 1.0 / t.scale_in_headroom:
-        # no cause yet, but the binding resource is clearly past the target: ask ahead. The band between
-        # this and the scale-in line keeps a replica just removed from being asked back at the next wobble.
+    if held is not None and held > target:
+        # no cause yet, but every reading of the recent horizon is past the target: ask ahead, in proportion.
+        # The autoscaler's tolerance (10 %) and the scale-in line below are the band that keeps a replica
+        # just added or removed from being asked back at the next wobble.
         return recent / target
     if peak / target < t.scale_in_headroom:
         return peak / target
@@ -206,11 +210,14 @@ class ScaleTracker:
         self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
         # each evaluation's recent prefix hit ratio: did it fall under its line within the window (witness)
         self._hit_ratios: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._held_at: float | None = None  # the last evaluation a non-capacity cause held (its backlog's drain)
 
     def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:
-        """The batch slots the queue needs: its growth over the newest ``scale_queue_growth_share`` of the window
-        (arrivals past the throughput) and its backlog drained over one window, each times a request's time in
-        the engine."""
+        """The batch slots the queue adds to the demand: its growth over the newest ``scale_queue_growth_share``
+        of the window (arrivals past the throughput; negative while it drains, when the arrivals are fewer than
+        the running requests say) and its backlog drained over one window, each times a request's time in the
+        engine. A backlog left by a non-capacity cause (one acted within the window) is the fix's to drain, not
+        capacity demand: only its growth counts."""
         s = signals.scheduler
         waiting = s.waiting_capacity if s.waiting_capacity is not None else s.waiting
         service = signals.latency.inference_mean
@@ -224,7 +231,8 @@ class ScaleTracker:
         then, before = next(((t0, w) for t0, w in self._waiting.newest(len(self._waiting)) if now - t0 <= horizon),
                             (now, waiting))
         growth = (waiting - before) / (now - then) if now > then else 0.0
-        return (max(0.0, growth) + waiting / self._window) * service
+        held = self._held_at is not None and now - self._held_at <= self._window
+        return (growth + (0.0 if held else waiting / self._window)) * service
 
     def assess(self, now: float, diagnosed: bool, verdict_layer: str, causes: Iterable[ActiveCause],
                signals: Signals | None, max_num_seqs: int | None, t: Thresholds) -> ScaleSignal:
@@ -256,4 +264,6 @@ class ScaleTracker:
         if seen is not None and reason not in HOLD_REASONS:  # a named non-capacity cause keeps its own reason
             reason, cause = seen, None
         helps = reason in CAPACITY_REASONS
+        if reason in NON_CAPACITY_REASONS:
+            self._held_at = now
         return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t, held))

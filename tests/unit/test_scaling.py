@@ -10,6 +10,7 @@ from exporter.catalog.symptoms import CAUSES
 from exporter.catalog.thresholds import Thresholds
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
+from exporter.render.scaling import DEFAULT
 from exporter.scaling import (
     CAPACITY_REASONS,
     HOLD,
@@ -150,6 +151,29 @@ def test_the_queue_counts_by_its_growth_and_its_backlog_not_its_length() -> None
     assert grown == pytest.approx((1.0 + 60 / 180) * 8.0)
     # the same backlog, steady: only its drain counts
     assert tracker.queued(180.0, signals_with(base, waiting=60.0), T) == pytest.approx(60 / 180 * 8.0)
+    # draining half a request a second: fewer arrivals than the running requests say, so less demand
+    assert tracker.queued(240.0, signals_with(base, waiting=30.0), T) == pytest.approx((-0.5 + 30 / 180) * 8.0)
+
+
+def test_the_backlog_a_non_capacity_cause_left_drains_without_asking_for_replicas() -> None:
+    tracker = ScaleTracker(window_seconds=180, recent_evaluations=1)
+    base = signals_with(Signals(180.0, 36), running=32.0, waiting=90.0, kv_cache_usage=0.5, inference_mean=8.0)
+    budget = [C("B1", "scheduler")]  # the token budget held the engine back while the queue grew
+    for k in range(10):  # the queue grows, then stands while the verdict holds
+        waiting = 90.0 + 30 * min(k, 4)
+        s = tracker.assess(k * 15.0, True, "scheduler", budget, signals_with(base, waiting=waiting), 32, T)
+    assert (s.helps, s.reason, s.desired_replicas) == (False, "configuration", 1.0)
+    # fixed: the queue is the same requests draining, and the verdict reads a capacity queue
+    queue = [C("A2", "scheduler")]
+    drained = [tracker.assess(135.0 + k * 15.0, True, "scheduler", queue, signals_with(base, waiting=210.0 - 40 * k),
+                              32, T) for k in range(1, 6)]
+    # within the autoscaler's tolerance of itself (10 %): no replica asked for while the backlog drains
+    assert all(s.helps and s.desired_replicas < 1.0 + DEFAULT.tolerance for s in drained), drained
+    # the same queue with no non-capacity cause in the window behind it is a capacity backlog: replicas clear it
+    fresh = ScaleTracker(window_seconds=180, recent_evaluations=1)
+    for k in range(5):
+        s = fresh.assess(k * 15.0, True, "scheduler", queue, signals_with(base, waiting=210.0), 32, T)
+    assert s.helps and s.desired_replicas > 1.5
 
 
 def test_a_non_capacity_witness_holds_a_capacity_reading_until_the_diagnosis_names_its_cause() -> None:
