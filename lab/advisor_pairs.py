@@ -52,9 +52,10 @@ from lab.advisor_cases import (
 # (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
 # ``validation`` is round 8's half (scored once at 717f398); ``validation-9`` is issue 49's, fixed in the manifest
 # before any model change of that issue and scored once; ``validation-10`` was fixed after validation-9's scoring,
-# before any model change made after it.
+# before any model change made after it; ``validation-11`` was fixed after validation-10's scoring, before the
+# wide engine's step-cost change it tests (``validation-12`` is the next one's name).
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "validation-6", "validation-7", "validation-9", "validation-10", "smoke")
+          "validation-6", "validation-7", "validation-9", "validation-10", "validation-11", "validation-12", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...

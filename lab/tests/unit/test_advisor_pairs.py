@@ -127,7 +127,7 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -140,6 +140,17 @@ def test_issue_49s_half_holds_two_physics_and_every_knob_both_ways() -> None:
         moves = {(p.physics, p.after_value > p.before) for p in half if p.knob == knob}
         assert {way for _, way in moves} == {True, False}, knob
     assert all(p.scrape_interval == 4.0 for p in half)
+
+
+def test_round_11s_half_holds_three_physics_five_workloads_and_each_knob_both_ways() -> None:
+    _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
+    half = [p for p in pairs if p.split == "validation-11"]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab"} and len({p.workload for p in half}) >= 5
+    for knob in {p.knob for p in half}:
+        assert {p.after_value > p.before for p in half if p.knob == knob} == {True, False}, knob
+    # each A -> B has its B -> A on the same four captures
+    moves = {(p.before, p.after_value, p.workload) for p in half}
+    assert moves == {(after, before, workload) for before, after, workload in moves}
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
