@@ -24,10 +24,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gzip
+import hashlib
+import io
 import json
 import math
 import statistics
 import sys
+import tarfile
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
@@ -105,6 +110,10 @@ PADDED_VOCAB = "padded_vocab"
 # A third: the compute-bound model (tests/realvllm/make_model.py --wide, a 16384-wide MLP): a decode step is
 # milliseconds of matrix work and a prefill chunk scales with its tokens, as on a GPU serving a real model.
 WIDE_MLP = "wide_mlp"
+# From validation-11 on, a capture folder holds its captures as one xz tar of the plain texts (PACKED) beside
+# run.json: consecutive scrapes repeat each other, so the folder is about 20 KB, against 75-120 KB for a
+# gzip file per scrape (the repository's clone stays under 60 MB). Older folders keep their files.
+PACKED = "captures.tar.xz"
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -296,10 +305,50 @@ class Cell:
 PREDICTORS = ("advisor", "unchanged", "queue")
 
 
+def pack(folder: Path) -> Path:
+    """The folder's ``*.txt.gz`` captures as one ``PACKED`` archive of their texts, checked, then removed."""
+    files = sorted(folder.glob("*.txt.gz"))
+    if not files:
+        raise ValueError(f"{folder}: no captures to pack")
+    texts = {f.name[:-len(".gz")]: gzip.decompress(f.read_bytes()) for f in files}
+    archive = folder / PACKED
+    with tarfile.open(archive, "w:xz", preset=9) as tar:
+        for name, data in texts.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime = len(data), 0
+            tar.addfile(info, io.BytesIO(data))
+    with tarfile.open(archive, "r:xz") as tar:
+        back = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}  # type: ignore[union-attr]
+    if back != texts:
+        raise RuntimeError(f"{archive}: the archive does not read back as its captures")
+    for f in files:
+        f.unlink()
+    return archive
+
+
+def readable(folder: Path) -> Path:
+    """A folder ``vllm-diag advise`` reads: the folder itself, or a packed one's captures unpacked once into the
+    temporary directory (keyed by the archive's content)."""
+    archive = folder / PACKED
+    if not archive.is_file():
+        return folder
+    data = archive.read_bytes()
+    out = Path(tempfile.gettempdir()) / "vllm-diag-pairs" / f"{folder.name}-{hashlib.sha256(data).hexdigest()[:12]}"
+    if not out.is_dir():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=out.parent))
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
+            tar.extractall(staging, filter="data")
+        with contextlib.suppress(OSError):  # another scorer unpacked it first: theirs is the same
+            staging.rename(out)
+    return out
+
+
 def score_pair(pair: Pair, captures: Path) -> list[Cell]:
-    first, second = _window_numbers(captures / pair.base[0]), _window_numbers(captures / pair.base[1])
-    after = observed(captures / pair.after)
-    target = advise(captures / pair.base[0], pair.what_if)
+    base, second_base, after_dir = (readable(captures / name) for name in (*pair.base, pair.after))
+    first, second = _window_numbers(base), _window_numbers(second_base)
+    after = observed(after_dir)
+    target = advise(base, pair.what_if)
     item = target["advice"][0] if target.get("advice") else None
     reason = "" if item else target.get("reason") or "no prediction"
     queue = queue_baseline(first, pair)
@@ -490,6 +539,7 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
                                               interval=spec.scrape_interval))
                 if meta["failed_requests"]:
                     raise RuntimeError(f"{spec.name}: {meta['failed_requests']} requests failed")
+                pack(captures / spec.name)
                 timings[f"run {spec.name}"] = time.monotonic() - t1
                 print(f"captured {spec.name} in {timings[f'run {spec.name}']:.0f} s", file=sys.stderr, flush=True)
     return timings
