@@ -8,14 +8,18 @@ from pathlib import Path
 
 import pytest
 
+from lab.advisor_cases import observed
 from lab.advisor_pairs import (
+    PACKED,
     Cell,
     Pair,
     close,
     load_manifest,
     noise_sigma,
+    pack,
     plan,
     queue_baseline,
+    readable,
     summary,
     wilson,
 )
@@ -127,7 +131,8 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11",
+                                        "validation-12"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -142,10 +147,12 @@ def test_issue_49s_half_holds_two_physics_and_every_knob_both_ways() -> None:
     assert all(p.scrape_interval == 4.0 for p in half)
 
 
-def test_round_11s_half_holds_three_physics_five_workloads_and_each_knob_both_ways() -> None:
+@pytest.mark.parametrize(("split", "workloads"), [("validation-11", 5), ("validation-12", 4)])
+def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str, workloads: int) -> None:
     _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
-    half = [p for p in pairs if p.split == "validation-11"]
-    assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab"} and len({p.workload for p in half}) >= 5
+    half = [p for p in pairs if p.split == split]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab"}
+    assert len({p.workload for p in half}) >= workloads
     for knob in {p.knob for p in half}:
         assert {p.after_value > p.before for p in half if p.knob == knob} == {True, False}, knob
     # each A -> B has its B -> A on the same four captures
@@ -166,3 +173,18 @@ def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> Non
     assert len({starts["a"], starts["d"], starts["g"]}) == 3
     assert ("worker_cpus", 0.3) in starts["d"] and ("padded_vocab", 524288) in starts["g"]
     assert dict(starts["f"])["max_num_batched_tokens"] == 1024 and ("worker_cpus", 0.3) in starts["f"]
+
+
+def test_a_packed_capture_folder_reads_as_the_folder_it_was(tmp_path: Path) -> None:
+    import shutil
+
+    source = REPO / "lab/data/advisor-pairs/v10-wout-kv6-1"
+    folder = tmp_path / "v10-wout-kv6-1"
+    shutil.copytree(source, folder)
+    archive = pack(folder)
+    assert archive.name == PACKED and not list(folder.glob("*.txt.gz")) and (folder / "run.json").is_file()
+    assert archive.stat().st_size < 0.4 * sum(f.stat().st_size for f in source.glob("*.txt.gz"))
+    unpacked = readable(folder)
+    assert unpacked != folder and readable(folder) == unpacked  # unpacked once
+    assert observed(unpacked) == observed(source)
+    assert readable(source) == source  # an older folder is read where it is
