@@ -333,12 +333,17 @@ def readable(folder: Path) -> Path:
     if not archive.is_file():
         return folder
     data = archive.read_bytes()
-    out = Path(tempfile.gettempdir()) / "vllm-diag-pairs" / f"{folder.name}-{hashlib.sha256(data).hexdigest()[:12]}"
+    # The companions (vllm-diag.yaml: the engine facts; run.json) go beside the captures, as in the folder.
+    companions = {f.name: f.read_bytes() for f in sorted(folder.iterdir()) if f.is_file() and f.name != PACKED}
+    digest = hashlib.sha256(data + b"".join(n.encode() + b for n, b in companions.items())).hexdigest()[:12]
+    out = Path(tempfile.gettempdir()) / "vllm-diag-pairs" / f"{folder.name}-{digest}"
     if not out.is_dir():
         out.parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=out.parent))
         with tarfile.open(fileobj=io.BytesIO(data), mode="r:xz") as tar:
             tar.extractall(staging, filter="data")
+        for name, content in companions.items():
+            (staging / name).write_bytes(content)
         with contextlib.suppress(OSError):  # another scorer unpacked it first: theirs is the same
             staging.rename(out)
     return out

@@ -187,4 +187,5 @@ def test_a_packed_capture_folder_reads_as_the_folder_it_was(tmp_path: Path) -> N
     unpacked = readable(folder)
     assert unpacked != folder and readable(folder) == unpacked  # unpacked once
     assert observed(unpacked) == observed(source)
+    assert (unpacked / "vllm-diag.yaml").read_bytes() == (source / "vllm-diag.yaml").read_bytes()  # the engine facts
     assert readable(source) == source  # an older folder is read where it is
