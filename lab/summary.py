@@ -57,6 +57,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation", "717f398", "advisor-pairs-717f398-validation-r8.txt"),
     ("validation-9", "332a70e", "advisor-pairs-332a70e-validation-9.txt"),
     ("validation-10", "65cd99b", "advisor-pairs-65cd99b-validation-10.txt"),
+    ("validation-11", "5823e35", "advisor-pairs-5823e35-validation-11.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
