@@ -48,15 +48,16 @@ from lab.advisor_cases import (
     observed,
     record_run,
 )
-from lab.pair_archive import is_captured, run_folders
+from lab.pair_archive import is_captured, pack_and_remove, run_folders
 
 # ``validation-1`` ... ``validation-7``: the first campaign's and rounds 2-7's validation halves, each scored once
 # (at b7af419, da55001, 8d00712, c046e2f, 74e2ea9, bdce395, 9f50abd) and spent: tuned on since, beside ``dev``;
 # ``validation`` is round 8's half (scored once at 717f398); ``validation-9`` is issue 49's, fixed in the manifest
 # before any model change of that issue and scored once; ``validation-10`` was fixed after validation-9's scoring,
-# before any model change made after it.
+# before any model change made after it; ``validation-11`` was fixed after validation-10's scoring, before the
+# wide engine's step-cost change it tests (``validation-12`` is the next one's name).
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "validation-6", "validation-7", "validation-9", "validation-10", "smoke")
+          "validation-6", "validation-7", "validation-9", "validation-10", "validation-11", "validation-12", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -492,6 +493,7 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
                                               interval=spec.scrape_interval))
                 if meta["failed_requests"]:
                     raise RuntimeError(f"{spec.name}: {meta['failed_requests']} requests failed")
+                pack_and_remove(captures / spec.name)
                 timings[f"run {spec.name}"] = time.monotonic() - t1
                 print(f"captured {spec.name} in {timings[f'run {spec.name}']:.0f} s", file=sys.stderr, flush=True)
     return timings

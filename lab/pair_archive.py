@@ -85,6 +85,15 @@ def pack(folder: Path) -> Path:
     return target
 
 
+def pack_and_remove(folder: Path) -> Path:
+    """Pack a finished run (see ``pack``), then remove its folder: the archive is the run from now on."""
+    target = pack(folder)
+    for path in folder.iterdir():
+        path.unlink()
+    folder.rmdir()
+    return target
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.pair_archive", description=__doc__.split("\n\n")[0])
     parser.add_argument("folders", nargs="+", type=Path, help="run folders to pack (removed once checked)")
@@ -94,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         if not (folder / "run.json").exists():
             print(f"{folder}: no run.json, not a finished run; left alone", file=sys.stderr)
             continue
-        target = pack(folder)
-        if not args.keep:
-            for path in folder.iterdir():
-                path.unlink()
-            folder.rmdir()
+        target = pack(folder) if args.keep else pack_and_remove(folder)
         print(f"{target} {target.stat().st_size} bytes")
     return 0
 

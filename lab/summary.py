@@ -57,6 +57,8 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation", "717f398", "advisor-pairs-717f398-validation-r8.txt"),
     ("validation-9", "332a70e", "advisor-pairs-332a70e-validation-9.txt"),
     ("validation-10", "65cd99b", "advisor-pairs-65cd99b-validation-10.txt"),
+    ("validation-11", "5823e35", "advisor-pairs-5823e35-validation-11.txt"),
+    ("validation-12", "f7b91a5", "advisor-pairs-f7b91a5-validation-12.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")

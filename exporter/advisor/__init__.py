@@ -22,6 +22,7 @@ from exporter.advisor.calibrate import (
     brackets,
     calibrate,
     observe,
+    search_weights,
 )
 from exporter.advisor.candidates import (
     BadQuestion,
@@ -109,6 +110,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         checking = time.thread_time()
         primary_kind, checks = checked(cal, observed, thresholds)
         reused = False
+    if not checks[primary_kind].ok:
+        cal, primary_kind, checks = _searched(window, facts, thresholds, profile, observed, cal, primary_kind, checks)
     # What one candidate costs, to stay within a budget: a check is the same seeds on one reading.
     per_candidate = (time.thread_time() - checking) / len(checks)
     primary = checks[primary_kind]
@@ -173,6 +176,24 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     reason = "" if recommendations else "no candidate change applies to this window"
     fitted = Fitted(cal, primary_kind, primary.simulated)
     return AdviceResult(observed, tuple(recommendations), reason, calibration), fitted
+
+
+def _searched(window: Window, facts: EngineFacts, thresholds: Thresholds, profile: StepEvidence | None,
+              observed: Outcome, cal: Calibration, kind: str,
+              checks: dict[str, Check]) -> tuple[Calibration, str, dict[str, Check]]:
+    """Where the prior decode weight's calibration does not reproduce the window, the weight of
+    ``search_weights`` whose calibration does, with the smallest worst error (the prior's when none does):
+    the window's own shape (throughput, ITL and TTFT tails) then chose it, as its steps could not."""
+    best = (cal, kind, checks)
+    for weight in search_weights(cal):
+        try:
+            trial = calibrate(window, facts, thresholds, profile=profile, weight=weight)
+        except CannotCalibrate:
+            continue
+        trial_kind, trial_checks = checked(trial, observed, thresholds)
+        if trial_checks[trial_kind].ok and _worst(trial_checks[trial_kind]) < _worst(best[2][best[1]]):
+            best = (trial, trial_kind, trial_checks)
+    return best
 
 
 def _running_mean(window: Window) -> float:

@@ -8,7 +8,8 @@ What is read, and from where (all window deltas, never lifetime counters):
   window means (``_sum``/``_count``) come out;
 * step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
   window's own reading where its steps identify it (``stepcost.identify``), else the prior
-  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty); fixed and
+  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty), else, where the
+  prior does not reproduce the window, the weight of ``search_weights`` that does (``advise``); fixed and
   per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
   (``tail_bound``);
@@ -204,7 +205,7 @@ class Calibration:
     frontend_observed_s: float
     evidence: StepEvidence | None = None  # what the window's own steps say about the step cost
     weight_sigma: float = 0.0  # uncertainty of cost.decode_weight, log terms (one standard deviation)
-    weight_source: str = "prior"  # where the decode weight came from: window, profile or prior
+    weight_source: str = "prior"  # where the decode weight came from: window, profile, prior or search
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
 
     def engine_config(self, **changes: Any) -> EngineConfig:
@@ -345,13 +346,15 @@ def _need(value: Any, what: str) -> Any:
 
 
 def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
-              prior: Calibration | None = None, profile: StepEvidence | None = None) -> Calibration:
+              prior: Calibration | None = None, profile: StepEvidence | None = None,
+              weight: float | None = None) -> Calibration:
     """Everything but the step cost from the window and facts; then the step cost by fitting.
 
     With a ``prior`` (an earlier window's calibration of the same engine, same facts), its fitted step
     cost and frontend work are taken as they are instead of fitted again: they describe the engine
     and the machine, not the traffic. The caller checks the result against this window and fits
-    afresh when it does not reproduce it (``advise``)."""
+    afresh when it does not reproduce it (``advise``). ``weight``: this decode weight instead of the prior,
+    where neither the window nor a profile identifies one (one of ``search_weights``)."""
     if window.duration <= 0 or len(window) < 3:
         raise CannotCalibrate("the window holds fewer than three scrapes")
     for name, value in (("tensor_parallel_size", facts.tensor_parallel_size),
@@ -409,7 +412,10 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
         kv_bytes_per_block=kv_bytes / blocks if kv_bytes else None,
     )
     evidence = identify(window)
-    weight, sigma, source = thresholds.advice_decode_token_weight, thresholds.advice_decode_weight_sigma, "prior"
+    prior_weight, sigma, source = thresholds.advice_decode_token_weight, thresholds.advice_decode_weight_sigma, "prior"
+    if weight is not None:
+        prior_weight, source = weight, "search"
+    weight = prior_weight
     # The window's own reading first, then a profile of this engine (vllm-diag profile), then the prior.
     for reading, name in ((evidence, "window"), (profile, "profile")):
         if (reading is not None and reading.identified and reading.decode_weight is not None
@@ -430,6 +436,23 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
 # advice_decode_token_weight's declared range, read from its one entry: a reading outside it is clamped to it.
 _WEIGHT = BY_KEY["advice_decode_token_weight"]
 WEIGHT_BOUNDS = (_WEIGHT.minimum, _WEIGHT.maximum if _WEIGHT.maximum is not None else math.inf)
+
+
+def search_weights(cal: Calibration) -> tuple[float, ...]:
+    """The decode weights to try when the prior's calibration does not reproduce the window and neither the
+    window's steps nor a profile identified one: the prior's band (x / exp(+/- sigma)) and twice as far, in the
+    declared range. The weight sets how a step's time splits between what is fixed per sequence and what
+    grows with a prefill: an engine whose decode is cheap against its prefill (compute-bound, as the wide MLP
+    here or a GPU) reproduces its window only near 1, one whose decode reads a large head near 10."""
+    if cal.weight_source != "prior":
+        return ()
+    step = math.exp(cal.weight_sigma) if cal.weight_sigma > 0 else 2.0
+    out = []
+    for k in (-2, -1, 1, 2):
+        value = min(max(cal.cost.decode_weight * step ** k, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
+        if value != cal.cost.decode_weight and value not in out:
+            out.append(value)
+    return tuple(out)
 
 
 def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:

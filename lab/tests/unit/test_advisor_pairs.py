@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.advisor_cases import observed
 from lab.advisor_pairs import (
     Cell,
     Pair,
@@ -127,7 +128,8 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11",
+                                        "validation-12"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -140,6 +142,19 @@ def test_issue_49s_half_holds_two_physics_and_every_knob_both_ways() -> None:
         moves = {(p.physics, p.after_value > p.before) for p in half if p.knob == knob}
         assert {way for _, way in moves} == {True, False}, knob
     assert all(p.scrape_interval == 4.0 for p in half)
+
+
+@pytest.mark.parametrize(("split", "workloads"), [("validation-11", 5), ("validation-12", 4)])
+def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str, workloads: int) -> None:
+    _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
+    half = [p for p in pairs if p.split == split]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab"}
+    assert len({p.workload for p in half}) >= workloads
+    for knob in {p.knob for p in half}:
+        assert {p.after_value > p.before for p in half if p.knob == knob} == {True, False}, knob
+    # each A -> B has its B -> A on the same four captures
+    moves = {(p.before, p.after_value, p.workload) for p in half}
+    assert moves == {(after, before, workload) for before, after, workload in moves}
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
@@ -155,3 +170,22 @@ def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> Non
     assert len({starts["a"], starts["d"], starts["g"]}) == 3
     assert ("worker_cpus", 0.3) in starts["d"] and ("padded_vocab", 524288) in starts["g"]
     assert dict(starts["f"])["max_num_batched_tokens"] == 1024 and ("worker_cpus", 0.3) in starts["f"]
+
+
+def test_a_packed_capture_folder_reads_as_the_folder_it_was(tmp_path: Path) -> None:
+    import shutil
+
+    from lab.pair_archive import archive_path, pack_and_remove, run_folders
+
+    captures = REPO / "lab/data/advisor-pairs"
+    with run_folders(captures, ["v10-wout-kv6-1"]) as (source,):
+        folder = tmp_path / source.name
+        shutil.copytree(source, folder)
+        expected = observed(source)
+        facts = (source / "vllm-diag.yaml").read_bytes()
+    archive = pack_and_remove(folder)
+    assert archive == archive_path(tmp_path, "v10-wout-kv6-1") and not folder.exists()
+    assert archive.read_bytes() == archive_path(captures, "v10-wout-kv6-1").read_bytes()  # byte-reproducible
+    with run_folders(tmp_path, ["v10-wout-kv6-1"]) as (unpacked,):
+        assert observed(unpacked) == expected
+        assert (unpacked / "vllm-diag.yaml").read_bytes() == facts  # the engine facts
