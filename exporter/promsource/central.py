@@ -24,7 +24,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,11 +34,13 @@ from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, scrapes, selector
+from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
+from exporter.promsource.stored import StoredSeries, snapshots
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
+from exporter.snapshot import Snapshot
 from exporter.state import TargetState
 
 log = logging.getLogger(__name__)
@@ -128,7 +129,8 @@ class CentralDiagnoser(Sidecar):
             states[key.name] = state
             self.history_for(key.name).record(state)
         stats.diagnosed = sum(1 for state in results if state.status != "down")
-        for name in [n for n in self.pipelines if n not in {k.name for k in keys}]:
+        current = {key.name for key in keys}  # once: built per pipeline it cost N^2 names a cycle
+        for name in [n for n in self.pipelines if n not in current]:
             if now - self.last_seen.get(name, now) > self.source.grace_seconds:
                 log.info("target %s has had no series for %.0f s: dropped", name, now - self.last_seen[name])
                 self.pipelines.pop(name, None)
@@ -169,12 +171,14 @@ class CentralDiagnoser(Sidecar):
         # scrape: two reads when targets arrive, so one arrival does not make every target read a window.
         known = [key for key in keys if since[key] is not None]
         fresh = [key for key in keys if since[key] is None]
-        series: dict[TargetKey, list[Any]] = {}
+        series: dict[TargetKey, list[StoredSeries]] = {}
         try:
             for group in (known, fresh):
                 if group:
                     oldest = min(since[key] or 0.0 for key in group)
-                    start = max(oldest, now - window - LEAD_SECONDS)
+                    # A range selector holds both its ends in Prometheus 2: a millisecond after the newest
+                    # scrape fed leaves that scrape out (stored timestamps are whole milliseconds).
+                    start = max(oldest + 0.001 if group is known else oldest, now - window - LEAD_SECONDS)
                     series |= await read_families(client, self.source, group, start, now,
                                                   everything=everything and len(group) == len(keys))
         except PromError as exc:
@@ -182,15 +186,25 @@ class CentralDiagnoser(Sidecar):
             log.warning("reading %d targets failed: %s", len(keys), exc)
             return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
                                                                  error=str(exc))) for key in keys]
-        return [self._feed(key, scrapes(series[key], after=since[key]), since[key], now) for key in keys]
+        states = []
+        for key in keys:
+            # Built and fed one target at a time, its stored series released as it goes.
+            found = snapshots(series.pop(key), dict(key.labels), after=since[key],
+                              max_series_per_family=self.pipelines[key.name].target.max_series_per_family)
+            states.append(self._feed(key, found, since[key], now))
+        return states
 
-    def _feed(self, key: TargetKey, found: list[tuple[float, str]], since: float | None, now: float) -> TargetState:
+    def _feed(self, key: TargetKey, found: list[tuple[float, Snapshot | str]], since: float | None,
+              now: float) -> TargetState:
         pipeline = self.pipelines[key.name]
         window = self.settings.window_seconds
         if since is not None and found and found[0][0] - since > window:
             pipeline.window.clear()  # back after a gap longer than the window: start afresh
-        for at, text in found:
-            pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=text.encode()), evaluate_now=False)
+        for at, scrape in found:
+            if isinstance(scrape, str):  # what the parser decides (stored.snapshots)
+                pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=scrape.encode()), evaluate_now=False)
+            else:
+                pipeline.take(scrape, evaluate_now=False)
         newest = pipeline.window.latest
         if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, window):
             return self._down(key.name, now, "no recent samples in Prometheus")
