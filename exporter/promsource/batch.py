@@ -93,6 +93,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     labels = tuple(source.target_labels)
     strip = frozenset(labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
+    by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
     narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
@@ -108,10 +109,12 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
                 raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
             for series in data.get("result") or []:
                 metric = series.get("metric", {})
-                name = metric.get("__name__")
-                key = by_values.get(tuple(metric.get(label, "") for label in labels))
-                if key is not None and name is not None:
-                    by_target[key].append(StoredSeries.of(name, metric, strip, series.get("values", ())))
+                if by_value:
+                    key = by_value.get(metric.get(labels[0], ""))
+                else:
+                    key = by_values.get(tuple(metric.get(label, "") for label in labels))
+                if key is not None and "__name__" in metric:
+                    by_target[key].append(StoredSeries.of(metric, strip, series.get("values", ())))
             del data  # before the next answer is read
 
     await asyncio.gather(*(one(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings))

@@ -27,10 +27,7 @@ from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 
 _INFO = frozenset(name for name, metric in BY_NAME.items() if metric.kind is Kind.INFO)
 
-# Label pairs repeat across targets (the same le, model_name, engine on every engine): one tuple each.
 LabelPairs = tuple[tuple[str, str], ...]
-_INTERNED: dict[LabelPairs, LabelPairs] = {}
-_INTERNED_MAX = 65536
 
 
 class StoredSeries:
@@ -40,40 +37,84 @@ class StoredSeries:
     which fails it with that text, as it fails such a live scrape).
     """
 
-    __slots__ = ("name", "labels", "stamps", "values", "raw")
+    __slots__ = ("known", "stamps", "values", "raw")
 
-    def __init__(self, name: str, labels: LabelPairs, stamps: array, values: array,
-                 raw: list[str] | None = None) -> None:
-        self.name = name
-        self.labels = labels
+    def __init__(self, known: _Known, stamps: array, values: array, raw: list[str] | None = None) -> None:
+        self.known = known
         self.stamps = stamps
         self.values = values
         self.raw = raw
 
+    @property
+    def name(self) -> str:
+        return self.known.name
+
+    @property
+    def labels(self) -> LabelPairs:
+        return self.known.labels
+
     @classmethod
-    def of(cls, name: str, metric: Mapping[str, str], strip: frozenset[str],
-           values: Sequence[Sequence[Any]]) -> StoredSeries:
-        """``strip``: the target labels (constant over a target's series by definition, put back if needed)."""
-        labels = tuple(sorted((k, v) for k, v in metric.items() if k != "__name__" and k not in strip))
-        interned = _INTERNED.get(labels)
-        if interned is None:
-            if len(_INTERNED) >= _INTERNED_MAX:
-                _INTERNED.clear()
-            interned = _INTERNED[labels] = labels
-        stamps, numbers = array("d"), array("d")
-        raw: list[str] | None = None
-        for stamp, value in values:
-            stamps.append(float(stamp))
+    def of(cls, metric: Mapping[str, str], strip: frozenset[str], values: Sequence[Sequence[Any]]) -> StoredSeries:
+        """``metric`` with its ``__name__``; ``strip``: the target labels (constant over a target's series by
+        definition, put back where the parser's input keeps them: ``snapshots``)."""
+        rest = dict(metric)
+        for label in strip:
+            rest.pop(label, None)
+        # The same name and labels come for every target and cycle: worked out once (in the store's label order).
+        seen = tuple(rest.items())
+        known = _SEEN.get(seen)
+        if known is None:
+            if len(_SEEN) >= _CACHE_MAX:
+                _SEEN.clear()
+            name = rest.pop("__name__")
+            known = _SEEN[seen] = _Known(name, tuple(sorted(rest.items())))
+        if len(values) == 1:  # a steady cycle: the one new scrape
+            stamp, text = values[0]
             try:
-                numbers.append(float(value))
+                return cls(known, array("d", (stamp,)), array("d", (float(text),)))
             except (TypeError, ValueError):
-                numbers.append(math.nan)
-                raw = [str(v) for _, v in values]
-        return cls(name, interned, stamps, numbers, raw)
+                pass
+        stamps = array("d", [stamp for stamp, _ in values])
+        texts = [value for _, value in values]
+        try:
+            return cls(known, stamps, array("d", map(float, texts)))
+        except (TypeError, ValueError):
+            numbers = array("d", [_number(text) for text in texts])
+            return cls(known, stamps, numbers, [str(text) for text in texts])
+
+
+def _number(text: object) -> float:
+    try:
+        return float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class _Known:
+    """A series' name and labels (the target's left out), and what parse() makes of its line under each set of
+    labels a target drops and keeps (``plan``)."""
+
+    __slots__ = ("name", "labels", "plans")
+
+    def __init__(self, name: str, labels: LabelPairs) -> None:
+        self.name = name
+        self.labels = labels
+        self.plans: dict[tuple[frozenset[str], LabelPairs], _Plan] = {}
+
+    def plan(self, drop: frozenset[str], kept: LabelPairs) -> _Plan:
+        plan = self.plans.get((drop, kept))
+        if plan is None:
+            labels = tuple(sorted((*self.labels, *kept))) if kept else self.labels
+            plan = self.plans[(drop, kept)] = _Plan(self.name, tuple(p for p in labels if p[0] not in drop))
+        return plan
+
+
+_SEEN: dict[tuple[tuple[str, str], ...], _Known] = {}
+_CACHE_MAX = 65536
 
 
 class _Plan:
-    """What parse() makes of one series' line, whatever its value: worked out once per name and label set."""
+    """What parse() makes of one series' line, whatever its value."""
 
     __slots__ = ("canonical", "part", "rank", "key", "le", "bound", "info", "refer")
 
@@ -97,29 +138,6 @@ class _Plan:
             except ValueError:
                 pass
             self.refer = self.bound != self.bound  # no le, or none the parser would file a bucket under
-
-
-_PLANS: dict[tuple[str, LabelSet], _Plan] = {}
-_PLANS_MAX = 65536
-_DROPPED: dict[tuple[LabelSet, frozenset[str]], LabelSet] = {}
-
-
-def _plan(name: str, labels: LabelSet) -> _Plan:
-    plan = _PLANS.get((name, labels))
-    if plan is None:
-        if len(_PLANS) >= _PLANS_MAX:
-            _PLANS.clear()
-        plan = _PLANS[(name, labels)] = _Plan(name, labels)
-    return plan
-
-
-def _without(labels: LabelSet, drop: frozenset[str]) -> LabelSet:
-    kept = _DROPPED.get((labels, drop))
-    if kept is None:
-        if len(_DROPPED) >= _PLANS_MAX:
-            _DROPPED.clear()
-        kept = _DROPPED[(labels, drop)] = tuple(pair for pair in labels if pair[0] not in drop)
-    return kept
 
 
 class _Scrape:
@@ -149,18 +167,13 @@ def snapshots(matrix: Sequence[StoredSeries], target: Mapping[str, str], after: 
     """
     if len(matrix) == 1:
         drop: frozenset[str] = frozenset()
-        kept = [(k, v) for k, v in target.items() if v]
+        kept = tuple((k, v) for k, v in target.items() if v)
     else:
         drop = _constant(matrix)
-        kept = [(k, v) for k, v in target.items() if k in KEEP_LABELS and v]
+        kept = tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
     building: dict[float, _Scrape] = {}
     for series in matrix:
-        labels = series.labels
-        if kept:
-            labels = tuple(sorted((*labels, *kept)))
-        if drop:
-            labels = _without(labels, drop)
-        plan = _plan(series.name, labels)
+        plan = series.known.plan(drop, kept)
         refer = plan.refer or series.raw is not None
         for at, value in zip(series.stamps, series.values, strict=True):
             if after is not None and at <= after:
@@ -250,16 +263,11 @@ def _snapshot(scrape: _Scrape, at: float) -> Snapshot:
 
 def _constant(matrix: Sequence[StoredSeries]) -> frozenset[str]:
     """``rebuild.constant_labels`` over the labels kept (the target labels are constant already)."""
-    common: dict[str, str] | None = None
-    for series in matrix:
-        if common is None:
-            common = {k: v for k, v in series.labels if k not in KEEP_LABELS}
-        else:
-            labels = dict(series.labels)
-            common = {k: v for k, v in common.items() if labels.get(k) == v}
-        if not common:
-            break
-    return frozenset(common or ())
+    common = [pair for pair in matrix[0].known.labels if pair[0] not in KEEP_LABELS]
+    for known in {id(series.known): series.known for series in matrix}.values():
+        if common and not all(pair in known.labels for pair in common):
+            common = [pair for pair in common if pair in known.labels]
+    return frozenset(label for label, _ in common)
 
 
 def _as_json(series: StoredSeries, target: Mapping[str, str]) -> dict[str, Any]:

@@ -21,7 +21,7 @@ TARGET = {"instance": "vllm-7:8000"}
 
 def stored(matrix: list[dict[str, Any]], target_labels: tuple[str, ...] = ("instance",)) -> list[StoredSeries]:
     strip = frozenset(target_labels)
-    return [StoredSeries.of(s["metric"]["__name__"], s["metric"], strip, s["values"]) for s in matrix]
+    return [StoredSeries.of(s["metric"], strip, s["values"]) for s in matrix]
 
 
 def same(got: Snapshot, want: Snapshot) -> None:
