@@ -49,7 +49,8 @@ def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int,
 
 def size_table(results: list[dict[str, Any]]) -> str:
     lines = ["| engines | steady cycle, wall | CPU | CPU per engine | queries / cycle | bytes read / cycle "
-             "| per engine | cold first cycle (CPU) | RSS after | peak RSS | all diagnosed every cycle | load average |",
+             "| per engine | cold first cycle (CPU) | RSS after | peak RSS | all diagnosed every cycle "
+             "| load average |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         n = r["targets"]
