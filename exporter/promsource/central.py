@@ -7,9 +7,12 @@ Each cycle (every ``interval`` seconds, never two at once):
    the target labels, :mod:`exporter.promsource.batch`);
 2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
    since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
-   diagnoser get a second read of one window (narrowed to them with one target label);
-3. each target's pipeline (the sidecar's, window and hysteresis included) is fed its new scrapes and
-   evaluated once.
+   diagnoser get a second read of one window (narrowed to them with one target label; in parts of
+   ``COLD_READ_TARGETS`` targets, each fed before the next is read, so a cold start over thousands of
+   targets holds one part's numbers and no answer outgrows a store's limits);
+3. each answer's series are made compact as it arrives (:mod:`exporter.promsource.stored`), each
+   target's scrapes built into snapshots and fed to its pipeline (the sidecar's, window and hysteresis
+   included), which is evaluated once.
 
 So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
 targets, and reads each stored sample about once. Memory is one window per target, at most
@@ -22,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
@@ -38,13 +42,16 @@ from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
-from exporter.promsource.stored import StoredSeries, snapshots
+from exporter.promsource.stored import snapshots
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.snapshot import Snapshot
 from exporter.state import TargetState
 
 log = logging.getLogger(__name__)
+
+# Targets whose whole window one read brings (a cold cycle): more are read in as many time slices.
+COLD_READ_TARGETS = 1000
 
 
 @dataclass
@@ -177,7 +184,7 @@ class CentralDiagnoser(Sidecar):
 
     async def _refresh_all(self, client: PromClient, keys: list[TargetKey], now: float,
                            everything: bool) -> list[TargetState]:
-        """Read what is new for every target (one query per family), then feed and evaluate each."""
+        """Read what is new for every target (one query per family), feed each, then evaluate each."""
         if not keys:
             return []
         window = self.settings.window_seconds
@@ -189,42 +196,56 @@ class CentralDiagnoser(Sidecar):
         # scrape: two reads when targets arrive, so one arrival does not make every target read a window.
         known = [key for key in keys if since[key] is not None]
         fresh = [key for key in keys if since[key] is None]
-        series: dict[TargetKey, list[StoredSeries]] = {}
+        horizon = now - window - LEAD_SECONDS
+        reads: list[tuple[list[TargetKey], float, float]] = []
+        if known:
+            # A range selector holds both its ends in Prometheus 2: a millisecond after the newest scrape
+            # fed leaves that scrape out (stored timestamps are whole milliseconds).
+            reads.append((known, max(min(since[key] or 0.0 for key in known) + 0.001, horizon), now))
+        if fresh:
+            # A window for thousands of targets at once is an answer larger than a store serves in its time
+            # limits, and more numbers than memory need hold: read in parts, each fed before the next is read.
+            # By targets where one label names them (each sample read once); else by time slices (each slice
+            # repeats the series' labels).
+            parts = max(1, math.ceil(len(fresh) / COLD_READ_TARGETS))
+            if len(self.source.target_labels) == 1:
+                size = math.ceil(len(fresh) / parts)
+                reads += [(fresh[i:i + size], horizon, now) for i in range(0, len(fresh), size)]
+            else:
+                edges = [horizon + (now - horizon) * i / parts for i in range(parts)] + [now]
+                reads += [(fresh, edges[i] + (0.001 if i else 0.0), edges[i + 1]) for i in range(parts)]
         try:
-            for group in (known, fresh):
-                if group:
-                    oldest = min(since[key] or 0.0 for key in group)
-                    # A range selector holds both its ends in Prometheus 2: a millisecond after the newest
-                    # scrape fed leaves that scrape out (stored timestamps are whole milliseconds).
-                    start = max(oldest + 0.001 if group is known else oldest, now - window - LEAD_SECONDS)
-                    series |= await read_families(client, self.source, group, start, now,
-                                                  everything=everything and len(group) == len(keys))
+            for group, start, end in reads:
+                series = await read_families(client, self.source, group, start, end,
+                                             everything=everything and len(group) == len(keys))
+                for key in group:  # built and fed one target at a time, its stored series released as it goes
+                    pipeline = self.pipelines[key.name]
+                    newest = pipeline.window.latest
+                    found = snapshots(series.pop(key), dict(key.labels),
+                                      after=newest.timestamp if newest is not None else None,
+                                      max_series_per_family=pipeline.target.max_series_per_family)
+                    self._feed(key, found, since[key])
         except PromError as exc:
             self.errors_total += 1
             log.warning("reading %d targets failed: %s", len(keys), exc)
             return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
                                                                  error=str(exc))) for key in keys]
-        states = []
-        for key in keys:
-            # Built and fed one target at a time, its stored series released as it goes.
-            found = snapshots(series.pop(key), dict(key.labels), after=since[key],
-                              max_series_per_family=self.pipelines[key.name].target.max_series_per_family)
-            states.append(self._feed(key, found, since[key], now))
-        return states
+        return [self._judge(key, now) for key in keys]
 
-    def _feed(self, key: TargetKey, found: list[tuple[float, Snapshot | str]], since: float | None,
-              now: float) -> TargetState:
+    def _feed(self, key: TargetKey, found: list[tuple[float, Snapshot | str]], since: float | None) -> None:
         pipeline = self.pipelines[key.name]
-        window = self.settings.window_seconds
-        if since is not None and found and found[0][0] - since > window:
+        if since is not None and found and found[0][0] - since > self.settings.window_seconds:
             pipeline.window.clear()  # back after a gap longer than the window: start afresh
         for at, scrape in found:
             if isinstance(scrape, str):  # what the parser decides (stored.snapshots)
                 pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=scrape.encode()), evaluate_now=False)
             else:
                 pipeline.take(scrape, evaluate_now=False)
+
+    def _judge(self, key: TargetKey, now: float) -> TargetState:
+        pipeline = self.pipelines[key.name]
         newest = pipeline.window.latest
-        if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, window):
+        if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, self.settings.window_seconds):
             return self._down(key.name, now, "no recent samples in Prometheus")
         return pipeline.evaluate(now)
 
