@@ -37,13 +37,11 @@ from lab.fleet import INTERVAL, WINDOW, build_store, build_victoria_metrics, sta
 
 def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int],
                concurrency: int) -> dict[str, Any]:
-    """One fresh process (its RSS and CPU its own). ``peak_rss_mb``: the largest RSS of the workers run so far
-    (the kernel's high-water mark of waited children), the cold cycle's peak when sizes ascend."""
+    """One fresh process (its RSS and CPU its own)."""
     out = subprocess.run([sys.executable, "-m", "lab.central_scale", "--worker", url, str(size), str(start),
                           str(steady), str(shard[0]), str(shard[1]), str(concurrency)],
                          check=True, capture_output=True, text=True, timeout=7200)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return result
 
 
@@ -108,6 +106,7 @@ def main() -> int:
     if args.worker:
         url, size, start, steady, shard, shards, concurrency = args.worker
         result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency))
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the cold cycle's peak
         print(json.dumps(result))
         return 0
     started = time.perf_counter()
