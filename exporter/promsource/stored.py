@@ -17,13 +17,12 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Mapping, Sequence
-from types import MappingProxyType
 from typing import Any
 
 from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
-from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, _assemble
+from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, snapshot
 from exporter.promsource.rebuild import KEEP_LABELS, scrapes
-from exporter.snapshot import HistogramSample, LabelSet, Snapshot
+from exporter.snapshot import LabelSet, Snapshot
 
 _INFO = frozenset(name for name, metric in BY_NAME.items() if metric.kind is Kind.INFO)
 
@@ -240,25 +239,7 @@ def _add(scrape: _Scrape, plan: _Plan, value: float, cap: int) -> None:
 
 
 def _snapshot(scrape: _Scrape, at: float) -> Snapshot:
-    dropped = scrape.dropped
-    histograms: dict[str, dict[LabelSet, HistogramSample]] = {}
-    for canonical, family in scrape.buckets.items():
-        assembled: dict[LabelSet, HistogramSample] = {}
-        for key, by_le in family.items():
-            sample = _assemble(canonical, key, by_le, scrape.sums.get(canonical, {}), scrape.counts.get(canonical, {}))
-            if sample is None:
-                dropped += 1
-            else:
-                assembled[key] = sample
-        if assembled:
-            histograms[canonical] = assembled
-    return Snapshot(
-        timestamp=at,
-        scalars=MappingProxyType({k: MappingProxyType(v) for k, v in scrape.scalars.items() if v}),
-        histograms=MappingProxyType({k: MappingProxyType(v) for k, v in histograms.items()}),
-        info=MappingProxyType({k: tuple(MappingProxyType(d) for d in v) for k, v in scrape.info.items()}),
-        dropped_samples=dropped,
-    )
+    return snapshot(at, scrape.scalars, scrape.buckets, scrape.sums, scrape.counts, scrape.info, scrape.dropped)
 
 
 def _constant(matrix: Sequence[StoredSeries]) -> frozenset[str]:
