@@ -154,8 +154,10 @@ def test_vanished_target_is_down_then_dropped(fleet: Any) -> None:
     assert all(status == "ok" for status in dropped.values())
 
 
-def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1) -> tuple[CentralDiagnoser, list[Any]]:
-    source = PrometheusSource(url=fleet["url"], match='{job="vllm"}', interval=INTERVAL, shard=shard, shards=shards)
+def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1,
+            target_labels: tuple[str, ...] = ("instance",)) -> tuple[CentralDiagnoser, list[Any]]:
+    source = PrometheusSource(url=fleet["url"], match='{job="vllm"}', interval=INTERVAL, shard=shard, shards=shards,
+                              target_labels=target_labels)
     settings = load_settings(None, {"window_seconds": 60, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
 
@@ -209,6 +211,14 @@ def test_a_cold_read_of_many_targets_comes_in_parts_with_the_same_verdicts(
     def states(central: CentralDiagnoser) -> dict[str, str]:
         return {name: json.dumps(state.to_dict(), sort_keys=True) for name, state in central.states.items()}
 
+    assert states(sliced) == states(whole)
+    # Named by two labels, targets cannot be narrowed: the window comes in time slices instead.
+    labels = ("job", "instance")
+    monkeypatch.setattr(central_module, "COLD_READ_TARGETS", 1000)
+    whole, _ = _cycles(fleet, (now,), target_labels=labels)
+    monkeypatch.setattr(central_module, "COLD_READ_TARGETS", 2)
+    sliced, (cold,) = _cycles(fleet, (now,), target_labels=labels)
+    assert cold.queries == 1 + math.ceil(TARGETS / 2) * len(FAMILY_NAMES) and cold.diagnosed == TARGETS
     assert states(sliced) == states(whole)
 
 
