@@ -2,8 +2,9 @@
 
 ``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
 time: one window), with one range-selector query per family of the catalog for all its targets at
-once; the answer is split by the target labels and each target's part is rebuilt into its scrapes
-(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets (a shard
+once; the answer is split by the target labels as it arrives, each series kept compact
+(``stored.StoredSeries``) for its target's snapshots. So a cycle costs one query per family whatever the
+number of targets (a shard
 whose names fill more than ``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow
 with the targets.
 
