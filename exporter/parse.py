@@ -237,6 +237,14 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             continue
         family_values[key] = value
 
+    return snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
+
+
+def snapshot(timestamp: float, scalars: dict[str, dict[LabelSet, float]],
+             buckets: dict[str, dict[LabelSet, dict[float, float]]], sums: dict[str, dict[LabelSet, float]],
+             counts: dict[str, dict[LabelSet, float]], info: dict[str, list[dict[str, str]]], dropped: int) -> Snapshot:
+    """One scrape's samples, as parse() files them, assembled (histograms checked) into its Snapshot; the
+    central diagnoser files stored samples the same way (``exporter.promsource.stored``)."""
     histograms: dict[str, dict[LabelSet, HistogramSample]] = {}
     for canonical, family in buckets.items():
         assembled: dict[LabelSet, HistogramSample] = {}

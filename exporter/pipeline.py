@@ -28,6 +28,7 @@ from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture, recorded_config
 from exporter.scaling import HOLD, ScaleTracker
 from exporter.signals import HostInputs, compute
+from exporter.snapshot import Snapshot
 from exporter.state import (
     SCRAPE_ERROR_REASONS,
     Advice,
@@ -127,9 +128,13 @@ class TargetPipeline:
             return self._fail(result, "parse", str(exc))
         if self.recorder is not None:
             self.recorder.submit(result.started_at, text)  # a queue put: the writer thread does the I/O
+        return self.take(snapshot, result.duration, evaluate_now)
+
+    def take(self, snapshot: Snapshot, duration: float = 0.0, evaluate_now: bool = True) -> TargetState:
+        """Take one scrape already parsed (the central diagnoser builds its snapshots from stored samples)."""
         step = self.window.push(snapshot)
         self._health = replace(
-            self._health, up=True, last_duration_seconds=result.duration, last_success_timestamp=result.started_at,
+            self._health, up=True, last_duration_seconds=duration, last_success_timestamp=snapshot.timestamp,
             last_error=None, scrapes_total=self._health.scrapes_total + 1,
             dropped_samples_total=self._health.dropped_samples_total + snapshot.dropped_samples,
             restarts_total=self._health.restarts_total + (1 if step is not None and step.restarted else 0),
@@ -137,7 +142,7 @@ class TargetPipeline:
         if not evaluate_now:
             self.state = replace(self.state, health=self._health, recording=self._recording())
             return self.state
-        return self.evaluate(result.started_at)
+        return self.evaluate(snapshot.timestamp)
 
     def _track_failures(self, kind: str, failing: dict[str, str]) -> None:
         """Log a rule or source when it starts failing, when its error changes, and when it recovers."""

@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -40,19 +41,22 @@ def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int,
     out = subprocess.run([sys.executable, "-m", "lab.central_scale", "--worker", url, str(size), str(start),
                           str(steady), str(shard[0]), str(shard[1]), str(concurrency)],
                          check=True, capture_output=True, text=True, timeout=7200)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
 
 
 def size_table(results: list[dict[str, Any]]) -> str:
     lines = ["| engines | steady cycle, wall | CPU | CPU per engine | queries / cycle | bytes read / cycle "
-             "| per engine | cold first cycle (CPU) | RSS | all diagnosed every cycle | load average |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| per engine | cold first cycle (CPU) | RSS after | peak RSS | all diagnosed every cycle "
+             "| load average |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         n = r["targets"]
         lines.append(
             f"| {n:,} | {r['cycle_seconds']:.1f} s | {r['cycle_cpu_seconds']:.1f} s | "
             f"{r['cycle_cpu_seconds'] / n * 1000:.2f} ms | {r['queries']:.0f} | {r['bytes'] / 1e6:.0f} MB | "
             f"{r['bytes'] / n / 1e3:.1f} KB | {r['cold']['cpu_seconds']:.0f} s | {r['rss_mb']:.0f} MB | "
+            f"{r.get('peak_rss_mb', math.nan):.0f} MB | "
             f"{'yes' if r['every_target_every_cycle'] else 'NO'} | {r['load_average']:.1f} |")
     return "\n".join(lines)
 
@@ -102,6 +106,7 @@ def main() -> int:
     if args.worker:
         url, size, start, steady, shard, shards, concurrency = args.worker
         result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency))
+        result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the cold cycle's peak
         print(json.dumps(result))
         return 0
     started = time.perf_counter()

@@ -2,8 +2,9 @@
 
 ``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
 time: one window), with one range-selector query per family of the catalog for all its targets at
-once; the answer is split by the target labels and each target's part is rebuilt into its scrapes
-(``rebuild.scrapes``). So a cycle costs one query per family whatever the number of targets (a shard
+once; the answer is split by the target labels as it arrives, each series kept compact
+(``stored.StoredSeries``) for its target's snapshots. So a cycle costs one query per family whatever the
+number of targets (a shard
 whose names fill more than ``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow
 with the targets.
 
@@ -16,13 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
 from exporter.promsource.settings import PrometheusSource
+from exporter.promsource.stored import StoredSeries
 
 
 def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
@@ -83,16 +84,21 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
 
 
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
-                        end: float, *, everything: bool) -> dict[TargetKey, list[Mapping[str, Any]]]:
+                        end: float, *, everything: bool) -> dict[TargetKey, list[StoredSeries]]:
     """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
 
-    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed).
+    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed). Each
+    answer is made compact (``StoredSeries``) as it arrives and its decoded JSON dropped: memory holds the
+    numbers of the read, and at most ``max_concurrency`` answers at once.
     """
-    wanted = set(keys)
+    labels = tuple(source.target_labels)
+    strip = frozenset(labels)
+    by_values = {tuple(value for _, value in key.labels): key for key in keys}
+    by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
     narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
-    by_target: dict[TargetKey, list[Mapping[str, Any]]] = {key: [] for key in keys}
+    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
 
     async def one(names: tuple[str, ...], narrowing: str) -> None:
         expr = selector(source.match, names)
@@ -100,13 +106,17 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             data = await client.query(f"{expr}[{millis}ms]", end)
-        if data.get("resultType") != "matrix":
-            raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
-        for series in data.get("result") or []:
-            key = TargetKey.of(series.get("metric", {}), source.target_labels)
-            if key in wanted:
-                by_target[key].append(series)
+            if data.get("resultType") != "matrix":
+                raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
+            for series in data.get("result") or []:
+                metric = series.get("metric", {})
+                if by_value:
+                    key = by_value.get(metric.get(labels[0], ""))
+                else:
+                    key = by_values.get(tuple(metric.get(label, "") for label in labels))
+                if key is not None and "__name__" in metric:
+                    by_target[key].append(StoredSeries.of(metric, strip, series.get("values", ())))
+            del data  # before the next answer is read
 
     await asyncio.gather(*(one(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings))
     return by_target
-

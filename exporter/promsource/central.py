@@ -7,9 +7,12 @@ Each cycle (every ``interval`` seconds, never two at once):
    the target labels, :mod:`exporter.promsource.batch`);
 2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
    since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
-   diagnoser get a second read of one window (narrowed to them with one target label);
-3. each target's pipeline (the sidecar's, window and hysteresis included) is fed its new scrapes and
-   evaluated once.
+   diagnoser get a second read of one window (narrowed to them with one target label; in parts of
+   ``COLD_READ_TARGETS`` targets, each fed before the next is read, so a cold start over thousands of
+   targets holds one part's numbers and no answer outgrows a store's limits);
+3. each answer's series are made compact as it arrives (:mod:`exporter.promsource.stored`), each
+   target's scrapes built into snapshots and fed to its pipeline (the sidecar's, window and hysteresis
+   included), which is evaluated once.
 
 So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
 targets, and reads each stored sample about once. Memory is one window per target, at most
@@ -20,11 +23,12 @@ targets, and reads each stored sample about once. Memory is one window per targe
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
+import math
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import web
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -35,14 +39,19 @@ from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
-from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, scrapes, selector
+from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
+from exporter.promsource.stored import snapshots
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
+from exporter.snapshot import Snapshot
 from exporter.state import TargetState
 
 log = logging.getLogger(__name__)
+
+# Targets whose whole window one read brings (a cold cycle): more are read in as many time slices.
+COLD_READ_TARGETS = 1000
 
 
 @dataclass
@@ -60,6 +69,8 @@ class CycleStats:
 
 class CentralDiagnoser(Sidecar):
     """A :class:`Sidecar` whose targets come and go with the series in a Prometheus-compatible store."""
+
+    pause_collector = True  # the cyclic garbage collector waits during a cycle (see cycle)
 
     def __init__(self, settings: Settings, source: PrometheusSource) -> None:
         # The configured targets only lend engine facts and SLOs by name: nothing polls them.
@@ -106,6 +117,21 @@ class CentralDiagnoser(Sidecar):
 
         ``now`` defaults to the wall clock; the fleet benchmark replays stored time with it.
         """
+        # A cycle allocates millions of short-lived objects (decoded answers, snapshots) beside the long-lived
+        # windows of every target: Python's cyclic collector, run every few hundred allocations, walked those
+        # windows again and again (more than a third of a cycle's CPU at 1,000 targets, growing with them).
+        # What a cycle leaves is freed by reference counting; the young generations are collected once, after.
+        paused = self.pause_collector and gc.isenabled()
+        if paused:
+            gc.disable()
+        try:
+            return await self._cycle(now)
+        finally:
+            if paused:
+                gc.enable()
+                gc.collect(1)
+
+    async def _cycle(self, now: float | None) -> CycleStats:
         assert self.client is not None, "cycle before startup"
         client = self.client
         now = time.time() if now is None else now
@@ -128,7 +154,8 @@ class CentralDiagnoser(Sidecar):
             states[key.name] = state
             self.history_for(key.name).record(state)
         stats.diagnosed = sum(1 for state in results if state.status != "down")
-        for name in [n for n in self.pipelines if n not in {k.name for k in keys}]:
+        current = {key.name for key in keys}  # once: built per pipeline it cost N^2 names a cycle
+        for name in [n for n in self.pipelines if n not in current]:
             if now - self.last_seen.get(name, now) > self.source.grace_seconds:
                 log.info("target %s has had no series for %.0f s: dropped", name, now - self.last_seen[name])
                 self.pipelines.pop(name, None)
@@ -157,7 +184,7 @@ class CentralDiagnoser(Sidecar):
 
     async def _refresh_all(self, client: PromClient, keys: list[TargetKey], now: float,
                            everything: bool) -> list[TargetState]:
-        """Read what is new for every target (one query per family), then feed and evaluate each."""
+        """Read what is new for every target (one query per family), feed each, then evaluate each."""
         if not keys:
             return []
         window = self.settings.window_seconds
@@ -169,30 +196,56 @@ class CentralDiagnoser(Sidecar):
         # scrape: two reads when targets arrive, so one arrival does not make every target read a window.
         known = [key for key in keys if since[key] is not None]
         fresh = [key for key in keys if since[key] is None]
-        series: dict[TargetKey, list[Any]] = {}
+        horizon = now - window - LEAD_SECONDS
+        reads: list[tuple[list[TargetKey], float, float]] = []
+        if known:
+            # A range selector holds both its ends in Prometheus 2: a millisecond after the newest scrape
+            # fed leaves that scrape out (stored timestamps are whole milliseconds).
+            reads.append((known, max(min(since[key] or 0.0 for key in known) + 0.001, horizon), now))
+        if fresh:
+            # A window for thousands of targets at once is an answer larger than a store serves in its time
+            # limits, and more numbers than memory need hold: read in parts, each fed before the next is read.
+            # By targets where one label names them (each sample read once); else by time slices (each slice
+            # repeats the series' labels).
+            parts = max(1, math.ceil(len(fresh) / COLD_READ_TARGETS))
+            if len(self.source.target_labels) == 1:
+                size = math.ceil(len(fresh) / parts)
+                reads += [(fresh[i:i + size], horizon, now) for i in range(0, len(fresh), size)]
+            else:
+                edges = [horizon + (now - horizon) * i / parts for i in range(parts)] + [now]
+                reads += [(fresh, edges[i] + (0.001 if i else 0.0), edges[i + 1]) for i in range(parts)]
         try:
-            for group in (known, fresh):
-                if group:
-                    oldest = min(since[key] or 0.0 for key in group)
-                    start = max(oldest, now - window - LEAD_SECONDS)
-                    series |= await read_families(client, self.source, group, start, now,
-                                                  everything=everything and len(group) == len(keys))
+            for group, start, end in reads:
+                series = await read_families(client, self.source, group, start, end,
+                                             everything=everything and len(group) == len(keys))
+                for key in group:  # built and fed one target at a time, its stored series released as it goes
+                    pipeline = self.pipelines[key.name]
+                    newest = pipeline.window.latest
+                    found = snapshots(series.pop(key), dict(key.labels),
+                                      after=newest.timestamp if newest is not None else None,
+                                      max_series_per_family=pipeline.target.max_series_per_family)
+                    self._feed(key, found, since[key])
         except PromError as exc:
             self.errors_total += 1
             log.warning("reading %d targets failed: %s", len(keys), exc)
             return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
                                                                  error=str(exc))) for key in keys]
-        return [self._feed(key, scrapes(series[key], after=since[key]), since[key], now) for key in keys]
+        return [self._judge(key, now) for key in keys]
 
-    def _feed(self, key: TargetKey, found: list[tuple[float, str]], since: float | None, now: float) -> TargetState:
+    def _feed(self, key: TargetKey, found: list[tuple[float, Snapshot | str]], since: float | None) -> None:
         pipeline = self.pipelines[key.name]
-        window = self.settings.window_seconds
-        if since is not None and found and found[0][0] - since > window:
+        if since is not None and found and found[0][0] - since > self.settings.window_seconds:
             pipeline.window.clear()  # back after a gap longer than the window: start afresh
-        for at, text in found:
-            pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=text.encode()), evaluate_now=False)
+        for at, scrape in found:
+            if isinstance(scrape, str):  # what the parser decides (stored.snapshots)
+                pipeline.ingest(ScrapeResult(started_at=at, duration=0.0, body=scrape.encode()), evaluate_now=False)
+            else:
+                pipeline.take(scrape, evaluate_now=False)
+
+    def _judge(self, key: TargetKey, now: float) -> TargetState:
+        pipeline = self.pipelines[key.name]
         newest = pipeline.window.latest
-        if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, window):
+        if newest is None or newest.timestamp < now - min(self.source.staleness_seconds, self.settings.window_seconds):
             return self._down(key.name, now, "no recent samples in Prometheus")
         return pipeline.evaluate(now)
 

@@ -29,6 +29,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.cli import main
 from exporter.config import load_settings
 from exporter.promsource import backfill
+from exporter.promsource import central as central_module
 from exporter.promsource.batch import FAMILY_NAMES, shard_of
 from exporter.promsource.central import CentralDiagnoser
 from exporter.promsource.client import PromClient
@@ -153,8 +154,10 @@ def test_vanished_target_is_down_then_dropped(fleet: Any) -> None:
     assert all(status == "ok" for status in dropped.values())
 
 
-def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1) -> tuple[CentralDiagnoser, list[Any]]:
-    source = PrometheusSource(url=fleet["url"], match='{job="vllm"}', interval=INTERVAL, shard=shard, shards=shards)
+def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1,
+            target_labels: tuple[str, ...] = ("instance",)) -> tuple[CentralDiagnoser, list[Any]]:
+    source = PrometheusSource(url=fleet["url"], match='{job="vllm"}', interval=INTERVAL, shard=shard, shards=shards,
+                              target_labels=target_labels)
     settings = load_settings(None, {"window_seconds": 60, "prometheus": source.model_dump()})
     central = CentralDiagnoser(settings, source)
 
@@ -190,6 +193,33 @@ def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(fle
     assert got.keys() == expected.keys() and len(got) == TARGETS
     for name in got:
         assert got[name] == expected[name], name
+
+
+def test_a_cold_read_of_many_targets_comes_in_parts_with_the_same_verdicts(
+        fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``COLD_READ_TARGETS`` new targets the window is read in parts of that many targets, each fed
+    before the next: one answer per family and part, each sample read once, and every target judged as
+    one read judges it."""
+    now = fleet["start"] + 200
+    whole, (one,) = _cycles(fleet, (now,))
+    monkeypatch.setattr(central_module, "COLD_READ_TARGETS", 2)
+    sliced, (cold,) = _cycles(fleet, (now,))
+    assert cold.queries == 1 + math.ceil(TARGETS / 2) * len(FAMILY_NAMES)
+    assert cold.diagnosed == one.diagnosed == TARGETS
+    assert abs(cold.bytes_read - one.bytes_read) < one.bytes_read * 0.05  # each scrape read about once
+
+    def states(central: CentralDiagnoser) -> dict[str, str]:
+        return {name: json.dumps(state.to_dict(), sort_keys=True) for name, state in central.states.items()}
+
+    assert states(sliced) == states(whole)
+    # Named by two labels, targets cannot be narrowed: the window comes in time slices instead.
+    labels = ("job", "instance")
+    monkeypatch.setattr(central_module, "COLD_READ_TARGETS", 1000)
+    whole, _ = _cycles(fleet, (now,), target_labels=labels)
+    monkeypatch.setattr(central_module, "COLD_READ_TARGETS", 2)
+    sliced, (cold,) = _cycles(fleet, (now,), target_labels=labels)
+    assert cold.queries == 1 + math.ceil(TARGETS / 2) * len(FAMILY_NAMES) and cold.diagnosed == TARGETS
+    assert states(sliced) == states(whole)
 
 
 def test_shards_split_the_fleet_with_every_target_in_exactly_one(fleet: Any) -> None:

@@ -1,0 +1,258 @@
+"""Stored samples -> the :class:`Snapshot` of each scrape, built straight from the store's answer.
+
+The central diagnoser (``serve --prometheus``) reads a range-selector answer per family for every
+target at once. Rebuilding each scrape as exposition text for the parser (``rebuild.scrapes``) costs
+more than the diagnosis: every series' label block written and read back, every scrape. Here each
+series is kept compact as it arrives (its name, its labels but the target's, its timestamps and values
+as arrays: the decoded JSON is dropped at once, so a cold cycle over thousands of targets holds numbers,
+not answers), and each scrape is assembled into the snapshot the parser would give for its text:
+the same keys, values, drops and histogram assembly (``tests/promsource/test_stored.py`` compares them
+on every scenario). A scrape the shortcut cannot vouch for (an older alias beside its current name, a
+duplicate series, a bucket bound that is no number, a family over the cardinality cap, a value that is
+no number) goes through the text and the parser, which decide it as they decide a live scrape.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
+from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, snapshot
+from exporter.promsource.rebuild import KEEP_LABELS, scrapes
+from exporter.snapshot import LabelSet, Snapshot
+
+_INFO = frozenset(name for name, metric in BY_NAME.items() if metric.kind is Kind.INFO)
+
+LabelPairs = tuple[tuple[str, str], ...]
+
+
+class StoredSeries:
+    """One stored series of one target: name, labels other than the target labels, samples in time order.
+
+    ``raw``: the values as the store sent them, kept only when one is no number (its scrape goes to the parser,
+    which fails it with that text, as it fails such a live scrape).
+    """
+
+    __slots__ = ("known", "stamps", "values", "raw")
+
+    def __init__(self, known: _Known, stamps: array, values: array, raw: list[str] | None = None) -> None:
+        self.known = known
+        self.stamps = stamps
+        self.values = values
+        self.raw = raw
+
+    @property
+    def name(self) -> str:
+        return self.known.name
+
+    @property
+    def labels(self) -> LabelPairs:
+        return self.known.labels
+
+    @classmethod
+    def of(cls, metric: Mapping[str, str], strip: frozenset[str], values: Sequence[Sequence[Any]]) -> StoredSeries:
+        """``metric`` with its ``__name__``; ``strip``: the target labels (constant over a target's series by
+        definition, put back where the parser's input keeps them: ``snapshots``)."""
+        rest = dict(metric)
+        for label in strip:
+            rest.pop(label, None)
+        # The same name and labels come for every target and cycle: worked out once (in the store's label order).
+        seen = tuple(rest.items())
+        known = _SEEN.get(seen)
+        if known is None:
+            if len(_SEEN) >= _CACHE_MAX:
+                _SEEN.clear()
+            name = rest.pop("__name__")
+            known = _SEEN[seen] = _Known(name, tuple(sorted(rest.items())))
+        if len(values) == 1:  # a steady cycle: the one new scrape
+            stamp, text = values[0]
+            try:
+                return cls(known, array("d", (stamp,)), array("d", (float(text),)))
+            except (TypeError, ValueError):
+                pass
+        stamps = array("d", [stamp for stamp, _ in values])
+        texts = [value for _, value in values]
+        try:
+            return cls(known, stamps, array("d", map(float, texts)))
+        except (TypeError, ValueError):
+            numbers = array("d", [_number(text) for text in texts])
+            return cls(known, stamps, numbers, [str(text) for text in texts])
+
+
+def _number(text: object) -> float:
+    try:
+        return float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return math.nan
+
+
+class _Known:
+    """A series' name and labels (the target's left out), and what parse() makes of its line under each set of
+    labels a target drops and keeps (``plan``)."""
+
+    __slots__ = ("name", "labels", "plans")
+
+    def __init__(self, name: str, labels: LabelPairs) -> None:
+        self.name = name
+        self.labels = labels
+        self.plans: dict[tuple[frozenset[str], LabelPairs], _Plan] = {}
+
+    def plan(self, drop: frozenset[str], kept: LabelPairs) -> _Plan:
+        plan = self.plans.get((drop, kept))
+        if plan is None:
+            labels = tuple(sorted((*self.labels, *kept))) if kept else self.labels
+            plan = self.plans[(drop, kept)] = _Plan(self.name, tuple(p for p in labels if p[0] not in drop))
+        return plan
+
+
+_SEEN: dict[tuple[tuple[str, str], ...], _Known] = {}
+_CACHE_MAX = 65536
+
+
+class _Plan:
+    """What parse() makes of one series' line, whatever its value."""
+
+    __slots__ = ("canonical", "part", "rank", "key", "le", "bound", "info", "refer")
+
+    def __init__(self, name: str, labels: LabelSet) -> None:
+        self.refer = False
+        entry = SAMPLE_INDEX.get(name)
+        self.canonical, self.part, self.rank = entry if entry is not None else ("", "", 0)
+        self.le = next((value for label, value in labels if label == "le"), None)
+        without = tuple(pair for pair in labels if pair[0] != "le")
+        self.info: dict[str, str] | None = None
+        self.key: LabelSet = labels
+        self.bound = math.nan
+        if entry is None:
+            return
+        if self.canonical in _INFO:
+            self.info = dict(without) | ({"le": self.le} if self.le is not None else {})
+        elif self.part == "bucket":
+            self.key = without
+            try:
+                self.bound = float(self.le) if self.le is not None else math.nan
+            except ValueError:
+                pass
+            self.refer = self.bound != self.bound  # no le, or none the parser would file a bucket under
+
+
+class _Scrape:
+    """One scrape being assembled: parse()'s stores, or a reason to hand it to the parser."""
+
+    __slots__ = ("scalars", "buckets", "sums", "counts", "info", "ranks", "dropped", "refer")
+
+    def __init__(self) -> None:
+        self.scalars: dict[str, dict[LabelSet, float]] = {}
+        self.buckets: dict[str, dict[LabelSet, dict[float, float]]] = {}
+        self.sums: dict[str, dict[LabelSet, float]] = {}
+        self.counts: dict[str, dict[LabelSet, float]] = {}
+        self.info: dict[str, list[dict[str, str]]] = {}
+        self.ranks: dict[str, int] = {}
+        self.dropped = 0
+        self.refer = False  # to the parser, through the text
+
+
+def snapshots(matrix: Sequence[StoredSeries], target: Mapping[str, str], after: float | None = None, *,
+              max_series_per_family: int = DEFAULT_MAX_SERIES_PER_FAMILY) -> list[tuple[float, Snapshot | str]]:
+    """One target's stored series -> per scrape after ``after``, oldest first, its time and its snapshot, or
+    its exposition text where the parser must decide (it may fail the scrape, as it fails a live one).
+
+    ``target``: the target labels' values (what ``StoredSeries.of`` stripped), put back where the parser's
+    input keeps them: a target with one series keeps every label, and vLLM's own (model_name, engine) stay
+    (``rebuild.constant_labels``).
+    """
+    if len(matrix) == 1:
+        drop: frozenset[str] = frozenset()
+        kept = tuple((k, v) for k, v in target.items() if v)
+    else:
+        drop = _constant(matrix)
+        kept = tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
+    building: dict[float, _Scrape] = {}
+    for series in matrix:
+        plan = series.known.plan(drop, kept)
+        refer = plan.refer or series.raw is not None
+        for at, value in zip(series.stamps, series.values, strict=True):
+            if after is not None and at <= after:
+                continue
+            scrape = building.get(at)
+            if scrape is None:
+                scrape = building[at] = _Scrape()
+            if refer:
+                scrape.refer = True
+            elif not scrape.refer and plan.part:  # names the parser does not know it skips too
+                _add(scrape, plan, value, max_series_per_family)
+    out: list[tuple[float, Snapshot | str]] = []
+    texts: dict[float, str] | None = None
+    for at in sorted(building):
+        scrape = building[at]
+        if scrape.refer:
+            if texts is None:
+                texts = dict(scrapes([_as_json(s, target) for s in matrix], after=after))
+            out.append((at, texts[at]))
+        else:
+            out.append((at, _snapshot(scrape, at)))
+    return out
+
+
+def _add(scrape: _Scrape, plan: _Plan, value: float, cap: int) -> None:
+    """parse()'s handling of one sample line; what it would decide otherwise refers the scrape to it."""
+    canonical = plan.canonical
+    best = scrape.ranks.get(canonical)
+    if best is None:
+        scrape.ranks[canonical] = plan.rank
+    elif best != plan.rank:  # an older alias beside the current name: the parser's line order decides
+        scrape.refer = True
+        return
+    if plan.info is not None:
+        scrape.info.setdefault(canonical, []).append(dict(plan.info))
+        return
+    key = plan.key
+    if plan.part == "bucket":
+        family = scrape.buckets.get(canonical)
+        if family is None:
+            family = scrape.buckets[canonical] = {}
+        series = family.get(key)
+        if series is None:
+            if len(family) >= cap:
+                scrape.refer = True
+                return
+            series = family[key] = {}
+        if plan.bound in series:
+            scrape.refer = True
+            return
+        series[plan.bound] = value
+        return
+    store = scrape.scalars if plan.part == "value" else scrape.sums if plan.part == "sum" else scrape.counts
+    family_values = store.get(canonical)
+    if family_values is None:
+        family_values = store[canonical] = {}
+    if key in family_values or len(family_values) >= cap:
+        scrape.refer = True
+        return
+    if math.isnan(value) or math.isinf(value):
+        scrape.dropped += 1
+        return
+    family_values[key] = value
+
+
+def _snapshot(scrape: _Scrape, at: float) -> Snapshot:
+    return snapshot(at, scrape.scalars, scrape.buckets, scrape.sums, scrape.counts, scrape.info, scrape.dropped)
+
+
+def _constant(matrix: Sequence[StoredSeries]) -> frozenset[str]:
+    """``rebuild.constant_labels`` over the labels kept (the target labels are constant already)."""
+    common = [pair for pair in matrix[0].known.labels if pair[0] not in KEEP_LABELS]
+    for known in {id(series.known): series.known for series in matrix}.values():
+        if common and not all(pair in known.labels for pair in common):
+            common = [pair for pair in common if pair in known.labels]
+    return frozenset(label for label, _ in common)
+
+
+def _as_json(series: StoredSeries, target: Mapping[str, str]) -> dict[str, Any]:
+    """A series back as the store's answer held it, for ``rebuild.scrapes`` (the parser's path)."""
+    metric = {"__name__": series.name, **dict(series.labels), **{k: v for k, v in target.items() if v}}
+    texts = series.raw if series.raw is not None else [repr(v) for v in series.values]
+    return {"metric": metric, "values": [[at, text] for at, text in zip(series.stamps, texts, strict=True)]}

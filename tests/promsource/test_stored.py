@@ -1,0 +1,107 @@
+"""Stored series -> snapshots built straight from the answer: each is the snapshot the parser gives the
+scrape's rebuilt text, on every simulated scenario and on the inputs the shortcut hands to the parser."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.parse import ParseError, parse
+from exporter.promsource import backfill
+from exporter.promsource.rebuild import scrapes
+from exporter.promsource.stored import StoredSeries, snapshots
+from exporter.simulator import scenario_names, write_captures
+from exporter.snapshot import Snapshot
+from tests.promsource.test_rebuild import as_matrix
+
+TARGET = {"instance": "vllm-7:8000"}
+
+
+def stored(matrix: list[dict[str, Any]], target_labels: tuple[str, ...] = ("instance",)) -> list[StoredSeries]:
+    strip = frozenset(target_labels)
+    return [StoredSeries.of(s["metric"], strip, s["values"]) for s in matrix]
+
+
+def same(got: Snapshot, want: Snapshot) -> None:
+    """Equal, and in the parser's order (what the window and the signals iterate over)."""
+    assert got == want
+    for part in ("scalars", "histograms", "info"):
+        mine, theirs = getattr(got, part), getattr(want, part)
+        assert list(mine) == list(theirs), part
+        for name in theirs:
+            assert list(mine[name]) == list(theirs[name]), (part, name)
+
+
+def through_the_parser(matrix: list[dict[str, Any]], after: float | None = None) -> list[tuple[float, Snapshot]]:
+    return [(at, parse(text, at)) for at, text in scrapes(matrix, after=after)]
+
+
+@pytest.mark.parametrize("scenario", scenario_names())
+def test_every_scenario_gives_the_parsers_snapshots(scenario: str, tmp_path: Path) -> None:
+    write_captures(scenario, tmp_path, 75.0, 15.0)
+    matrix = as_matrix(backfill.folder(tmp_path, 1_700_000_000.0, 15.0), {**TARGET, "job": "vllm"})
+    for after in (None, 1_700_000_030.0):
+        want = through_the_parser(matrix, after)
+        got = snapshots(stored(matrix), TARGET, after=after)
+        assert [at for at, _ in got] == [at for at, _ in want]
+        for (_, mine), (_, theirs) in zip(got, want, strict=True):
+            assert isinstance(mine, Snapshot), "a clean scrape is built, not referred to the parser"
+            same(mine, theirs)
+
+
+def series(name: str, values: list[list[object]], **labels: str) -> dict[str, Any]:
+    return {"metric": {"__name__": name, **TARGET, "job": "vllm", **labels}, "values": values}
+
+
+def test_nan_and_infinite_values_are_dropped_and_counted_as_the_parser_does() -> None:
+    matrix = [series("vllm:num_requests_running", [[10.0, "NaN"], [25.0, "2"]]),
+              series("vllm:num_requests_waiting", [[10.0, "+Inf"], [25.0, "1"]]),
+              series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "1"]], le="0.5"),
+              series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "NaN"]], le="+Inf")]
+    got = snapshots(stored(matrix), TARGET)
+    want = through_the_parser(matrix)
+    assert got[0][1].dropped_samples == 3  # type: ignore[union-attr]
+    for (_, mine), (_, theirs) in zip(got, want, strict=True):
+        assert isinstance(mine, Snapshot)
+        same(mine, theirs)
+
+
+def test_what_the_parser_must_decide_goes_to_it_as_text() -> None:
+    alias = [series("vllm:gpu_cache_usage_perc", [[10.0, "0.5"], [25.0, "0.6"]]),
+             series("vllm:kv_cache_usage_perc", [[10.0, "0.7"]])]  # both generations in the scrape at 10
+    got = snapshots(stored(alias), TARGET)
+    assert isinstance(got[0][1], str) and isinstance(got[1][1], Snapshot)
+    for (_, mine), (_, theirs) in zip(got, through_the_parser(alias), strict=True):
+        same(mine if isinstance(mine, Snapshot) else parse(mine, 10.0), theirs)
+    # A value that is no number: the parser fails that scrape with its words, as it fails a live one.
+    (at, text), = snapshots(stored([series("vllm:num_requests_running", [[10.0, "1,5"]])]), TARGET)
+    assert isinstance(text, str)
+    with pytest.raises(ParseError, match="'1,5' is not a number"):
+        parse(text, at)
+    # A bucket bound that is no number.
+    bad = [series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "1"]], le="fast"),
+           series("vllm:num_requests_running", [[10.0, "1"]])]
+    (_, text), = snapshots(stored(bad), TARGET)
+    assert isinstance(text, str)
+
+
+def test_a_target_with_one_series_keeps_its_labels_as_the_parser_sees_them() -> None:
+    one = [series("vllm:num_requests_running", [[10.0, "3"]], model_name="m")]
+    (_, mine), = snapshots(stored(one), TARGET)
+    (_, theirs), = through_the_parser(one)
+    assert isinstance(mine, Snapshot)
+    same(mine, theirs)
+    assert ("instance", "vllm-7:8000") in next(iter(mine.scalars["vllm:num_requests_running"]))
+
+
+def test_a_target_label_vllm_means_stays_a_label() -> None:
+    """``--target-label engine``: the engine label names the target and still reaches the rules."""
+    matrix = [{"metric": {"__name__": name, "engine": "0", "job": "vllm"}, "values": [[10.0, "1"]]}
+              for name in ("vllm:num_requests_running", "vllm:num_requests_waiting")]
+    (_, mine), = snapshots(stored(matrix, ("engine",)), {"engine": "0"})
+    (_, theirs), = through_the_parser(matrix)
+    assert isinstance(mine, Snapshot)
+    same(mine, theirs)
+    assert next(iter(mine.scalars["vllm:num_requests_running"])) == (("engine", "0"),)
