@@ -30,7 +30,7 @@ import logging
 import math
 import random
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 from exporter.config import Settings, load_settings
@@ -255,7 +255,13 @@ def _metric(policy: str, serving: list[Replica]) -> float | None:
     return sum(r.desired for r in serving)
 
 
-def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAULT) -> Score:
+# What the HPA reads at a sync, given its time, the replicas serving and the policy's metric: a counterfactual
+# (lab/scaling/drain.py) replaces the metric to ask what a scale-out at a given moment would have done.
+MetricOverride = Callable[[float, list[Replica], float | None], float | None]
+
+
+def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAULT,
+        override: MetricOverride | None = None) -> Score:
     """The whole experiment under one policy: queue, kv or diagnosis."""
     logging.getLogger("exporter").setLevel(logging.ERROR)
     target = {"queue": QUEUE_TARGET, "kv": KV_TARGET, "diagnosis": 1.0}[policy]
@@ -310,6 +316,8 @@ def run(policy: str, x: Experiment = Experiment(), settings: Autoscaling = DEFAU
             active = [r for r in replicas if r.removed is None]
             current = len(active)
             metric = _metric(policy, [r for r in active if r.serving(t_next)])
+            if override is not None:
+                metric = override(t_next, [r for r in active if r.serving(t_next)], metric)
             desired = hpa.step(t_next, metric, current)
             trace.append((t_next, current, metric, " ".join(
                 f"{r.reason}:{r.desired:.2f}" for r in active if r.serving(t_next)) if sidecar else ""))
