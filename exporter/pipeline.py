@@ -38,7 +38,7 @@ from exporter.state import (
     Verdict,
     unknown_diagnosis,
 )
-from exporter.timebuffer import TimeBuffer
+from exporter.timebuffer import Readings, TimeBuffer
 from exporter.window import Window
 
 log = logging.getLogger(__name__)
@@ -64,20 +64,20 @@ class TargetPipeline:
         self.scale = ScaleTracker(settings.window_seconds, self._recent)  # scaling on the diagnosis (issue 51)
         # DCGM utilisation readings 0..1 over the window (point samples, no baseline): the rules read the mean of
         # the newest recent_evaluations, the window's mean is published beside it
-        self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._gpu = Readings(settings.window_seconds)
         # The CPU-starvation score of each evaluation (over its recent horizon), kept for the window: which
         # scrapes the window holds came while the host starved vLLM
-        self._cpu_scores: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._cpu_scores = Readings(settings.window_seconds)
         # Each evaluation's recent queued fraction, likewise: was a queue sustained at some time the window holds
-        self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._queued = Readings(settings.window_seconds)
         # Each evaluation's recent prefix hit ratio: was the prefix broken at some time the window holds
-        self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._prefix_hits = Readings(settings.window_seconds)
         # ... the long prompts' pace each evaluation measured, with the steps it was measured on: as a burst's
         # last prompts leave the window, the pace of the largest sample holds
         self._long_intervals: TimeBuffer[tuple[float, float]] = TimeBuffer(settings.window_seconds,
                                                                            keep_baseline=False)
         # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds
-        self._gpu_read: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._gpu_read = Readings(settings.window_seconds)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -261,7 +261,7 @@ class TargetPipeline:
         return self.recorder.status() if self.recorder is not None else None
 
 
-def _held(buffer: TimeBuffer[float], now: float, value: float | None,
+def _held(buffer: Readings, now: float, value: float | None,
           pick: Callable[[Iterable[float]], float]) -> float | None:
     """Record ``value`` (this evaluation's recent reading) and return ``pick`` (max or min) of the readings
     the window holds; None when this evaluation has no reading."""
@@ -272,7 +272,7 @@ def _held(buffer: TimeBuffer[float], now: float, value: float | None,
     return pick(buffer)
 
 
-def _run_start(buffer: TimeBuffer[float], holds: Callable[[float], bool]) -> float | None:
+def _run_start(buffer: Readings, holds: Callable[[float], bool]) -> float | None:
     """When the newest run of readings for which ``holds`` is true began (the time of its oldest reading);
     None when the newest reading does not hold."""
     start = None
