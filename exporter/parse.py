@@ -92,7 +92,6 @@ _BLOCK = re.compile(r'(?:[^"}]|"(?:[^"\\\n]|\\.)*")*')
 _TAIL = re.compile(r'[ \t]+\S+(?:[ \t]+-?[0-9][0-9.eE+-]*)?(?:[ \t]+#.*)?[ \t]*')
 _VALID_HEADS: set[str] = set()
 _VALID_HEADS_MAX = 8192
-_NO_LABELS: _Block = ((), None, None, ())
 
 
 def _skipped_line_valid(line: str, brace: int) -> bool:
@@ -191,7 +190,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             raise ParseError(f"line {lineno}: content after # EOF")
         head, _, value_text = line.rpartition(" ")
         known = heads.get(head)
-        fast = False
+        fast: _Head | None = None
         if known is not None and known[0] is index:
             if known[1] is None:  # a family the diagnosis does not read, this head already validated
                 if _TOKEN.fullmatch(value_text) is not None:
@@ -199,12 +198,12 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             else:
                 try:
                     value = float(value_text)
-                    fast = True
+                    fast = known
                 except ValueError:
                     pass  # the slow path says what is wrong
-        if fast:
-            _, entry, key, le_text, bound, everything = known  # type: ignore[misc]
-            canonical, part, rank = entry
+        if fast is not None:
+            _, entry, key, le_text, bound, everything = fast
+            canonical, part, rank = entry  # type: ignore[misc]  # a kept head has its entry
             best = alias_rank.get(canonical)
             if best is not None and rank > best:
                 continue  # an older alias of a family this scrape also carries under its current name

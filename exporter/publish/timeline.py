@@ -233,8 +233,10 @@ class VerdictHistory:
     def record(self, state: TargetState) -> None:
         if self._at and state.evaluated_at <= self._at[-1]:
             return
+        symptoms: tuple[str, ...] = ()
+        causes: tuple[str, ...] = ()
         if state.status == "down":
-            verdict, symptoms, causes = NO_DATA, (), ()
+            verdict = NO_DATA
         else:  # the page draws verdicts and symptoms only: no signals or evidence kept per evaluation
             step = StepVerdict.of(state, detail=False)
             verdict, symptoms, causes = step.verdict, step.symptoms, step.causes
