@@ -185,10 +185,10 @@ class _Histogram:
         self.counts = array("H")
         self.sums = array("d")
         self.present = bytearray()
-        # The count and each bucket summed over every row kept, as integers, while the column holds whole
+        # The count and each bucket summed over every row kept, as 8-byte integers, while the column holds whole
         # numbers (None once it holds a double): the whole window's total, read each evaluation, is then one
         # row, not a sum over every step. Integers add and subtract exactly, so it is the sum of the rows.
-        self.running: list[int] | None = [0] * (len(bounds) + 1)
+        self.running: array | None = array("q", bytes(8 * (len(bounds) + 1)))  # 36 rows under 2**32 fit
 
     @property
     def stride(self) -> int:
@@ -207,13 +207,13 @@ class _Histogram:
             if self.counts.typecode == "d":
                 self.running = None
             else:
-                self.running = list(map(add, self.running, self.counts[-self.stride:]))
+                self.running = array("q", map(add, self.running, self.counts[-self.stride:]))
 
     def drop(self, steps: int) -> None:
         k = self.stride
         if self.running is not None:
             gone = self.counts[:steps * k]
-            self.running = [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)]
+            self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
         del self.counts[:steps * k]
         del self.sums[:steps]
         del self.present[:steps]
@@ -252,7 +252,7 @@ class _Histogram:
     def copy(self) -> _Histogram:
         clone = _Histogram(self.bounds, self.first)
         clone.counts, clone.sums, clone.present = self.counts[:], self.sums[:], self.present[:]
-        clone.running = None if self.running is None else list(self.running)
+        clone.running = None if self.running is None else self.running[:]
         return clone
 
 

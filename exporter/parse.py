@@ -310,6 +310,11 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     )
 
 
+# Bucket bounds repeat across series, scrapes and targets: the newest scrape of every target shares them.
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+_BOUNDS_MAX = 1024
+
+
 def _assemble(
     name: str, key: LabelSet, by_le: dict[float, float], sums: dict[LabelSet, float], counts: dict[LabelSet, float]
 ) -> HistogramSample | None:
@@ -317,6 +322,13 @@ def _assemble(
     bounds = tuple(sorted(by_le))
     if not bounds or bounds[-1] != math.inf:
         return None
+    if 0.0 not in bounds:  # (0.0 and -0.0 are equal keys, not the same bound)
+        shared = _BOUNDS.get(bounds)
+        if shared is None:
+            if len(_BOUNDS) >= _BOUNDS_MAX:
+                _BOUNDS.clear()
+            _BOUNDS[bounds] = shared = bounds
+        bounds = shared
     cumulative = tuple(map(by_le.__getitem__, bounds))
     if not all(map(math.isfinite, cumulative)):
         return None
