@@ -207,7 +207,7 @@ class TargetPipeline:
         latency = signals.latency
         low_since = _run_start(self._prefix_hits, lambda ratio: ratio < self.thresholds.prefix_hit_ratio_low)
         if low_since is not None and kv.prefix_hit_ratio_recent is not None:
-            latency = replace(latency, ttft_histogram_prefix_low=self.window.histogram_since(
+            latency = replace(signals.latency, ttft_histogram_prefix_low=self.window.histogram_since(
                 vllm.TIME_TO_FIRST_TOKEN_SECONDS, low_since, self._recent - 1))
         gpu = replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
             self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min))
