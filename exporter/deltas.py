@@ -177,7 +177,7 @@ class _Histogram:
     """One histogram series' deltas with one set of bounds: per step the count then the cumulative buckets
     (``counts``), and the sum (``sums``); ``present`` is 0 for a step that did not hold the series."""
 
-    __slots__ = ("bounds", "first", "counts", "sums", "present")
+    __slots__ = ("bounds", "first", "counts", "sums", "present", "running")
 
     def __init__(self, bounds: tuple[float, ...], first: int) -> None:
         self.bounds = bounds
@@ -185,6 +185,10 @@ class _Histogram:
         self.counts = array("H")
         self.sums = array("d")
         self.present = bytearray()
+        # The count and each bucket summed over every row kept, as 8-byte integers, while the column holds whole
+        # numbers (None once it holds a double): the whole window's total, read each evaluation, is then one
+        # row, not a sum over every step. Integers add and subtract exactly, so it is the sum of the rows.
+        self.running: array | None = array("q", bytes(8 * (len(bounds) + 1)))  # 36 rows under 2**32 fit
 
     @property
     def stride(self) -> int:
@@ -199,9 +203,18 @@ class _Histogram:
         self.counts = _extend(self.counts, [count, *cumulative])
         self.sums.append(total)
         self.present.append(1)
+        if self.running is not None:
+            if self.counts.typecode == "d":
+                self.running = None
+            else:
+                self.running = array("q", map(add, self.running, self.counts[-self.stride:]))
 
     def drop(self, steps: int) -> None:
-        del self.counts[:steps * self.stride]
+        k = self.stride
+        if self.running is not None:
+            gone = self.counts[:steps * k]
+            self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
+        del self.counts[:steps * k]
         del self.sums[:steps]
         del self.present[:steps]
         self.first += steps
@@ -218,6 +231,9 @@ class _Histogram:
         """The series' deltas summed over the steps in [lo, hi)."""
         k = self.stride
         a, b = max(lo - self.first, 0), max(hi - self.first, 0)
+        if self.running is not None and a == 0 and b >= len(self.present):  # every row kept: the running sums
+            return HistogramDelta(self.bounds, tuple(map(float, self.running[1:])), math.fsum(self.sums),
+                                  float(self.running[0]))
         counts = self.counts[a * k:b * k]
         # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
         add_up = _naive if counts.typecode == "d" else _whole
@@ -236,6 +252,7 @@ class _Histogram:
     def copy(self) -> _Histogram:
         clone = _Histogram(self.bounds, self.first)
         clone.counts, clone.sums, clone.present = self.counts[:], self.sums[:], self.present[:]
+        clone.running = None if self.running is None else self.running[:]
         return clone
 
 

@@ -111,6 +111,32 @@ def _skipped_line_valid(line: str, brace: int) -> bool:
     return _TAIL.fullmatch(line, close + 1) is not None or _LINE.fullmatch(line) is not None
 
 
+# A whole line's head (``name`` or ``name{labels}``) seen once in the plain form ``head value`` is remembered
+# with what the parser made of it (its family entry, or None for a family not kept, and its labels), so the next
+# scrape's line with that head costs a partition at its last space, a lookup and ``float``. Only a line the slow
+# path accepted in exactly that form (no timestamp, no exemplar, one space) records its head; a line whose value
+# part is anything else than one token takes the slow path, so errors and their messages are the slow path's.
+_Head = tuple[object, tuple[str, str, int] | None, LabelSet, str | None, float | None, tuple[tuple[str, str], ...]]
+_HEADS: dict[str, _Head] = {}
+_HEADS_MAX = 8192
+_NO_LABELS: _Block = ((), None, None, ())
+_NAME_AND_BLOCK = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{(?:[^"}]|"(?:[^"\\\n]|\\.)*")*\})?')
+_TOKEN = re.compile(r"\S+")
+
+
+def _remember(head: str, index: object, entry: tuple[str, str, int] | None, block: _Block) -> None:
+    """Record a head the slow path accepted in the plain form ``head value``."""
+    if len(_HEADS) >= _HEADS_MAX:
+        _HEADS.clear()
+    _HEADS[head] = (index, entry, *block)
+
+
+def _sample_name(line: str) -> str:
+    """The sample name a valid line starts with (for messages)."""
+    match = _NAME.match(line)
+    return match.group(0) if match is not None else line[:80]
+
+
 def _valid_tail(extra: list[str]) -> bool:
     """After the value: an optional timestamp, then an optional OpenMetrics exemplar."""
     if extra and extra[0] != "#":
@@ -146,6 +172,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     seen_eof = False
     index = catalog.sample_index
     kinds = {name: metric.kind for name, metric in catalog.by_name.items()}
+    heads = _HEADS
 
     for lineno, line in enumerate(text.split("\n"), 1):
         if not line:
@@ -161,47 +188,72 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             if line.isspace():
                 continue
             raise ParseError(f"line {lineno}: content after # EOF")
-        brace = line.find("{")
-        space = line.find(" ")
-        end = brace if brace != -1 and (space == -1 or brace < space) else space
-        entry = index.get(line[:end]) if end > 0 else None
-        if entry is None:
-            # A family the diagnosis does not read (incl. *_created twins): validated, not kept.
-            if not line.isspace() and not _skipped_line_valid(line, brace if end == brace else -1):
+        head, _, value_text = line.rpartition(" ")
+        known = heads.get(head)
+        fast: _Head | None = None
+        if known is not None and known[0] is index:
+            if known[1] is None:  # a family the diagnosis does not read, this head already validated
+                if _TOKEN.fullmatch(value_text) is not None:
+                    continue
+            else:
+                try:
+                    value = float(value_text)
+                    fast = known
+                except ValueError:
+                    pass  # the slow path says what is wrong
+        if fast is not None:
+            _, entry, key, le_text, bound, everything = fast
+            canonical, part, rank = entry  # type: ignore[misc]  # a kept head has its entry
+            best = alias_rank.get(canonical)
+            if best is not None and rank > best:
+                continue  # an older alias of a family this scrape also carries under its current name
+        else:
+            brace = line.find("{")
+            space = line.find(" ")
+            end = brace if brace != -1 and (space == -1 or brace < space) else space
+            entry = index.get(line[:end]) if end > 0 else None
+            if entry is None:
+                # A family the diagnosis does not read (incl. *_created twins): validated, not kept.
+                if not line.isspace() and not _skipped_line_valid(line, brace if end == brace else -1):
+                    raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+                if _TOKEN.fullmatch(value_text) is not None and _NAME_AND_BLOCK.fullmatch(head) is not None:
+                    _remember(head, index, None, _NO_LABELS)
+                continue
+            canonical, part, rank = entry
+            best = alias_rank.get(canonical)
+            if best is not None and rank > best:
+                continue  # an older alias of a family this scrape also carries under its current name
+            if end == brace:
+                if " # " in line:  # an exemplar may hold braces too: let the full grammar split it
+                    match = _LINE.fullmatch(line.rstrip("\r"))
+                    if match is None:
+                        raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
+                    close = match.end(2)
+                else:
+                    close = line.rfind("}")
+                    if close < brace:
+                        raise ParseError(f"line {lineno}: unterminated label block: {line[:80]!r}")
+                block = _label_block(line[brace + 1:close], lineno)
+                rest = line[close + 1:]
+            else:
+                block = _NO_LABELS
+                rest = line[end:]
+            key, le_text, bound, everything = block
+            fields = rest.split()
+            # Most lines are just "name{labels} value": the tail check is for the others.
+            if (not fields or rest[:1] not in (" ", "\t")
+                    or (len(fields) > 1 and not _valid_tail(fields[1:]))):
                 raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
-            continue
-        canonical, part, rank = entry
-        best = alias_rank.get(canonical)
-        if best is not None and rank > best:
-            continue  # an older alias of a family this scrape also carries under its current name
+            try:
+                value = float(fields[0])
+            except ValueError:
+                raise ParseError(f"line {lineno}: value {fields[0][:40]!r} is not a number") from None
+            if len(fields) == 1 and rest == " " + fields[0] and " # " not in line:
+                _remember(head, index, entry, block)
         if best is None or rank < best:
             alias_rank[canonical] = rank
             for store in (scalars, buckets, sums, counts, info):
                 store.pop(canonical, None)
-        if end == brace:
-            if " # " in line:  # an exemplar may hold braces too: let the full grammar split it
-                match = _LINE.fullmatch(line.rstrip("\r"))
-                if match is None:
-                    raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
-                close = match.end(2)
-            else:
-                close = line.rfind("}")
-                if close < brace:
-                    raise ParseError(f"line {lineno}: unterminated label block: {line[:80]!r}")
-            key, le_text, bound, everything = _label_block(line[brace + 1:close], lineno)
-            rest = line[close + 1:]
-        else:
-            key, le_text, bound, everything = (), None, None, ()
-            rest = line[end:]
-        fields = rest.split()
-        # Most lines are just "name{labels} value": the tail check is for the others.
-        if (not fields or rest[:1] not in (" ", "\t")
-                or (len(fields) > 1 and not _valid_tail(fields[1:]))):
-            raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
-        try:
-            value = float(fields[0])
-        except ValueError:
-            raise ParseError(f"line {lineno}: value {fields[0][:40]!r} is not a number") from None
 
         if kinds[canonical] is Kind.INFO:
             info.setdefault(canonical, []).append(dict(everything))
@@ -228,7 +280,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
         store = scalars if part == "value" else sums if part == "sum" else counts
         family_values = store.setdefault(canonical, {})
         if key in family_values:
-            raise ParseError(f"line {lineno}: duplicate series {line[:end]}{dict(key)}")
+            raise ParseError(f"line {lineno}: duplicate series {_sample_name(line)}{dict(key)}")
         if len(family_values) >= max_series_per_family:
             dropped += 1
             continue
@@ -266,6 +318,11 @@ def snapshot(timestamp: float, scalars: dict[str, dict[LabelSet, float]],
     )
 
 
+# Bucket bounds repeat across series, scrapes and targets: the newest scrape of every target shares them.
+_BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
+_BOUNDS_MAX = 1024
+
+
 def _assemble(
     name: str, key: LabelSet, by_le: dict[float, float], sums: dict[LabelSet, float], counts: dict[LabelSet, float]
 ) -> HistogramSample | None:
@@ -273,6 +330,13 @@ def _assemble(
     bounds = tuple(sorted(by_le))
     if not bounds or bounds[-1] != math.inf:
         return None
+    if 0.0 not in bounds:  # (0.0 and -0.0 are equal keys, not the same bound)
+        shared = _BOUNDS.get(bounds)
+        if shared is None:
+            if len(_BOUNDS) >= _BOUNDS_MAX:
+                _BOUNDS.clear()
+            _BOUNDS[bounds] = shared = bounds
+        bounds = shared
     cumulative = tuple(map(by_le.__getitem__, bounds))
     if not all(map(math.isfinite, cumulative)):
         return None

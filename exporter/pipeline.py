@@ -15,7 +15,7 @@ from pathlib import Path
 from exporter import inputs, objectives
 from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import METRICS, Kind
-from exporter.config import Settings, Target
+from exporter.config import EngineFacts, Settings, Target
 from exporter.dcgm import gpu_utilization
 from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.diagnosis.rules import Context
@@ -39,7 +39,7 @@ from exporter.state import (
     Verdict,
     unknown_diagnosis,
 )
-from exporter.timebuffer import TimeBuffer
+from exporter.timebuffer import Readings, TimeBuffer
 from exporter.window import Window
 
 log = logging.getLogger(__name__)
@@ -65,20 +65,20 @@ class TargetPipeline:
         self.scale = ScaleTracker(settings.window_seconds, self._recent)  # scaling on the diagnosis (issue 51)
         # DCGM utilisation readings 0..1 over the window (point samples, no baseline): the rules read the mean of
         # the newest recent_evaluations, the window's mean is published beside it
-        self._gpu: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._gpu = Readings(settings.window_seconds)
         # The CPU-starvation score of each evaluation (over its recent horizon), kept for the window: which
         # scrapes the window holds came while the host starved vLLM
-        self._cpu_scores: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._cpu_scores = Readings(settings.window_seconds)
         # Each evaluation's recent queued fraction, likewise: was a queue sustained at some time the window holds
-        self._queued: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._queued = Readings(settings.window_seconds)
         # Each evaluation's recent prefix hit ratio: was the prefix broken at some time the window holds
-        self._prefix_hits: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._prefix_hits = Readings(settings.window_seconds)
         # ... the long prompts' pace each evaluation measured, with the steps it was measured on: as a burst's
         # last prompts leave the window, the pace of the largest sample holds
         self._long_intervals: TimeBuffer[tuple[float, float]] = TimeBuffer(settings.window_seconds,
                                                                            keep_baseline=False)
         # ... and its recent GPU bytes read per second of stepping: were the kernels slow at some time it holds
-        self._gpu_read: TimeBuffer[float] = TimeBuffer(settings.window_seconds, keep_baseline=False)
+        self._gpu_read = Readings(settings.window_seconds)
         self._observed_facts: dict[str, Mapping[str, FactValue]] = {}  # source -> facts (exporter/facts)
         self._errors = {reason: 0 for reason in SCRAPE_ERROR_REASONS}
         self.rule_errors_total: dict[str, int] = {}
@@ -89,6 +89,10 @@ class TargetPipeline:
         self.advice: Advice | None = None  # set by the sidecar's advisor worker (exporter/advisor/worker.py)
         self.advice_track: AdviceTrack | None = None  # set by the same worker (exporter/advisor/track.py)
         self.recorder: Recorder | None = None  # set by the sidecar when the target has a record_dir
+        # The engine facts of the last evaluation: what the sources said, resolved, as the rules read them
+        self._resolved: tuple[dict[str, Mapping[str, FactValue]], dict[str, Fact], EngineFacts] | None = None
+        self._cache_rows: tuple[Mapping[str, str], ...] | None = None  # the newest vllm:cache_config_info rows
+        self._cache_facts: dict[str, FactValue] = {}  # ... and the facts they give
         self._recorded_facts: Mapping[str, Fact] | None = None  # the facts the recorder last wrote beside its captures
         self.state = TargetState(
             target=target.name, url=target.safe_url, status="insufficient_evidence",
@@ -187,12 +191,12 @@ class TargetPipeline:
         signals = compute(self.window, self.thresholds, host, slo.ttft.threshold_seconds)
         # Time-aligned evidence: each evaluation's recent reading of a cause, kept for the window, says
         # whether the cause acted at some time the window holds (its effect there is the cause's).
-        signals = replace(signals, cpu=replace(signals.cpu, starvation_score_peak=_held(
-            self._cpu_scores, now, signals.cpu.starvation_score, max)))
-        signals = replace(signals, scheduler=replace(signals.scheduler, queued_recent_peak=_held(
-            self._queued, now, signals.scheduler.queued_recent_fraction, max)))
-        signals = replace(signals, kv=replace(signals.kv, prefix_hit_ratio_recent_low=_held(
-            self._prefix_hits, now, signals.kv.prefix_hit_ratio_recent, min)))
+        cpu = replace(signals.cpu, starvation_score_peak=_held(self._cpu_scores, now, signals.cpu.starvation_score,
+                                                                max))
+        scheduler = replace(signals.scheduler, queued_recent_peak=_held(
+            self._queued, now, signals.scheduler.queued_recent_fraction, max))
+        kv = replace(signals.kv, prefix_hit_ratio_recent_low=_held(self._prefix_hits, now,
+                                                                   signals.kv.prefix_hit_ratio_recent, min))
         # A burst's pace is the one measured on the largest sample the window's evaluations saw (the newest of
         # equals): as its last prompts leave the window, the few left stretch the mean interval.
         traffic = signals.traffic
@@ -203,13 +207,15 @@ class TargetPipeline:
             self._long_intervals.trim(now)
         if traffic.long_prompts and self._long_intervals:
             _, pace = max(self._long_intervals.newest_first(), key=lambda sample: sample[0])
-            signals = replace(signals, traffic=replace(traffic, long_prompt_interval_seconds=pace))
+            traffic = replace(traffic, long_prompt_interval_seconds=pace)
+        latency = signals.latency
         low_since = _run_start(self._prefix_hits, lambda ratio: ratio < self.thresholds.prefix_hit_ratio_low)
-        if low_since is not None and signals.kv.prefix_hit_ratio_recent is not None:
-            signals = replace(signals, latency=replace(signals.latency, ttft_histogram_prefix_low=(
-                self.window.histogram_since(vllm.TIME_TO_FIRST_TOKEN_SECONDS, low_since, self._recent - 1))))
-        signals = replace(signals, gpu=replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
-            self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min)))
+        if low_since is not None and kv.prefix_hit_ratio_recent is not None:
+            latency = replace(signals.latency, ttft_histogram_prefix_low=self.window.histogram_since(
+                vllm.TIME_TO_FIRST_TOKEN_SECONDS, low_since, self._recent - 1))
+        gpu = replace(signals.gpu, read_bytes_per_busy_second_recent_low=_held(
+            self._gpu_read, now, signals.gpu.read_bytes_per_busy_second_recent, min))
+        signals = replace(signals, cpu=cpu, scheduler=scheduler, kv=kv, traffic=traffic, latency=latency, gpu=gpu)
         judged = objectives.judge_all({"ttft": signals.latency.ttft_histogram, "itl": signals.latency.itl_histogram},
                                       slo, self.thresholds.evidence_min_requests,
                                       {"itl": signals.speculative.itl_scale})
@@ -217,13 +223,10 @@ class TargetPipeline:
         latest = self.window.latest
         model = ",".join(latest.model_names()) if latest is not None else ""
         ready = len(self.window) >= self.thresholds.evidence_min_scrapes and self.window.duration > 0
-        observed = dict(self._observed_facts)
-        if latest is not None:
-            observed[METRICS_SOURCE] = cache_info.facts(latest.info.get(vllm.CACHE_CONFIG_INFO, ()))
-        facts = resolve(self.target.engine, observed)
+        facts, engine = self._facts(latest)
         if self.recorder is not None and facts != self._recorded_facts:  # the folder says what the captures were
             self._recorded_facts = facts
-            self.recorder.describe(recorded_config(self.target, self.settings, engine_facts(facts)))
+            self.recorder.describe(recorded_config(self.target, self.settings, engine))
         if ready and signals.engines.asleep:
             # vLLM's engine_sleep_state says every engine sleeps (/sleep): no latency rule judges an engine
             # that serves nothing on purpose, and nothing it left in the window pages anyone. The verdict
@@ -232,7 +235,7 @@ class TargetPipeline:
             diagnosis = replace(unknown_diagnosis(now), verdict=Verdict("none", 0.0, now))
             status: TargetStatus = "sleeping"
         elif ready:
-            ctx = Context(signals, engine_facts(facts), self.thresholds, slo)
+            ctx = Context(signals, engine, self.thresholds, slo)
             diagnosis = diagnose(ctx, self.tracker, now)
             for cause in diagnosis.rule_errors:
                 self.rule_errors_total[cause] = self.rule_errors_total.get(cause, 0) + 1
@@ -242,7 +245,7 @@ class TargetPipeline:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"
         scaling = self.scale.assess(now, status == "ok", diagnosis.verdict.layer, diagnosis.active_causes, signals,
-                                    engine_facts(facts).max_num_seqs, self.thresholds)
+                                    engine.max_num_seqs, self.thresholds)
         self.state = TargetState(
             target=self.target.name, url=self.target.safe_url, status=status,
             window_seconds=self.settings.window_seconds,
@@ -253,6 +256,20 @@ class TargetPipeline:
             inputs=inputs.available(latest, self.target.cpu is not None, host), scaling=scaling,
         )
         return self.state
+
+    def _facts(self, latest: Snapshot | None) -> tuple[Mapping[str, Fact], EngineFacts]:
+        """The resolved engine facts and the rules' view of them, resolved again only when a source said
+        something new (they change at a restart or a discovery, not with each scrape)."""
+        observed = dict(self._observed_facts)
+        if latest is not None:
+            rows = latest.info.get(vllm.CACHE_CONFIG_INFO, ())
+            if rows != self._cache_rows:
+                self._cache_rows, self._cache_facts = rows, cache_info.facts(rows)
+            observed[METRICS_SOURCE] = self._cache_facts
+        if self._resolved is None or observed != self._resolved[0]:
+            facts = resolve(self.target.engine, observed)
+            self._resolved = (observed, facts, engine_facts(facts))
+        return self._resolved[1], self._resolved[2]
 
     def _warn_off_edge(self, judged: Mapping[str, objectives.ObjectiveStatus]) -> None:
         """Once per objective: its threshold is not a bucket edge of this target's histogram."""
@@ -266,7 +283,7 @@ class TargetPipeline:
         return self.recorder.status() if self.recorder is not None else None
 
 
-def _held(buffer: TimeBuffer[float], now: float, value: float | None,
+def _held(buffer: Readings, now: float, value: float | None,
           pick: Callable[[Iterable[float]], float]) -> float | None:
     """Record ``value`` (this evaluation's recent reading) and return ``pick`` (max or min) of the readings
     the window holds; None when this evaluation has no reading."""
@@ -277,7 +294,7 @@ def _held(buffer: TimeBuffer[float], now: float, value: float | None,
     return pick(buffer)
 
 
-def _run_start(buffer: TimeBuffer[float], holds: Callable[[float], bool]) -> float | None:
+def _run_start(buffer: Readings, holds: Callable[[float], bool]) -> float | None:
     """When the newest run of readings for which ``holds`` is true began (the time of its oldest reading);
     None when the newest reading does not hold."""
     start = None

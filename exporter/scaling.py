@@ -31,7 +31,7 @@ from typing import Any, Protocol
 from exporter.catalog.symptoms import CAUSES
 from exporter.catalog.thresholds import Thresholds
 from exporter.signals import Signals
-from exporter.timebuffer import TimeBuffer
+from exporter.timebuffer import Readings
 
 # More replicas relieve these: the demand exceeds what one engine's slots or KV pool hold.
 CAPACITY_REASONS: tuple[str, ...] = ("queue", "kv_pool", "batch_slots")
@@ -201,15 +201,15 @@ class ScaleTracker:
     """One target's utilisations over the stabilisation window (the sidecar's window)."""
 
     def __init__(self, window_seconds: float, recent_evaluations: int) -> None:
-        self._readings: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._readings = Readings(window_seconds)
         # the mean of each evaluation's recent readings: the peak the stabilisation window holds is of these,
         # so one scrape's Poisson spike does not hold a replica for a whole window
-        self._recent_means: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._recent_means = Readings(window_seconds)
         self._recent = max(1, recent_evaluations)
         self._window = window_seconds
-        self._waiting: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._waiting = Readings(window_seconds)
         # each evaluation's recent prefix hit ratio: did it fall under its line within the window (witness)
-        self._hit_ratios: TimeBuffer[float] = TimeBuffer(window_seconds, keep_baseline=False)
+        self._hit_ratios = Readings(window_seconds)
         self._held_at: float | None = None  # the last evaluation a non-capacity cause held (its backlog's drain)
 
     def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:

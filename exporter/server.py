@@ -67,8 +67,8 @@ class Sidecar:
         self.discoveries = {t.name: FactDiscovery(t, local=None if read_processes else False)
                             for t in settings.targets}
         self.attempted: set[str] = set()
-        # /metrics = the vllm_diag_* families, each target's lines rendered once per evaluation
-        # (``exposition``), then whatever else is registered (process metrics, a subclass' own).
+        # /metrics = the vllm_diag_* families, each target's lines rendered once per published state that a
+        # request reads (``exposition``), then whatever else is registered (process metrics, a subclass' own).
         self.exposition = Exposition(settings)
         self.registry = CollectorRegistry(auto_describe=True)
         ProcessCollector(namespace="vllm_diag", registry=self.registry)
@@ -119,7 +119,8 @@ class Sidecar:
         """Make a scrape's state the target's published one."""
         self.attempted.add(name)
         self.history_for(name).record(state)
-        self.exposition.fragment(state)  # rendered here, once: /metrics only joins the fragments
+        # Its /metrics lines are rendered by the next /metrics request, once (Exposition): a target polled every
+        # 5 s and read every 15 s has two of its three states never rendered.
         # Swap the whole state: readers never see half of an evaluation.
         self.states = {**self.states, name: state}
         return state
@@ -194,8 +195,8 @@ async def quiet_on_shutdown(what: str, job: Callable[..., Awaitable[object]], *a
         log.debug("%s cancelled (shutting down)", what)
 
 
-# Above this many targets /metrics is joined in a worker thread: a state not rendered yet (the
-# central diagnoser's, a first request) is rendered there, and the event loop keeps polling meanwhile.
+# Above this many targets /metrics is joined in a worker thread: the states published since the last request
+# are rendered there (about 0.25 ms a target), and the event loop keeps polling meanwhile.
 # The thread is its own: in the loop's default executor a request would queue behind the engine-fact
 # reads of every target (a thousand of them at start and every minute).
 RENDER_OFFLOAD_TARGETS = 50

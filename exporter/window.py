@@ -115,9 +115,11 @@ class Window:
         # each scrape since (NaN: none); each scrape stays for 36 evaluations at the shipped 180 s / 5 s.
         self._gauge_memo: dict[tuple[str, str], tuple[int, array]] = {}
         self._steps: tuple[Step, ...] | None = None
+        self._present: frozenset[str] = frozenset()  # the newest scrape's families: asked ~100 times an evaluation
 
     def clear(self) -> None:
         self._scrapes.clear()
+        self._present = frozenset()
         self._steps = None
         self._deltas = StepDeltas(self._counter_names)
         self._gauge_memo = {}
@@ -129,6 +131,7 @@ class Window:
         clone._scrapes = self._scrapes.copy()
         clone._deltas = self._deltas.copy()
         clone._serial = self._serial
+        clone._present = self._present
         return clone
 
     def _gauges_only(self, older: Snapshot) -> Snapshot:
@@ -159,6 +162,7 @@ class Window:
             step = Step(seq, older.timestamp, snapshot.timestamp, reset)
             self._scrapes.replace_latest(replace(last, snapshot=self._gauges_only(older)))
         self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step, self._serial))
+        self._present = snapshot.families()
         self._steps = None
         self._serial += 1
         first = next(islice(self._scrapes, 1, None), None)
@@ -197,8 +201,8 @@ class Window:
         return sum(1 for step in self.steps if step.restarted)
 
     def present(self, name: str) -> bool:
-        latest = self.latest
-        return latest is not None and latest.has(name)
+        """Whether the newest scrape carries the family."""
+        return name in self._present
 
     def _first_of(self, steps: list[Step]) -> int:
         """The sequence number of the oldest of ``steps`` (the window's next one when there are none)."""

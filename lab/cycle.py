@@ -1,8 +1,8 @@
 """In-process figures: the full scrape cycle against prometheus_client's parser and promtool.
 
 One cycle = ``TargetPipeline.ingest`` (UTF-8 decode, parse, window push, signals, diagnosis) and
-``Sidecar.publish`` (the target's ``/metrics`` lines rendered), plus ``Sidecar.metrics()`` (the
-sidecar's own ``/metrics``, as a request gets it), fed a sequence of
+``Sidecar.publish``, plus ``Sidecar.metrics()`` (the sidecar's own ``/metrics``, as a request gets it,
+the target's new lines rendered), fed a sequence of
 different captures with increasing counters, at the shipped scrape interval, after the shipped window
 (``exporter.config``: 180 s at 5 s) has filled.
 Baseline and measured runs are interleaved on the same bytes, so load on the machine hits both.

@@ -3,9 +3,9 @@
     .venv/bin/python -m lab.memory --targets 100
 
 One :class:`Sidecar` with N targets, each fed the steady sequence of real captures until the shipped
-window (180 s at 5 s) has filled, diagnosis and the target's ``/metrics`` lines included; the figure is
-the growth of RSS after the first target, divided by the other N - 1 (what one more target costs),
-and, from tracemalloc, the bytes one target's window holds. Deterministic: no baseline is needed to
+window (180 s at 5 s) has filled, diagnosis and the target's ``/metrics`` lines (rendered by a request)
+included; the figure is the growth of RSS after the first target, divided by the other N - 1 (what one
+more target costs), and, from tracemalloc, the bytes one target's window holds. Deterministic: no baseline is needed to
 read it, but compare two versions of the code on the same machine.
 """
 
@@ -79,6 +79,7 @@ def main() -> int:
             for name in names:
                 state = sidecar.pipelines[name].ingest(ScrapeResult(started_at=clock, duration=0.01, body=body))
                 sidecar.publish(name, state)
+        sidecar.metrics()  # read as Prometheus reads it: every target's /metrics lines are rendered and kept
 
     feed(["t0"])
     gc.collect()

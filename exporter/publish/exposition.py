@@ -3,9 +3,10 @@
 This is the one path that serves the families of ``exporter.publish.exported`` (``Sidecar.metrics``).
 Rebuilding every family of every target through a prometheus_client collector on each request costs
 seconds of CPU at 1000 targets for text that changed only where a target was evaluated since. Here
-each target's samples are formatted once per published state (a new :class:`TargetState` per
-evaluation; states are immutable, so the same object always gives the same text) and kept; a request
-only joins the kept fragments under each family's header. The bytes are those prometheus_client's
+each target's samples are formatted once per published state a request reads (a new :class:`TargetState`
+per evaluation; states are immutable, so the same object always gives the same text) and kept; a request
+formats the states published since the last one and joins the kept fragments under each family's header.
+A state replaced before any request read it is never formatted. The bytes are those prometheus_client's
 ``generate_latest`` writes for the same families (tests/unit/test_exposition.py compares them on real
 scenarios; tests/golden pins them).
 """

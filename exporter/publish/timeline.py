@@ -8,6 +8,7 @@ keep a bounded history of their own evaluations (:class:`VerdictHistory`) for th
 from __future__ import annotations
 
 import time
+from array import array
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
@@ -217,27 +218,55 @@ def _escape(text: str) -> str:
 
 
 class VerdictHistory:
-    """The last ``capacity`` evaluations of one target, for the page's timeline (bounded memory)."""
+    """The last ``capacity`` evaluations of one target, for the page's timeline (bounded memory).
+
+    Kept as runs, not one object per evaluation: the times in an array and, per run of equal (verdict,
+    symptoms, causes), those three and its length; about 8 bytes an evaluation where a :class:`StepVerdict`
+    cost some 300 (240 of them per target). :meth:`runs` gives what :func:`segments` gives for the steps.
+    """
 
     def __init__(self, capacity: int = 240) -> None:  # an hour at 15 s
-        self._steps: deque[StepVerdict] = deque(maxlen=capacity)
+        self.capacity = capacity
+        self._at = array("d")
+        self._runs: deque[list[Any]] = deque()  # [verdict, symptoms, causes, steps], oldest first
 
     def record(self, state: TargetState) -> None:
-        if self._steps and state.evaluated_at <= self._steps[-1].at:
+        if self._at and state.evaluated_at <= self._at[-1]:
             return
+        symptoms: tuple[str, ...] = ()
+        causes: tuple[str, ...] = ()
         if state.status == "down":
-            self._steps.append(StepVerdict(state.evaluated_at, NO_DATA, NO_DATA, 0.0, (), ()))
-            return
-        # The page draws verdicts and symptoms only: no signals or evidence kept per evaluation.
-        self._steps.append(StepVerdict.of(state, detail=False))
-
-    @property
-    def steps(self) -> list[StepVerdict]:
-        return list(self._steps)
+            verdict = NO_DATA
+        else:  # the page draws verdicts and symptoms only: no signals or evidence kept per evaluation
+            step = StepVerdict.of(state, detail=False)
+            verdict, symptoms, causes = step.verdict, step.symptoms, step.causes
+        if len(self._at) >= self.capacity:
+            del self._at[0]
+            self._runs[0][3] -= 1
+            if self._runs[0][3] == 0:
+                self._runs.popleft()
+        self._at.append(state.evaluated_at)
+        last = self._runs[-1] if self._runs else None
+        if last is not None and last[0] == verdict and last[1] == symptoms and last[2] == causes:
+            last[3] += 1
+        else:
+            self._runs.append([verdict, symptoms, causes, 1])
 
     def runs(self) -> list[dict[str, Any]]:
-        steps = self.steps
-        if not steps:
+        at = self._at
+        if not at:
             return []
-        spacing = (steps[-1].at - steps[0].at) / (len(steps) - 1) if len(steps) > 1 else 0.0
-        return segments(steps, spacing)
+        spacing = (at[-1] - at[0]) / (len(at) - 1) if len(at) > 1 else 0.0
+        out: list[dict[str, Any]] = []
+        index = 0
+        for verdict, symptoms, causes, steps in self._runs:
+            if out:
+                out[-1]["to"] = at[index]
+            if out and out[-1]["verdict"] == verdict and out[-1]["symptoms"] == list(symptoms):
+                out[-1]["steps"] += steps  # the same run for the page: its causes are its first step's
+            else:
+                out.append({"from": at[index], "to": at[index], "verdict": verdict, "symptoms": list(symptoms),
+                            "causes": list(causes), "steps": steps})
+            index += steps
+        out[-1]["to"] = at[-1] + spacing
+        return out

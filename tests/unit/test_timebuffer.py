@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from exporter.timebuffer import TimeBuffer
+from exporter.timebuffer import Readings, TimeBuffer
 
 
 def _filled(keep_baseline: bool, times: list[float], span: float = 10.0) -> TimeBuffer[float]:
@@ -55,3 +55,16 @@ def test_latest_newest_first_and_replace_latest():
 def test_span_must_be_positive():
     with pytest.raises(ValueError):
         TimeBuffer(0, keep_baseline=True)
+
+
+def test_readings_keep_what_a_point_sample_buffer_keeps():
+    times = [0.0, 3.0, 5.0, 9.0, 15.0, 15.5, 30.0, 31.0]
+    values = [0.1, 0.7, 1 / 3, 2.5e-9, 0.0, 0.9, 0.2, 0.4]
+    readings, buffer = Readings(10.0), TimeBuffer[float](10.0, keep_baseline=False)
+    for t, v in zip(times, values):
+        readings.push(t, v)
+        buffer.push(t, v)
+        assert list(readings) == list(buffer) and len(readings) == len(buffer)
+        assert readings.newest(2) == buffer.newest(2) and readings.newest(0) == buffer.newest(0) == []
+    readings.trim(50.0)
+    assert not readings and list(readings) == []
