@@ -11,8 +11,9 @@ starts at the first step it appears in and ends at the last; a step it was missi
 
 The sums are the step-by-step sums, bit for bit: a bucket or a counter is summed in step order from
 0.0 (``functools.reduce`` over the column, the loop a step-by-step reader would write, run in C); the
-series of a multi-series counter in step order, unless every delta is a whole number whose total stays
-within 2**53, where every order gives the same float; sums and counts with ``math.fsum``.
+series of a multi-series counter in step order (within a step, in the order the window first held them),
+unless every delta is a whole number whose total stays within 2**53, where every order gives the same float;
+sums and counts with ``math.fsum``.
 """
 
 from __future__ import annotations
