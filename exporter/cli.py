@@ -26,7 +26,7 @@ from exporter.facts.discovery import FactDiscovery
 from exporter.offline import CaptureError, CaptureSet, Skipped, resolve
 from exporter.pipeline import TargetPipeline, replay
 from exporter.poll import fetch
-from exporter.promsource import command as promsource
+from exporter.promsource import flags as source_flags
 from exporter.publish import document, text
 from exporter.render import cli as render
 
@@ -79,7 +79,7 @@ DIAGNOSE_FLAGS = {"targets.0.scrape_interval": "--interval", "targets.0.timeout"
 
 
 def cmd_diagnose(args: argparse.Namespace) -> int:
-    if promsource.wanted(args) or args.at or args.from_ or args.to or args.step:
+    if source_flags.wanted(args) or args.at or args.from_ or args.to or args.step:
         return _diagnose_prometheus(args)
     pipeline, skipped = _diagnosed_and_skipped(args)
     doc = document.build([pipeline.state])
@@ -107,7 +107,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
             profile = load(Path(args.profile))
         except ProfileError as exc:
             raise BadInput(f"--profile: {exc}") from None
-    pipelines = _advise_prometheus(args) if promsource.wanted(args) else [_diagnosed(args)]
+    pipelines = _advise_prometheus(args) if source_flags.wanted(args) else [_diagnosed(args)]
     states = []
     for pipeline in pipelines:
         state = pipeline.state
@@ -162,13 +162,15 @@ def _advise_prometheus(args: argparse.Namespace) -> list[TargetPipeline]:
         raise BadInput("give capture FILEs, --url URL or --prometheus URL (one of them)")
     if args.at is None or args.from_ or args.to or args.step:
         raise BadInput("advise --prometheus calibrates on one window: give --at T (not --from/--to/--step)")
-    overrides, origins = promsource.overrides(args)
+    overrides, origins = source_flags.overrides(args)
     if args.window is not None:
         overrides["window_seconds"], origins["window_seconds"] = args.window, "--window"
     settings = _settings(args.config, overrides, origins)
+    from exporter.promsource.command import pipelines_at  # the store's side, loaded only when asked for
+
     try:
-        return promsource.pipelines_at(args, settings)
-    except promsource.PromInputError as exc:
+        return pipelines_at(args, settings)
+    except source_flags.PromInputError as exc:
         raise BadInput(str(exc)) from None
 
 
@@ -233,15 +235,17 @@ def _diagnosed_and_skipped(args: argparse.Namespace) -> tuple[TargetPipeline, tu
 def _diagnose_prometheus(args: argparse.Namespace) -> int:
     if args.files or args.url:
         raise BadInput("give capture FILEs, --url URL or --prometheus URL (one of them)")
-    overrides, origins = promsource.overrides(args)
+    overrides, origins = source_flags.overrides(args)
     if args.window is not None:
         overrides["window_seconds"], origins["window_seconds"] = args.window, "--window"
     settings = _settings(args.config, overrides, origins)
     if settings.prometheus is None:
         raise BadInput("--at/--from/--to/--step read from Prometheus: add --prometheus URL")
+    from exporter.promsource.command import diagnose  # the store's side, loaded only when asked for
+
     try:
-        return promsource.diagnose(args, settings)
-    except promsource.PromInputError as exc:
+        return diagnose(args, settings)
+    except source_flags.PromInputError as exc:
         raise BadInput(str(exc)) from None
 
 
@@ -289,7 +293,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         overrides["web_config_file"], origins["web_config_file"] = args.web_config_file, "--web-config-file"
     if args.target:
         overrides["targets"], origins["targets"] = [target_from_url(url) for url in args.target], "--target"
-    source, source_origins = promsource.overrides(args)
+    source, source_origins = source_flags.overrides(args)
     if args.target and source:
         raise BadInput("--target scrapes vLLM, --prometheus reads a store: give one of them")
     settings = _settings(args.config, {**overrides, **source}, {**origins, **source_origins})
@@ -297,9 +301,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if settings.prometheus is not None:  # the central diagnoser: targets come from the store's series
         listen = f"--listen {settings.listen}" if args.listen else f"listen {settings.listen}"
         ensure_free(settings.listen_host, settings.listen_port, listen)
+        from exporter.promsource.command import serve  # the store's side, loaded only when asked for
+
         try:
-            promsource.serve(settings)
-        except promsource.PromInputError as exc:
+            serve(settings)
+        except source_flags.PromInputError as exc:
             raise BadInput(str(exc)) from None
         except OSError as exc:
             raise BadInput(f"{listen}: {_os_error(exc)}") from None
@@ -357,7 +363,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     serve.add_argument("--listen", metavar="HOST:PORT", help="address to serve on (default 0.0.0.0:9863)")
     serve.add_argument("--web-config-file", metavar="FILE",
                        help="TLS and basic auth, in the Prometheus exporter-toolkit format")
-    promsource.add_serve_flags(serve)
+    source_flags.add_serve_flags(serve)
     serve.set_defaults(func=cmd_serve)
 
     diag = sub.add_parser("diagnose", help="diagnose saved captures, or a live URL for a while",
@@ -381,8 +387,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     diag.add_argument("--format", choices=("text", "json"), default="text",
                       help="text report (default) or the JSON of /api/v1/diagnosis")
     diag.add_argument("--dcgm", metavar="DIR", help="DCGM captures with the same file names (GPU utilisation)")
-    promsource.add_source_flags(diag)
-    promsource.add_diagnose_flags(diag)
+    source_flags.add_source_flags(diag)
+    source_flags.add_diagnose_flags(diag)
     diag.set_defaults(func=cmd_diagnose)
 
     # advise takes diagnose's inputs (parents=[diag] copies its arguments, and any it gains later).
@@ -472,7 +478,7 @@ def _os_error(exc: OSError) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
-    words = promsource.join_relative_times(list(sys.argv[1:] if argv is None else argv))
+    words = source_flags.join_relative_times(list(sys.argv[1:] if argv is None else argv))
     command = next((word for word in words if not word.startswith("-")), None)  # no top-level flag takes a value
     args = build_parser(command).parse_args(words)
     try:

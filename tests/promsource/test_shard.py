@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from exporter.promsource.batch import NARROWING_MAX_CHARS, _narrowing, _narrowings, owned, shard_of
-from exporter.promsource.command import shard_spec
+from exporter.promsource.flags import shard_spec
 from exporter.promsource.rebuild import TargetKey
 from exporter.promsource.settings import PrometheusSource
 from tests.promsource.conftest import PROMTOOL_BIN, prometheus
