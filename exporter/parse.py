@@ -84,31 +84,8 @@ def _label_block(block: str, lineno: int) -> _Block:
 
 _TIMESTAMP = re.compile(r"-?[0-9][0-9.eE+-]*")
 
-# The skipped families' lines are most of a vLLM exposition, and their name and label block repeat on
-# every scrape: a head (``name{labels}``) seen valid once is only looked up, and only the short tail is
-# matched. The grammar is ``_LINE``'s, split in two; anything the split cannot vouch for goes to ``_LINE``.
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
-_BLOCK = re.compile(r'(?:[^"}]|"(?:[^"\\\n]|\\.)*")*')
-_TAIL = re.compile(r'[ \t]+\S+(?:[ \t]+-?[0-9][0-9.eE+-]*)?(?:[ \t]+#.*)?[ \t]*')
-_VALID_HEADS: set[str] = set()
-_VALID_HEADS_MAX = 8192
-
-
-def _skipped_line_valid(line: str, brace: int) -> bool:
-    """Whether a line of a family not kept is a sample line (``_LINE``), without building its labels."""
-    line = line.rstrip("\r")
-    if brace == -1 or " # " in line:  # no labels, or an exemplar that may hold braces: the full grammar
-        return _LINE.fullmatch(line) is not None
-    close = line.rfind("}")
-    head = line[:close + 1]
-    if head not in _VALID_HEADS:
-        if (close < brace or _NAME.fullmatch(line, 0, brace) is None
-                or _BLOCK.fullmatch(line, brace + 1, close) is None):
-            return _LINE.fullmatch(line) is not None
-        if len(_VALID_HEADS) >= _VALID_HEADS_MAX:
-            _VALID_HEADS.clear()
-        _VALID_HEADS.add(head)
-    return _TAIL.fullmatch(line, close + 1) is not None or _LINE.fullmatch(line) is not None
+_BLOCK = r'(?:[^"}]|"(?:[^"\\\n]|\\.)*")*'
 
 
 # A whole line's head (``name`` or ``name{labels}``) seen once in the plain form ``head value`` is remembered
@@ -120,7 +97,7 @@ _Head = tuple[object, tuple[str, str, int] | None, LabelSet, str | None, float |
 _HEADS: dict[str, _Head] = {}
 _HEADS_MAX = 8192
 _NO_LABELS: _Block = ((), None, None, ())
-_NAME_AND_BLOCK = re.compile(r'[a-zA-Z_:][a-zA-Z0-9_:]*(?:\{(?:[^"}]|"(?:[^"\\\n]|\\.)*")*\})?')
+_NAME_AND_BLOCK = re.compile(_NAME.pattern + r"(?:\{" + _BLOCK + r"\})?")
 _TOKEN = re.compile(r"\S+")
 
 
@@ -214,7 +191,8 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             entry = index.get(line[:end]) if end > 0 else None
             if entry is None:
                 # A family the diagnosis does not read (incl. *_created twins): validated, not kept.
-                if not line.isspace() and not _skipped_line_valid(line, brace if end == brace else -1):
+                # Checked once: the next scrape's line with this head takes the fast path above.
+                if not line.isspace() and _LINE.fullmatch(line.rstrip("\r")) is None:
                     raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
                 if _TOKEN.fullmatch(value_text) is not None and _NAME_AND_BLOCK.fullmatch(head) is not None:
                     _remember(head, index, None, _NO_LABELS)
