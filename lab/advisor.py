@@ -31,8 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split", default="validation",
                         help="with --manifest: the split(s) to score: dev, validation, validation-1 ... validation-7 "
                         "(spent halves), smoke, all, or a comma list (default validation)")
-    parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair on the real vLLM "
-                        "(all: every capture of the manifest not on disk yet)")
+    parser.add_argument("--capture", metavar="PAIR", help="with --manifest: capture this pair, or every pair "
+                        "of this split, on the real vLLM (all: every capture of the manifest not on disk yet)")
     parser.add_argument("--seconds", type=float, default=None, help="with --capture: captured seconds per run")
     parser.add_argument("--live", action="store_true", help="run the four cases on a real vLLM (a temporary folder)")
     args = parser.parse_args(argv)

@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import json
 import math
+import os
 import statistics
 import sys
 import time
@@ -55,9 +56,11 @@ from lab.pair_archive import is_captured, pack_and_remove, run_folders
 # ``validation`` is round 8's half (scored once at 717f398); ``validation-9`` is issue 49's, fixed in the manifest
 # before any model change of that issue and scored once; ``validation-10`` was fixed after validation-9's scoring,
 # before any model change made after it; ``validation-11`` was fixed after validation-10's scoring, before the
-# wide engine's step-cost change it tests (``validation-12`` is the next one's name).
+# wide engine's step-cost change it tests; ``validation-12`` after it, before its scoring; ``validation-13`` after
+# validation-12's scoring, before any model change made after it, on a worker with a core of its own.
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
-          "validation-6", "validation-7", "validation-9", "validation-10", "validation-11", "validation-12", "smoke")
+          "validation-6", "validation-7", "validation-9", "validation-10", "validation-11", "validation-12",
+          "validation-13", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
@@ -107,6 +110,10 @@ PADDED_VOCAB = "padded_vocab"
 # A third: the compute-bound model (tests/realvllm/make_model.py --wide, a 16384-wide MLP): a decode step is
 # milliseconds of matrix work and a prefill chunk scales with its tokens, as on a GPU serving a real model.
 WIDE_MLP = "wide_mlp"
+# A fourth, for a quiet measurement rather than a physics: the model worker alone on this core, the engine's
+# server, the load and the harness on the others, as an accelerator is the worker's alone. On the shared
+# 2-core machine, other work on the worker's core made one half's runs 2-6x apart in speed (validation-11).
+WORKER_CORE = "worker_core"
 # An engine start on the shared 2-core machine took over the harness's 180 s when other engines ran beside it.
 STARTUP_S = 600.0
 
@@ -442,6 +449,37 @@ def _slowed(server: Any, cpus: float | None) -> Iterator[None]:
         yield
 
 
+@contextlib.contextmanager
+def _off_core(core: float | None) -> Iterator[None]:
+    """Keep this process, and the engine it starts, off ``core`` for the block (anywhere when None)."""
+    if core is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    others = before - {int(core)}
+    if not others or int(core) not in before:
+        raise RuntimeError(f"worker_core {int(core)}: this process may run on cores {sorted(before)}, so it "
+                           "cannot keep the worker's core to itself")
+    os.sched_setaffinity(0, others)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+
+
+def _pin_worker(server: Any, core: float | None) -> None:
+    """Every thread of the engine's model worker onto ``core`` alone (nothing when None)."""
+    if core is None:
+        return
+    workers = [pid for pid in server.pids() if _process_name(pid) == WORKER_PROCESS]
+    if not workers:
+        raise RuntimeError(f"no {WORKER_PROCESS} process under the engine to pin")
+    for pid in workers:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(ProcessLookupError):  # a thread that ended since the listing
+                os.sched_setaffinity(int(task.name), {int(core)})
+
+
 def padded_model(vocab: int) -> Path:
     """The tiny model with its vocabulary padded to ``vocab`` tokens, made on first use (seconds)."""
     import subprocess
@@ -477,14 +515,17 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
         t0 = time.monotonic()
         engine: dict[str, Any] = dict(flags)
         worker_cpus = engine.pop(WORKER_CPUS, None)
+        worker_core = engine.pop(WORKER_CORE, None)
         if (padded := engine.pop(PADDED_VOCAB, None)) is not None:
             engine["model"] = padded_model(int(padded))
         if engine.pop(WIDE_MLP, None):
             from lab.engine_witnesses import ensure_wide_model
 
             engine["model"] = ensure_wide_model()
-        with RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, _slowed(server, worker_cpus):
+        with _off_core(worker_core), RealVLLM(**engine, startup_timeout_s=STARTUP_S) as server, \
+                _slowed(server, worker_cpus):
             asyncio.run(_warm_up(server.base_url))
+            _pin_worker(server, worker_core)  # after the warm-up: threads a first request starts are pinned too
             timings[f"start {start} {dict(flags)} {key[2]}".rstrip()] = time.monotonic() - t0
             for spec in (s for s in todo if s.engine_start == key):
                 t1 = time.monotonic()
@@ -502,9 +543,9 @@ def capture(specs: list[CaptureSpec], captures: Path, seconds: float | None = No
 def main(manifest: Path, split: str, capture_id: str | None, seconds: float | None) -> int:
     captures, pairs = load_manifest(manifest)
     if capture_id is not None:
-        chosen = pairs if capture_id == "all" else [p for p in pairs if p.id == capture_id]
+        chosen = pairs if capture_id == "all" else [p for p in pairs if capture_id in (p.id, p.split)]
         if not chosen:
-            print(f"no pair {capture_id} in {manifest}")
+            print(f"no pair or split {capture_id} in {manifest}")
             return 2
         print(json.dumps(capture(list(plan(chosen).values()), captures, seconds), indent=1))
         return 0

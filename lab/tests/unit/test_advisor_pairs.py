@@ -3,7 +3,11 @@ acceptance cells, baselines and coverage, on numbers (the captures are scored by
 
 from __future__ import annotations
 
+import json
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +16,7 @@ from lab.advisor_cases import observed
 from lab.advisor_pairs import (
     Cell,
     Pair,
+    _off_core,
     close,
     load_manifest,
     noise_sigma,
@@ -129,7 +134,7 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11",
-                                        "validation-12"}
+                                        "validation-12", "validation-13"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -155,6 +160,30 @@ def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str,
     # each A -> B has its B -> A on the same four captures
     moves = {(p.before, p.after_value, p.workload) for p in half}
     assert moves == {(after, before, workload) for before, after, workload in moves}
+
+
+def test_round_13_holds_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own() -> None:
+    _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
+    half = [p for p in pairs if p.split == "validation-13"]
+    assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab", "cpu-quota"}
+    assert all(p.engine["worker_core"] == 1 for p in half)
+    moves = {(p.before, p.after_value, p.workload) for p in half}
+    assert moves == {(after, before, workload) for before, after, workload in moves}
+
+
+def test_the_harness_keeps_itself_and_what_it_starts_off_the_workers_core() -> None:
+    before = os.sched_getaffinity(0)
+    core = max(before)
+    if len(before) < 2:
+        with pytest.raises(RuntimeError, match="cannot keep the worker's core"), _off_core(core):
+            pass
+        return
+    with _off_core(core):
+        assert os.sched_getaffinity(0) == before - {core}
+        child = subprocess.run([sys.executable, "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+                               capture_output=True, text=True, check=True)
+        assert core not in json.loads(child.stdout)
+    assert os.sched_getaffinity(0) == before
 
 
 def test_harness_conditions_keep_their_captures_on_engines_of_their_own() -> None:
