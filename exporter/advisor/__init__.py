@@ -22,7 +22,6 @@ from exporter.advisor.calibrate import (
     brackets,
     calibrate,
     observe,
-    search_weights,
 )
 from exporter.advisor.candidates import (
     BadQuestion,
@@ -35,6 +34,7 @@ from exporter.advisor.candidates import (
 from exporter.advisor.predict import predict, score
 from exporter.advisor.reproduce import Check, check
 from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
+from exporter.advisor.search import searched, worst
 from exporter.advisor.stepcost import StepEvidence
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
@@ -56,14 +56,8 @@ def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds) -> tupl
     """The calibrated model against the window for each arrival reading; known traffic is what it is,
     unclear traffic is read the way that reproduces the window better."""
     checks = {kind: check(cal, observed, thresholds, t) for kind, t in cal.arrivals.alternatives().items()}
-    primary = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: _worst(checks[k]))
+    primary = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: worst(checks[k]))
     return primary, checks
-
-
-def _worst(result: Check) -> float:
-    """The largest relative error of a check, failing checks after passing ones."""
-    errors = [abs(e) for k, e in result.errors.items() if e is not None and k != "preemption_rate"]
-    return (0.0 if result.ok else 1e6) + max(errors, default=0.0)
 
 
 def _value(candidate: Candidate, attr: str) -> object:
@@ -111,7 +105,10 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         primary_kind, checks = checked(cal, observed, thresholds)
         reused = False
     if not checks[primary_kind].ok:
-        cal, primary_kind, checks = _searched(window, facts, thresholds, profile, observed, cal, primary_kind, checks)
+        cal, (primary_kind, checks) = searched(
+            cal, (primary_kind, checks),
+            lambda weight: calibrate(window, facts, thresholds, profile=profile, weight=weight),
+            lambda trial: checked(trial, observed, thresholds), thresholds)
     # What one candidate costs, to stay within a budget: a check is the same seeds on one reading.
     per_candidate = (time.thread_time() - checking) / len(checks)
     primary = checks[primary_kind]
@@ -125,7 +122,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
                    "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         step_cost_reused=reused,
         step_evidence={**(cal.evidence.to_dict() if cal.evidence is not None else {}),
-                       "decode_token_weight_used_from": cal.weight_source},
+                       "decode_token_weight_used_from": cal.weight_source,
+                       "step_cost_scaled_by": round(cal.cost_scale, 3)},
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
@@ -176,24 +174,6 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     reason = "" if recommendations else "no candidate change applies to this window"
     fitted = Fitted(cal, primary_kind, primary.simulated)
     return AdviceResult(observed, tuple(recommendations), reason, calibration), fitted
-
-
-def _searched(window: Window, facts: EngineFacts, thresholds: Thresholds, profile: StepEvidence | None,
-              observed: Outcome, cal: Calibration, kind: str,
-              checks: dict[str, Check]) -> tuple[Calibration, str, dict[str, Check]]:
-    """Where the prior decode weight's calibration does not reproduce the window, the weight of
-    ``search_weights`` whose calibration does, with the smallest worst error (the prior's when none does):
-    the window's own shape (throughput, ITL and TTFT tails) then chose it, as its steps could not."""
-    best = (cal, kind, checks)
-    for weight in search_weights(cal):
-        try:
-            trial = calibrate(window, facts, thresholds, profile=profile, weight=weight)
-        except CannotCalibrate:
-            continue
-        trial_kind, trial_checks = checked(trial, observed, thresholds)
-        if trial_checks[trial_kind].ok and _worst(trial_checks[trial_kind]) < _worst(best[2][best[1]]):
-            best = (trial, trial_kind, trial_checks)
-    return best
 
 
 def _running_mean(window: Window) -> float:

@@ -9,7 +9,7 @@ What is read, and from where (all window deltas, never lifetime counters):
 * step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
   window's own reading where its steps identify it (``stepcost.identify``), else the prior
   (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty), else, where the
-  prior does not reproduce the window, the weight of ``search_weights`` that does (``advise``); fixed and
+  prior does not reproduce the window, the weight ``search.searched`` finds that does; fixed and
   per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
   (``tail_bound``);
@@ -207,6 +207,7 @@ class Calibration:
     weight_sigma: float = 0.0  # uncertainty of cost.decode_weight, log terms (one standard deviation)
     weight_source: str = "prior"  # where the decode weight came from: window, profile, prior or search
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
+    cost_scale: float = 1.0  # the fitted cost times this, where only a scaled cost reproduced the window (search)
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -354,7 +355,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     cost and frontend work are taken as they are instead of fitted again: they describe the engine
     and the machine, not the traffic. The caller checks the result against this window and fits
     afresh when it does not reproduce it (``advise``). ``weight``: this decode weight instead of the prior,
-    where neither the window nor a profile identifies one (one of ``search_weights``)."""
+    where neither the window nor a profile identifies one (one of ``search.search_weights``)."""
     if window.duration <= 0 or len(window) < 3:
         raise CannotCalibrate("the window holds fewer than three scrapes")
     for name, value in (("tensor_parallel_size", facts.tensor_parallel_size),
@@ -438,23 +439,6 @@ _WEIGHT = BY_KEY["advice_decode_token_weight"]
 WEIGHT_BOUNDS = (_WEIGHT.minimum, _WEIGHT.maximum if _WEIGHT.maximum is not None else math.inf)
 
 
-def search_weights(cal: Calibration) -> tuple[float, ...]:
-    """The decode weights to try when the prior's calibration does not reproduce the window and neither the
-    window's steps nor a profile identified one: the prior's band (x / exp(+/- sigma)) and twice as far, in the
-    declared range. The weight sets how a step's time splits between what is fixed per sequence and what
-    grows with a prefill: an engine whose decode is cheap against its prefill (compute-bound, as the wide MLP
-    here or a GPU) reproduces its window only near 1, one whose decode reads a large head near 10."""
-    if cal.weight_source != "prior":
-        return ()
-    step = math.exp(cal.weight_sigma) if cal.weight_sigma > 0 else 2.0
-    out = []
-    for k in (-2, -1, 1, 2):
-        value = min(max(cal.cost.decode_weight * step ** k, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
-        if value != cal.cost.decode_weight and value not in out:
-            out.append(value)
-    return tuple(out)
-
-
 def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:
     """The calibration refitted with its decode weight one standard deviation lower and higher (the fixed and
     per-token parts re-solved to the same window each time), with each one's own simulated window: what a
@@ -471,6 +455,11 @@ def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:
             moved, run = _fit_means(cal, replace(cal.cost, decode_weight=weight), itl_mean, prefill_mean, 2)
         except CannotCalibrate:
             continue
+        if cal.cost_scale != 1.0:  # the refit solves to the means again: the scale that reproduced the window
+            moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
+                                                per_token_s=moved.cost.per_token_s * cal.cost_scale))
+            run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost,
+                           SEEDS[0])
         out.append((moved, run.outcome))
     return tuple(out)
 

@@ -429,6 +429,10 @@ class Thresholds:
         "standard deviation): 0.6 puts 2-9 within the 80 % band, the range from a GPU at small batch to the "
         "CPU build. The prediction is re-run at the weight times exp(-/+ this), each refitted to the window, "
         "and their spread is the parameter part of the interval.", 0, 2)
+    advice_step_cost_scale_max: float = threshold(1.25, "ratio",
+        "Where no decode weight reproduces the window, the step cost scaled by up to this factor either way is "
+        "tried: a queue near saturation grows as 1 / (1 - utilisation), so a cost a few per cent off still "
+        "fits the ITL and prefill means and misses a queued TTFT threefold.", 1, 2)
     advice_interval_coverage: float = threshold(0.8, "ratio",
         "Share of real outcomes the advisor's prediction interval is meant to cover: the interval is the "
         "prediction times exp(-/+ z sigma), sigma the root sum of squares of the step-cost parameter's spread, "
