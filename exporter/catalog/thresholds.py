@@ -436,8 +436,8 @@ class Thresholds:
     advice_interval_coverage: float = threshold(0.8, "ratio",
         "Share of real outcomes the advisor's prediction interval is meant to cover: the interval is the "
         "prediction times exp(-/+ z sigma), sigma the root sum of squares of the step-cost parameter's spread, "
-        "the calibration's residual error, the window's sampling error and the run-to-run noise below.",
-        0.5, 0.99)
+        "the calibration's residual error, the window's sampling error, the run-to-run noise and the model's "
+        "own error below.", 0.5, 0.99)
     advice_noise_ttft_p95: float = threshold(0.19, "ratio",
         "Run-to-run noise of one window's TTFT p95, log terms: the same engine, configuration and traffic "
         "captured twice reads this far apart (RMS over the 74 real validation pairs' two base captures, "
@@ -447,6 +447,14 @@ class Thresholds:
     advice_noise_preemption: float = threshold(0.09, "ratio",
         "Run-to-run noise of one window's preemption rate, log terms of the rate plus "
         "advice_preemption_floor (measured as advice_noise_ttft_p95).", 0, 2)
+    advice_model_error_ttft_p95: float = threshold(0.54, "ratio",
+        "The model's own error on a TTFT p95 that moved, log terms: the 80th percentile of the pooled validation "
+        "record's misses on moved cells over z(0.8), less advice_noise_ttft_p95 (root of the difference of squares).",
+        0, 3)
+    advice_model_error_itl_p95: float = threshold(0.69, "ratio",
+        "The model's own error on an ITL p95 that moved, log terms (measured as advice_model_error_ttft_p95).", 0, 3)
+    advice_model_error_preemption: float = threshold(0.61, "ratio",
+        "The model's own error on a preemption rate that moved (measured as advice_model_error_ttft_p95).", 0, 3)
     advice_simulated_seconds: float = threshold(90, "seconds",
         "Longest stretch of traffic the advisor's engine model replays per seed after its warm-up: the "
         "window's traffic (its rates and lengths) is replayed for at most this long, not for the whole of a "

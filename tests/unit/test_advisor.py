@@ -357,14 +357,14 @@ def test_the_interval_is_one_windows_calibrated_band_not_the_seeds_spread() -> N
     from exporter.advisor.reproduce import Check
 
     observed = Outcome(0.5, 0.02, 0.0, 100.0)
-    # Nothing but the run-to-run noise: the shipped constant.
+    # Nothing but the run-to-run noise and the model's own error: the shipped constants.
     alone = sigma("ttft_p95_seconds", None, [], observed, 120.0, TH)
-    assert alone == pytest.approx(TH.advice_noise_ttft_p95)
+    assert alone == pytest.approx(math.hypot(TH.advice_noise_ttft_p95, TH.advice_model_error_ttft_p95))
     # The decode weight's spread (-/+ one standard deviation), the residual and the sampling band add in quadrature.
     check = Check(observed, {"ttft_p95_seconds": 0.2}, (), True, "", {"ttft_p95_seconds": (0.4, 0.6)})
     full = sigma("ttft_p95_seconds", check, [0.3, 0.6], observed, 120.0, TH)
     parts = [math.log(2) / 2, math.log1p(0.2), (math.log(0.6) - math.log(0.4)) / (2 * 1.96),
-             TH.advice_noise_ttft_p95]
+             TH.advice_noise_ttft_p95, TH.advice_model_error_ttft_p95]
     assert full == pytest.approx(math.sqrt(sum(p * p for p in parts)), rel=1e-3)
     low, high = interval(0.4, "ttft_p95_seconds", full, TH)  # type: ignore[misc]
     assert low < 0.4 < high and math.log(high / 0.4) == pytest.approx(1.2816 * full, rel=1e-3)
