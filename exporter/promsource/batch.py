@@ -98,47 +98,53 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
-    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
-    split = Split(labels, by_values, by_target)
+    queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
+    # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
+    # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
+    answers: list[dict[TargetKey, list[StoredSeries]]] = [{} for _ in queries]
+    split = Split(labels, by_values)
 
-    async def one(names: tuple[str, ...], narrowing: str) -> None:
+    async def one(names: tuple[str, ...], narrowing: str, into: dict[TargetKey, list[StoredSeries]]) -> None:
         expr = selector(source.match, names)
         if narrowing:
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             body = await client.query_body(f"{expr}[{millis}ms]", end)
-            if split.scanned(body):
+            if split.scanned(body, into):
                 return
             data = client.data("query", body)
             del body
             if data.get("resultType") != "matrix":
                 raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
-            split.decoded(data.get("result") or [])
+            split.decoded(data.get("result") or [], into)
             del data  # before the next answer is read
 
-    await asyncio.gather(*(one(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings))
+    await asyncio.gather(*(one(names, narrowing, into) for (names, narrowing), into in zip(queries, answers,
+                                                                                           strict=True)))
+    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
+    for answer in answers:
+        for key, series in answer.items():
+            by_target[key] += series
     return by_target
 
 
 class Split:
-    """One read's answers -> each target's series (``by_target``), in each answer's order."""
+    """Answers -> each target's series, in each answer's order (``into``: target -> its series, a list made
+    for a target as its first series is found)."""
 
-    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey],
-                 by_target: dict[TargetKey, list[StoredSeries]]) -> None:
+    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey]) -> None:
         self.labels = labels
         self.strip = frozenset(labels)
         self.by_values = by_values
         self.by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
-        self.by_target = by_target
         self.raw_keys: dict[bytes, TargetKey | None] = {}  # the targets by their label's value as answers spell it
 
-    def scanned(self, body: bytes) -> bool:
+    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries]]) -> bool:
         """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`); False: it
         must be decoded (``decoded``), nothing was filed."""
-        return bool(self.by_value) and scan(body, self.labels[0], self.by_value, self.strip, self.by_target,
-                                            self.raw_keys)
+        return bool(self.by_value) and scan(body, self.labels[0], self.by_value, self.strip, into, self.raw_keys)
 
-    def decoded(self, result: Sequence[Mapping[str, Any]]) -> None:
+    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries]]) -> None:
         for series in result:
             metric = series.get("metric", {})
             if self.by_value:
@@ -146,4 +152,4 @@ class Split:
             else:
                 key = self.by_values.get(tuple(metric.get(label, "") for label in self.labels))
             if key is not None and "__name__" in metric:
-                self.by_target[key].append(StoredSeries.of(metric, self.strip, series.get("values", ())))
+                into.setdefault(key, []).append(StoredSeries.of(metric, self.strip, series.get("values", ())))

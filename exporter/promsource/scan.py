@@ -16,7 +16,6 @@ target labels) it returns None or hands that series to ``json``, which decides i
 from __future__ import annotations
 
 import json
-from array import array
 from collections.abc import Mapping
 
 from exporter.promsource.rebuild import TargetKey
@@ -69,11 +68,13 @@ def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: froz
         if plain:
             known = cached(chunk[:at] + chunk[close + 1:cut])
             target = staged.get(value)
+            if target is None and raw_keys.get(value) is not None:
+                target = staged[value] = []
             if known is not None and target is not None and b"]" not in samples and b"\\" not in samples:
                 stamp, comma, text = samples.partition(b',"')
                 if comma and text.find(b'"') == len(text) - 1:
                     try:
-                        target.append(StoredSeries(known, array("d", (float(stamp),)), array("d", (float(text[:-1]),))))
+                        target.append(StoredSeries(known, (float(stamp),), (float(text[:-1]),)))
                         continue
                     except ValueError:
                         pass
@@ -88,7 +89,7 @@ def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: froz
     for value, series in staged.items():
         found = raw_keys[value]
         assert found is not None
-        by_target[found].extend(series)
+        by_target.setdefault(found, []).extend(series)
     return True
 
 
@@ -129,7 +130,7 @@ def _stored(known: Known, samples: bytes) -> StoredSeries:
         stamp, comma, text = samples.partition(b',"')
         if comma and text.find(b'"') == len(text) - 1:
             try:
-                return StoredSeries(known, array("d", (float(stamp),)), array("d", (float(text[:-1]),)))
+                return StoredSeries(known, (float(stamp),), (float(text[:-1]),))
             except ValueError:  # a value float() does not read as bytes: decoded, as StoredSeries.of reads it
                 pass
     pairs = [pair.partition(b',"') for pair in samples.split(b"],[")]

@@ -30,7 +30,8 @@ LabelPairs = tuple[tuple[str, str], ...]
 
 
 class StoredSeries:
-    """One stored series of one target: name, labels other than the target labels, samples in time order.
+    """One stored series of one target: name, labels other than the target labels, samples in time order
+    (arrays, compact for a window; one sample, a steady read's, as a tuple: cheaper to make).
 
     ``raw``: the values as the store sent them, kept only when one is no number (its scrape goes to the parser,
     which fails it with that text, as it fails such a live scrape).
@@ -38,7 +39,8 @@ class StoredSeries:
 
     __slots__ = ("known", "stamps", "values", "raw")
 
-    def __init__(self, known: Known, stamps: array, values: array, raw: list[str] | None = None) -> None:
+    def __init__(self, known: Known, stamps: Sequence[float], values: Sequence[float],
+                 raw: list[str] | None = None) -> None:
         self.known = known
         self.stamps = stamps
         self.values = values
@@ -63,7 +65,7 @@ class StoredSeries:
         if len(values) == 1:  # a steady cycle: the one new scrape
             stamp, text = values[0]
             try:
-                return cls(known, array("d", (stamp,)), array("d", (float(text),)))
+                return cls(known, (float(stamp),), (float(text),))
             except (TypeError, ValueError):
                 pass
         stamps = array("d", [stamp for stamp, _ in values])

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
+from exporter.promsource import backfill
 from exporter.promsource.batch import Split
 from exporter.promsource.rebuild import TargetKey
 from exporter.promsource.stored import StoredSeries
@@ -37,26 +38,24 @@ def both(answers: list[bytes], targets: tuple[str, ...] = TARGETS[:2]) -> tuple[
                                                                                dict[str, Any]]:
     """The scan's filing (json where it declines) and json's alone."""
     by_values = keys(*targets)
-    scanned: dict[TargetKey, list[StoredSeries]] = {key: [] for key in by_values.values()}
-    decoded: dict[TargetKey, list[StoredSeries]] = {key: [] for key in by_values.values()}
-    scan, reference = Split(("instance",), by_values, scanned), Split(("instance",), by_values, decoded)
+    scanned: dict[TargetKey, list[StoredSeries]] = {}
+    decoded: dict[TargetKey, list[StoredSeries]] = {}
+    scan, reference = Split(("instance",), by_values), Split(("instance",), by_values)
     took = []
     for answer in answers:
-        took.append(scan.scanned(answer))
+        took.append(scan.scanned(answer, scanned))
         if not took[-1]:
-            scan.decoded(json.loads(answer)["data"]["result"])
-        reference.decoded(json.loads(answer)["data"]["result"])
+            scan.decoded(json.loads(answer)["data"]["result"], scanned)
+        reference.decoded(json.loads(answer)["data"]["result"], decoded)
     return took, filed(scanned), filed(decoded)
 
 
 @pytest.mark.parametrize("scenario", scenario_names())
 def test_every_scenario_files_what_json_files(scenario: str, tmp_path: Path) -> None:
     write_captures(scenario, tmp_path, 60.0, 15.0)
-    from exporter.promsource import backfill
-
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
-    last = [{**s, "values": s["values"][-1:]} for s in result]  # a steady read: one new scrape
+    last = [{**s, "values": cast(list[Any], s["values"])[-1:]} for s in result]  # a steady read: one new scrape
     for form in (PROMETHEUS, VICTORIA):
         took, scanned, decoded = both([body(result, form), body(last, form), body(last, form)])
         assert took == [True, True, True]
@@ -115,14 +114,12 @@ def test_a_target_value_with_escapes_is_left_to_json() -> None:
     b'"values":[[1,"1"]]}]}}',
 ])
 def test_answers_in_another_form_are_declined_with_nothing_filed(answer: bytes) -> None:
-    by_values = keys("x")
-    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in by_values.values()}
-    assert not Split(("instance",), by_values, by_target).scanned(answer)
-    assert by_target == {key: [] for key in by_values.values()}
+    by_target: dict[TargetKey, list[StoredSeries]] = {}
+    assert not Split(("instance",), keys("x")).scanned(answer, by_target)
+    assert by_target == {}
 
 
 def test_an_empty_answer_files_nothing_and_several_target_labels_are_decoded() -> None:
-    assert both([body([])]) == ([True], {"vllm-0:8000": [], "vllm-1:8000": []},
-                                {"vllm-0:8000": [], "vllm-1:8000": []})
-    by_values = {("a", "b"): TargetKey((("instance", "a"), ("pod", "b")))}
-    assert not Split(("instance", "pod"), by_values, {key: [] for key in by_values.values()}).scanned(body([]))
+    assert both([body([])]) == ([True], {}, {})
+    by_values: dict[tuple[str, ...], TargetKey] = {("a", "b"): TargetKey((("instance", "a"), ("pod", "b")))}
+    assert not Split(("instance", "pod"), by_values).scanned(body([]), {})
