@@ -5,11 +5,11 @@ round trip it replaced.
     .venv/bin/python -m lab.central_rounds --engines 500 --rounds 9
 
 The store's answers are made in this process (:class:`ReplayedStore`: the fleet of :mod:`lab.fleet`,
-engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus API's JSON and decoded by
-the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
+engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus API's compact JSON and read
+by the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
 diagnoser's CPU from the answer's bytes to every engine's published verdict. Two diagnosers follow the
-same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: compact series as answers arrive, snapshots
-built from them) and the baseline, the same class with main's read path before issue 52's work
+same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: answers scanned as bytes into compact series,
+snapshots built from them) and the baseline, the same class with main's read path before issue 52's work
 (every answer kept whole, each scrape rewritten as exposition text and parsed, the cyclic garbage
 collector running through the cycle). Each round is one steady
 cycle of each, alternated (lab/rounds.py); the verdict documents of the two must be identical every round.
