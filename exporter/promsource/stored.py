@@ -4,8 +4,8 @@ The central diagnoser (``serve --prometheus``) reads a range-selector answer per
 target at once. Rebuilding each scrape as exposition text for the parser (``rebuild.scrapes``) costs
 more than the diagnosis: every series' label block written and read back, every scrape. Here each
 series is kept compact as it arrives (its name, its labels but the target's, its timestamps and values
-as arrays: the decoded JSON is dropped at once, so a cold cycle over thousands of targets holds numbers,
-not answers), and each scrape is assembled into the snapshot the parser would give for its text:
+as numbers: the answer, scanned as bytes or decoded, is dropped at once, so a cold cycle over thousands of
+targets holds numbers, not answers), and each scrape is assembled into the snapshot the parser would give for its text:
 the same keys, values, drops and histogram assembly (``tests/promsource/test_stored.py`` compares them
 on every scenario). A scrape the shortcut cannot vouch for (an older alias beside its current name, a
 duplicate series, a bucket bound that is no number, a family over the cardinality cap, a value that is
