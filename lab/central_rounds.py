@@ -5,11 +5,11 @@ round trip it replaced.
     .venv/bin/python -m lab.central_rounds --engines 500 --rounds 9
 
 The store's answers are made in this process (:class:`ReplayedStore`: the fleet of :mod:`lab.fleet`,
-engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus API's JSON and decoded by
-the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
+engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus API's compact JSON and read
+by the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
 diagnoser's CPU from the answer's bytes to every engine's published verdict. Two diagnosers follow the
-same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: compact series as answers arrive, snapshots
-built from them) and the baseline, the same class with main's read path before issue 52's work
+same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: answers scanned as bytes into compact series,
+snapshots built from them) and the baseline, the same class with main's read path before issue 52's work
 (every answer kept whole, each scrape rewritten as exposition text and parsed, the cyclic garbage
 collector running through the cycle). Each round is one steady
 cycle of each, alternated (lab/rounds.py); the verdict documents of the two must be identical every round.
@@ -71,6 +71,13 @@ class ReplayedStore:
             self.series[name] = table
 
     async def query(self, expr: str, at: float) -> dict[str, Any]:
+        return self.data("query", await self.query_body(expr, at))
+
+    def data(self, endpoint: str, body: bytes) -> dict[str, Any]:
+        return dict(json.loads(body)["data"])
+
+    async def query_body(self, expr: str, at: float) -> bytes:
+        """The answer's bytes, compact as Prometheus writes them (``json`` decodes them in ``data``)."""
         began = time.process_time()
         if expr.startswith("group by"):
             data: dict[str, Any] = {"resultType": "vector", "result": [
@@ -92,11 +99,11 @@ class ReplayedStore:
                             result.append({"metric": {"__name__": wire, **dict(labels), "instance": instance(i)},
                                            "values": kept})
             data = {"resultType": "matrix", "result": result}
-        body = json.dumps({"status": "success", "data": data}).encode()
+        body = json.dumps({"status": "success", "data": data}, separators=(",", ":")).encode()
         self.stats.queries += 1
         self.stats.bytes_read += len(body)
         self.making += time.process_time() - began
-        return dict(json.loads(body)["data"])
+        return body
 
 
 class TextRoundTrip(CentralDiagnoser):

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
+from exporter.promsource.scan import scan
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.stored import StoredSeries
 
@@ -92,31 +94,62 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     numbers of the read, and at most ``max_concurrency`` answers at once.
     """
     labels = tuple(source.target_labels)
-    strip = frozenset(labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
-    by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
     narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
-    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
+    queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
+    # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
+    # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
+    answers: list[dict[TargetKey, list[StoredSeries]]] = [{} for _ in queries]
+    split = Split(labels, by_values)
 
-    async def one(names: tuple[str, ...], narrowing: str) -> None:
+    async def one(names: tuple[str, ...], narrowing: str, into: dict[TargetKey, list[StoredSeries]]) -> None:
         expr = selector(source.match, names)
         if narrowing:
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
-            data = await client.query(f"{expr}[{millis}ms]", end)
+            body = await client.query_body(f"{expr}[{millis}ms]", end)
+            if split.scanned(body, into):
+                return
+            data = client.data("query", body)
+            del body
             if data.get("resultType") != "matrix":
                 raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
-            for series in data.get("result") or []:
-                metric = series.get("metric", {})
-                if by_value:
-                    key = by_value.get(metric.get(labels[0], ""))
-                else:
-                    key = by_values.get(tuple(metric.get(label, "") for label in labels))
-                if key is not None and "__name__" in metric:
-                    by_target[key].append(StoredSeries.of(metric, strip, series.get("values", ())))
+            split.decoded(data.get("result") or [], into)
             del data  # before the next answer is read
 
-    await asyncio.gather(*(one(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings))
+    await asyncio.gather(*(one(names, narrowing, into) for (names, narrowing), into in zip(queries, answers,
+                                                                                           strict=True)))
+    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
+    for answer in answers:
+        for key, series in answer.items():
+            by_target[key] += series
     return by_target
+
+
+class Split:
+    """Answers -> each target's series, in each answer's order (``into``: target -> its series, a list made
+    for a target as its first series is found)."""
+
+    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey]) -> None:
+        self.labels = labels
+        self.strip = frozenset(labels)
+        self.by_values = by_values
+        self.by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
+        self.raw_keys: dict[bytes, TargetKey | None] = {}  # the targets by their label's value as answers spell it
+
+    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries]]) -> bool:
+        """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`); False: it
+        must be decoded (``decoded``), nothing was filed."""
+        return bool(self.by_value) and scan(body, self.labels[0], self.by_value, self.strip, into, self.raw_keys)
+
+    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries]]) -> None:
+        for series in result:
+            metric = series.get("metric", {})
+            if self.by_value:
+                key = self.by_value.get(metric.get(self.labels[0], ""))
+            else:
+                key = self.by_values.get(tuple(metric.get(label, "") for label in self.labels))
+            if key is not None and "__name__" in metric:
+                into.setdefault(key, []).append(StoredSeries.of(metric, self.strip, series.get("values", ())))

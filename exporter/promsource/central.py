@@ -10,7 +10,7 @@ Each cycle (every ``interval`` seconds, never two at once):
    diagnoser get a second read of one window (narrowed to them with one target label; in parts of
    ``COLD_READ_TARGETS`` targets, each fed before the next is read, so a cold start over thousands of
    targets holds one part's numbers and no answer outgrows a store's limits);
-3. each answer's series are made compact as it arrives (:mod:`exporter.promsource.stored`), each
+3. each answer is scanned as bytes into compact series as it arrives (:mod:`exporter.promsource.scan`), each
    target's scrapes built into snapshots and fed to its pipeline (the sidecar's, window and hysteresis
    included), which is evaluated once.
 

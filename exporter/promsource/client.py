@@ -146,7 +146,23 @@ class PromClient:
         data = await self._post("series", {"match[]": selector, "start": _ts(start), "end": _ts(end)})
         return list(data) if isinstance(data, list) else []
 
+    async def query_body(self, expr: str, at: float) -> bytes:
+        """``/api/v1/query``'s answer undecoded, once it is known to start as a success (the central reader scans
+        range-selector answers itself: :mod:`exporter.promsource.scan`); anything else fails as ``query`` does.
+        The caller decodes the body with ``data`` where its scan does not vouch for it (warnings included)."""
+        status, reason, body = await self._fetch("query", {"query": expr, "time": _ts(at)})
+        if status != 200 or not body.startswith(b'{"status":"success"'):
+            self._data("query", status, reason, body)  # raises, unless a success spelled with other spacing
+        return body
+
+    def data(self, endpoint: str, body: bytes) -> Any:
+        """A successful answer's ``data`` member, its warnings counted (``query_body``'s fallback)."""
+        return self._data(endpoint, 200, "", body)
+
     async def _post(self, endpoint: str, form: dict[str, str]) -> Any:
+        return self._data(endpoint, *await self._fetch(endpoint, form))
+
+    async def _fetch(self, endpoint: str, form: dict[str, str]) -> tuple[int, str, bytes]:
         assert self._session is not None, "use PromClient as an async context manager"
         url = f"{self.base}/api/v1/{endpoint}"
         async with self._limit:
@@ -165,6 +181,9 @@ class PromClient:
             except aiohttp.ClientError as exc:
                 raise PromError(f"{self.shown}: cannot connect ({_client_reason(exc)})") from None
         self.stats.bytes_read += len(body)
+        return status, reason, body
+
+    def _data(self, endpoint: str, status: int, reason: str, body: bytes) -> Any:
         payload = _json(body)
         if status != 200 or payload is None or payload.get("status") != "success":
             raise PromError(_api_error(self.shown, endpoint, status, reason, payload, body))

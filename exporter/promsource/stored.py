@@ -4,8 +4,8 @@ The central diagnoser (``serve --prometheus``) reads a range-selector answer per
 target at once. Rebuilding each scrape as exposition text for the parser (``rebuild.scrapes``) costs
 more than the diagnosis: every series' label block written and read back, every scrape. Here each
 series is kept compact as it arrives (its name, its labels but the target's, its timestamps and values
-as arrays: the decoded JSON is dropped at once, so a cold cycle over thousands of targets holds numbers,
-not answers), and each scrape is assembled into the snapshot the parser would give for its text:
+as numbers: the answer, scanned as bytes or decoded, is dropped at once, so a cold cycle over thousands of
+targets holds numbers, not answers), and each scrape is assembled into the snapshot the parser would give for its text:
 the same keys, values, drops and histogram assembly (``tests/promsource/test_stored.py`` compares them
 on every scenario). A scrape the shortcut cannot vouch for (an older alias beside its current name, a
 duplicate series, a bucket bound that is no number, a family over the cardinality cap, a value that is
@@ -30,7 +30,8 @@ LabelPairs = tuple[tuple[str, str], ...]
 
 
 class StoredSeries:
-    """One stored series of one target: name, labels other than the target labels, samples in time order.
+    """One stored series of one target: name, labels other than the target labels, samples in time order
+    (arrays, compact for a window; one sample, a steady read's, as a tuple: cheaper to make).
 
     ``raw``: the values as the store sent them, kept only when one is no number (its scrape goes to the parser,
     which fails it with that text, as it fails such a live scrape).
@@ -38,7 +39,8 @@ class StoredSeries:
 
     __slots__ = ("known", "stamps", "values", "raw")
 
-    def __init__(self, known: _Known, stamps: array, values: array, raw: list[str] | None = None) -> None:
+    def __init__(self, known: Known, stamps: Sequence[float], values: Sequence[float],
+                 raw: list[str] | None = None) -> None:
         self.known = known
         self.stamps = stamps
         self.values = values
@@ -56,21 +58,14 @@ class StoredSeries:
     def of(cls, metric: Mapping[str, str], strip: frozenset[str], values: Sequence[Sequence[Any]]) -> StoredSeries:
         """``metric`` with its ``__name__``; ``strip``: the target labels (constant over a target's series by
         definition, put back where the parser's input keeps them: ``snapshots``)."""
-        rest = dict(metric)
-        for label in strip:
-            rest.pop(label, None)
-        # The same name and labels come for every target and cycle: worked out once (in the store's label order).
-        seen = tuple(rest.items())
-        known = _SEEN.get(seen)
-        if known is None:
-            if len(_SEEN) >= _CACHE_MAX:
-                _SEEN.clear()
-            name = rest.pop("__name__")
-            known = _SEEN[seen] = _Known(name, tuple(sorted(rest.items())))
+        return cls.of_known(known_of(metric, strip), values)
+
+    @classmethod
+    def of_known(cls, known: Known, values: Sequence[Sequence[Any]]) -> StoredSeries:
         if len(values) == 1:  # a steady cycle: the one new scrape
             stamp, text = values[0]
             try:
-                return cls(known, array("d", (stamp,)), array("d", (float(text),)))
+                return cls(known, (float(stamp),), (float(text),))
             except (TypeError, ValueError):
                 pass
         stamps = array("d", [stamp for stamp, _ in values])
@@ -82,6 +77,22 @@ class StoredSeries:
             return cls(known, stamps, numbers, [str(text) for text in texts])
 
 
+def known_of(metric: Mapping[str, str], strip: frozenset[str]) -> Known:
+    """A series' name and labels but the target labels ``strip`` (``metric`` holds ``__name__``)."""
+    rest = dict(metric)
+    for label in strip:
+        rest.pop(label, None)
+    # The same name and labels come for every target and cycle: worked out once (in the store's label order).
+    seen = tuple(rest.items())
+    known = _SEEN.get(seen)
+    if known is None:
+        if len(_SEEN) >= _CACHE_MAX:
+            _SEEN.clear()
+        name = rest.pop("__name__")
+        known = _SEEN[seen] = Known(name, tuple(sorted(rest.items())))
+    return known
+
+
 def _number(text: object) -> float:
     try:
         return float(text)  # type: ignore[arg-type]
@@ -89,7 +100,7 @@ def _number(text: object) -> float:
         return math.nan
 
 
-class _Known:
+class Known:
     """A series' name and labels (the target's left out), and what parse() makes of its line under each set of
     labels a target drops and keeps (``plan``)."""
 
@@ -108,7 +119,7 @@ class _Known:
         return plan
 
 
-_SEEN: dict[tuple[tuple[str, str], ...], _Known] = {}
+_SEEN: dict[tuple[tuple[str, str], ...], Known] = {}
 _CACHE_MAX = 65536
 
 
@@ -164,15 +175,8 @@ def snapshots(matrix: Sequence[StoredSeries], target: Mapping[str, str], after: 
     input keeps them: a target with one series keeps every label, and vLLM's own (model_name, engine) stay
     (``rebuild.constant_labels``).
     """
-    if len(matrix) == 1:
-        drop: frozenset[str] = frozenset()
-        kept = tuple((k, v) for k, v in target.items() if v)
-    else:
-        drop = _constant(matrix)
-        kept = tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
     building: dict[float, _Scrape] = {}
-    for series in matrix:
-        plan = series.known.plan(drop, kept)
+    for series, plan in zip(matrix, _plans(matrix, target), strict=True):
         refer = plan.refer or series.raw is not None
         for at, value in zip(series.stamps, series.values, strict=True):
             if after is not None and at <= after:
@@ -240,6 +244,29 @@ def _add(scrape: _Scrape, plan: _Plan, value: float, cap: int) -> None:
 
 def _snapshot(scrape: _Scrape, at: float) -> Snapshot:
     return snapshot(at, scrape.scalars, scrape.buckets, scrape.sums, scrape.counts, scrape.info, scrape.dropped)
+
+
+def _plans(matrix: Sequence[StoredSeries], target: Mapping[str, str]) -> tuple[_Plan, ...]:
+    """Each series' plan: the labels it keeps depend on all of the target's series, which are the same series
+    (the same ``Known`` objects, in the same order) cycle after cycle, and alike across a fleet's targets."""
+    if len(matrix) == 1:
+        drop: frozenset[str] = frozenset()
+        kept = tuple((k, v) for k, v in target.items() if v)
+    else:
+        kept = tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
+    layout = (tuple(series.known for series in matrix), kept)  # holds the Known objects: their ids stay theirs
+    plans = _LAYOUTS.get(layout)
+    if plans is None:
+        if len(matrix) > 1:
+            drop = _constant(matrix)
+        if len(_LAYOUTS) >= _LAYOUTS_MAX:
+            _LAYOUTS.clear()
+        plans = _LAYOUTS[layout] = tuple(series.known.plan(drop, kept) for series in matrix)
+    return plans
+
+
+_LAYOUTS: dict[tuple[tuple[Known, ...], LabelPairs], tuple[_Plan, ...]] = {}
+_LAYOUTS_MAX = 1024
 
 
 def _constant(matrix: Sequence[StoredSeries]) -> frozenset[str]:

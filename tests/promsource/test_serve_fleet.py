@@ -28,11 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from exporter.cli import main
 from exporter.config import load_settings
-from exporter.promsource import backfill
+from exporter.promsource import backfill, batch
 from exporter.promsource import central as central_module
 from exporter.promsource.batch import FAMILY_NAMES, shard_of
 from exporter.promsource.central import CentralDiagnoser
 from exporter.promsource.client import PromClient
+from exporter.promsource.scan import scan
 from exporter.promsource.settings import PrometheusSource
 from exporter.simulator import write_captures
 from tests.helpers import free_port
@@ -169,7 +170,10 @@ def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1
     return central, asyncio.run(run())
 
 
-def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(fleet: Any) -> None:
+def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(
+        fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    scanned = []  # the store's answers are read as bytes, not decoded (exporter/promsource/scan.py)
+    monkeypatch.setattr(batch, "scan", lambda *args: scanned.append(scan(*args)) or scanned[-1])
     now = fleet["start"] + 200
     central, stats = _cycles(fleet, (now, now + INTERVAL, now + 2 * INTERVAL))
     assert [s.queries for s in stats] == [1 + len(FAMILY_NAMES)] * 3  # whatever the targets
@@ -180,6 +184,7 @@ def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(fle
     assert arrival.bytes_read < stats[0].bytes_read / 2
     assert stats[1].bytes_read < stats[0].bytes_read / 3, "later cycles read only the new scrapes"
     assert all(s.diagnosed == TARGETS for s in stats)
+    assert len(scanned) == 5 * len(FAMILY_NAMES) and all(scanned)
     # The same instant judged by `diagnose --prometheus --at` (one window read per target).
     single, _ = _cycles(fleet, (now,))
     code, out, err = run_cli("diagnose", "--prometheus", fleet["url"], "--match", '{job="vllm"}',

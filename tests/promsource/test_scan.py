@@ -1,0 +1,125 @@
+"""Range-selector answers scanned as bytes file the same series, in the same order, as the decoded JSON; what
+the scan cannot vouch for is left to json, and nothing is filed twice."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+
+from exporter.promsource import backfill
+from exporter.promsource.batch import Split
+from exporter.promsource.rebuild import TargetKey
+from exporter.promsource.stored import StoredSeries
+from exporter.simulator import scenario_names, write_captures
+from tests.promsource.test_rebuild import as_matrix
+
+PROMETHEUS = '{{"status":"success","data":{{"resultType":"matrix","result":{}}}}}'
+VICTORIA = '{{"status":"success","isPartial":false,"data":{{"resultType":"matrix","result":{}}}}}'
+TARGETS = ("vllm-0:8000", "vllm-1:8000", "vllm-2:8000")  # the last is no target of this read
+
+
+def body(result: list[dict[str, Any]], form: str = PROMETHEUS) -> bytes:
+    return form.format(json.dumps(result, separators=(",", ":"), ensure_ascii=False)).encode()
+
+
+def keys(*values: str) -> dict[tuple[str, ...], TargetKey]:
+    return {(value,): TargetKey((("instance", value),)) for value in values}
+
+
+def filed(by_target: dict[TargetKey, list[StoredSeries]]) -> dict[str, list[tuple[Any, ...]]]:
+    return {key.name: [(s.known.name, s.known.labels, list(s.stamps), [repr(v) for v in s.values], s.raw)
+                       for s in series] for key, series in by_target.items()}
+
+
+def both(answers: list[bytes], targets: tuple[str, ...] = TARGETS[:2]) -> tuple[list[bool], dict[str, Any],
+                                                                               dict[str, Any]]:
+    """The scan's filing (json where it declines) and json's alone."""
+    by_values = keys(*targets)
+    scanned: dict[TargetKey, list[StoredSeries]] = {}
+    decoded: dict[TargetKey, list[StoredSeries]] = {}
+    scan, reference = Split(("instance",), by_values), Split(("instance",), by_values)
+    took = []
+    for answer in answers:
+        took.append(scan.scanned(answer, scanned))
+        if not took[-1]:
+            scan.decoded(json.loads(answer)["data"]["result"], scanned)
+        reference.decoded(json.loads(answer)["data"]["result"], decoded)
+    return took, filed(scanned), filed(decoded)
+
+
+@pytest.mark.parametrize("scenario", scenario_names())
+def test_every_scenario_files_what_json_files(scenario: str, tmp_path: Path) -> None:
+    write_captures(scenario, tmp_path, 60.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    last = [{**s, "values": cast(list[Any], s["values"])[-1:]} for s in result]  # a steady read: one new scrape
+    for form in (PROMETHEUS, VICTORIA):
+        took, scanned, decoded = both([body(result, form), body(last, form), body(last, form)])
+        assert took == [True, True, True]
+        assert scanned == decoded
+
+
+def test_whole_second_stamps_and_values_that_are_no_number() -> None:
+    result = [{"metric": {"__name__": "vllm:num_requests_running", "instance": TARGETS[0]},
+               "values": [[1700000000, "3"], [1700000015.5, "NaN"], [1700000030.125, "+Inf"]]},
+              {"metric": {"__name__": "vllm:num_requests_waiting", "instance": TARGETS[1]},
+               "values": [[1700000000, "many"]]},
+              {"metric": {"__name__": "vllm:num_requests_waiting", "instance": TARGETS[0]},
+               "values": [[1700000000, "1e3"], [1700000015, "bad"]]}]
+    took, scanned, decoded = both([body(result)])
+    assert took == [True]
+    assert scanned == decoded
+    assert scanned["vllm-1:8000"][0][4] == ["many"]  # kept as sent: the parser fails that scrape with it
+
+
+@pytest.mark.parametrize("value", ['a"b', "back\\slash", "brace } and ],[ and {\"metric\":{", "é ünïcode",
+                                   '},"values":[[1,"2"]]},{"metric":{"instance":"vllm-1:8000"'])
+def test_label_values_that_look_like_the_answer_s_own_syntax(value: str) -> None:
+    result = [{"metric": {"__name__": "vllm:gpu_cache_usage_perc", "instance": TARGETS[0], "odd": value},
+               "values": [[1700000000, "0.5"]]},
+              {"metric": {"__name__": "vllm:gpu_cache_usage_perc", "odd": value, "instance": TARGETS[1]},
+               "values": [[1700000000, "0.25"]]},
+              {"metric": {"instance": TARGETS[0], "__name__": "vllm:num_requests_running"},
+               "values": [[1700000000, "2"]]}]
+    took, scanned, decoded = both([body(result), body(result)])  # the second as the labels are known
+    assert took == [True, True]
+    assert scanned == decoded
+    assert sum(len(series) for series in scanned.values()) == 6
+
+
+def test_a_target_value_with_escapes_is_left_to_json() -> None:
+    targets = ('quoted"name', TARGETS[1])
+    result = [{"metric": {"__name__": "vllm:num_requests_running", "instance": value}, "values": [[1.0, "1"]]}
+              for value in (targets[1], targets[0], targets[1])]
+    took, scanned, decoded = both([body(result)], targets)
+    assert took == [False]
+    assert scanned == decoded and sum(len(series) for series in scanned.values()) == 3
+
+
+@pytest.mark.parametrize("answer", [
+    b'{"status":"success","data":{"resultType":"matrix","result":[]},"warnings":["partial"]}',
+    b'{"status": "success", "data": {"resultType": "matrix", "result": []}}',
+    b'{"status":"success","isPartial":true,"data":{"resultType":"matrix","result":[]}}',
+    b'{"status":"success","data":{"resultType":"vector","result":[]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a","instance":"x"},'
+    b'"values":[[1,"1"]]},]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a","instance":"x"},'
+    b'"values":[[1,"1\\u0031"]]}]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a","instance":"x"},'
+    b'"values":[[1,"1"]]}{"metric":{"__name__":"b","instance":"x"},"values":[[1,"1"]]}]}}',
+    b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"a\xff","instance":"x"},'
+    b'"values":[[1,"1"]]}]}}',
+])
+def test_answers_in_another_form_are_declined_with_nothing_filed(answer: bytes) -> None:
+    by_target: dict[TargetKey, list[StoredSeries]] = {}
+    assert not Split(("instance",), keys("x")).scanned(answer, by_target)
+    assert by_target == {}
+
+
+def test_an_empty_answer_files_nothing_and_several_target_labels_are_decoded() -> None:
+    assert both([body([])]) == ([True], {}, {})
+    by_values: dict[tuple[str, ...], TargetKey] = {("a", "b"): TargetKey((("instance", "a"), ("pod", "b")))}
+    assert not Split(("instance", "pod"), by_values).scanned(body([]), {})
