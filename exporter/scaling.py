@@ -260,12 +260,12 @@ class ScaleTracker:
                         recent: float | None) -> None:
         """Where the first-token objective fails below saturation: a recent horizon of evaluations that all
         missed it now with no request waiting for capacity (the batch, not a queue, made the first tokens
-        late), none with a non-capacity reason (a cause or its witness), sets a line at the horizon's
-        utilisation. A non-capacity reason clears the lines: what failed the objective while that cause was
-        building was the cause, not the capacity."""
+        late), and no non-capacity reason (a cause or its witness) within the window, sets a line at the
+        horizon's utilisation. A non-capacity reason clears the lines: what failed the objective while that
+        cause acted, or in what it left (a backlog, a cold cache), was the cause, not the capacity."""
         self._failing_at.trim(now)
         self._meeting_at.trim(now)
-        if reason in NON_CAPACITY_REASONS:
+        if self._held_at is not None and now - self._held_at <= self._window:
             self._failing_at = Readings(self._window)
             self._missed_run = 0
             return

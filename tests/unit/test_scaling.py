@@ -235,10 +235,18 @@ def test_the_target_follows_where_the_first_token_objective_fails_below_it() -> 
     # a cause replicas do not fix, named meanwhile, clears what was learnt: the objective failed for it
     s = tracker.assess(105.0, True, "scheduler", [C("B1", "scheduler")], failing, 32, T, ttft)
     assert (s.reason, s.desired_replicas, tracker.capacity()) == ("configuration", 1.0, 1.0)
-    # a line leaves with the window
-    for k in range(8, 24):
-        s = tracker.assess(k * 15.0, True, "none", [], calm, 32, T, ttft)
+    # ... and what fails within a window after it is still its own (a backlog, a cold cache): no line
+    for k in range(8, 12):
+        tracker.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
     assert tracker.capacity() == 1.0
+    # a line leaves with the window
+    learnt = tracker_at()
+    for k in range(4, 7):
+        learnt.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
+    assert learnt.capacity() == pytest.approx(0.75)
+    for k in range(7, 20):
+        learnt.assess(k * 15.0, True, "none", [], calm, 32, T, ttft)
+    assert learnt.capacity() == 1.0
     # late first tokens behind a queue are the saturation's (capacity 1), not a line below it
     queued = tracker_at()
     for k in range(4, 8):
