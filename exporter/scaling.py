@@ -259,10 +259,11 @@ class ScaleTracker:
     def _learn_capacity(self, now: float, met: bool | None, queued: float | None, reason: str,
                         recent: float | None) -> None:
         """Where the first-token objective fails below saturation: a recent horizon of evaluations that all
-        missed it now with no request waiting for capacity (the batch, not a queue, made the first tokens
-        late), and no non-capacity reason (a cause or its witness) within the window, sets a line at the
-        horizon's utilisation. A non-capacity reason clears the lines: what failed the objective while that
-        cause acted, or in what it left (a backlog, a cold cache), was the cause, not the capacity."""
+        missed it, now and over the window (``met`` False; None for a miss the window holds), with no request
+        waiting for capacity (the batch, not a queue, made the first tokens late), and no non-capacity reason
+        (a cause or its witness) within the window, sets a line at the horizon's utilisation. A non-capacity
+        reason clears the lines: what failed the objective while that cause acted, or in what it left (a
+        backlog, a cold cache), was the cause, not the capacity."""
         self._failing_at.trim(now)
         self._meeting_at.trim(now)
         if self._held_at is not None and now - self._held_at <= self._window:
@@ -315,8 +316,12 @@ class ScaleTracker:
         helps = reason in CAPACITY_REASONS
         if reason in NON_CAPACITY_REASONS:
             self._held_at = now
-        met = None if ttft is None else objectives.judge(
-            "ttft", ttft, signals.latency.ttft_histogram_recent, t.evidence_min_requests).met
+        met = None
+        if ttft is not None:
+            lat = signals.latency
+            met = objectives.judge("ttft", ttft, lat.ttft_histogram_recent, t.evidence_min_requests).met
+            if met is False and objectives.judge("ttft", ttft, lat.ttft_histogram, t.evidence_min_requests).met:
+                met = None  # failing now, held over the window: a blip, not where the objective fails
         self._learn_capacity(now, met, signals.scheduler.queued_recent_fraction, reason, recent)
         return ScaleSignal(helps, reason, cause, layer, value, peak,
                            desired(helps, reason, recent, peak, t, held, self.capacity()))

@@ -257,6 +257,12 @@ def test_the_target_follows_where_the_first_token_objective_fails_below_it() -> 
     for k in range(4):
         unexplained.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
     assert unexplained.capacity() == 1.0
+    # late now but held over the window: a blip, not where the objective fails
+    blip = tracker_at()
+    for k in range(4, 8):
+        blip.assess(k * 15.0, True, "none", [], signals_with(failing, ttft_histogram=_first_tokens(20.0, 1000.0)),
+                    32, T, ttft)
+    assert blip.capacity() == 1.0
     thin = tracker_at()
     for k in range(4, 8):
         thin.assess(k * 15.0, True, "none", [], signals_with(failing, ttft_histogram_recent=_first_tokens(2.0, 4.0)),
