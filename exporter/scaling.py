@@ -11,8 +11,10 @@ removes them on a dip that is no spare capacity. Here the diagnosis decides:
   the autoscaler (KEDA or an HPA through prometheus-adapter, ``exporter/render/scaling.py``; an
   ``AverageValue`` target of 1 makes the sum the replica count). It is the demand on the binding resource
   (requests running and waiting for engine capacity, against ``max_num_seqs`` or the KV pool) over the
-  capacity at ``scale_target_utilization``. While a non-capacity cause acts, or nothing can be judged, a
-  target asks exactly for itself: no replica added, none removed. Scale-in needs the demand under
+  capacity at ``scale_target_utilization``; the capacity is the resource's saturation, or the utilisation
+  where the window saw the first-token objective fail below it (``ScaleTracker.capacity``). While a
+  non-capacity cause acts, or nothing can be judged, a target asks exactly for itself: no replica added,
+  none removed. Scale-in needs the demand under
   ``scale_in_headroom`` of the target utilisation on every evaluation the stabilisation window holds. The
   backlog a non-capacity cause left is not demand: once the cause is fixed, that queue drains on its own.
 
