@@ -245,7 +245,7 @@ class TargetPipeline:
             diagnosis = replace(unknown_diagnosis(now), verdict=self.tracker.reset(now))
             status = "insufficient_evidence"
         scaling = self.scale.assess(now, status == "ok", diagnosis.verdict.layer, diagnosis.active_causes, signals,
-                                    engine.max_num_seqs, self.thresholds)
+                                    engine.max_num_seqs, self.thresholds, slo.ttft)
         self.state = TargetState(
             target=self.target.name, url=self.target.safe_url, status=status,
             window_seconds=self.settings.window_seconds,

@@ -11,8 +11,10 @@ removes them on a dip that is no spare capacity. Here the diagnosis decides:
   the autoscaler (KEDA or an HPA through prometheus-adapter, ``exporter/render/scaling.py``; an
   ``AverageValue`` target of 1 makes the sum the replica count). It is the demand on the binding resource
   (requests running and waiting for engine capacity, against ``max_num_seqs`` or the KV pool) over the
-  capacity at ``scale_target_utilization``. While a non-capacity cause acts, or nothing can be judged, a
-  target asks exactly for itself: no replica added, none removed. Scale-in needs the demand under
+  capacity at ``scale_target_utilization``; the capacity is the resource's saturation, or the utilisation
+  where the window saw the first-token objective fail below it (``ScaleTracker.capacity``). While a
+  non-capacity cause acts, or nothing can be judged, a target asks exactly for itself: no replica added,
+  none removed. Scale-in needs the demand under
   ``scale_in_headroom`` of the target utilisation on every evaluation the stabilisation window holds. The
   backlog a non-capacity cause left is not demand: once the cause is fixed, that queue drains on its own.
 
@@ -28,8 +30,10 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Protocol
 
+from exporter import objectives
 from exporter.catalog.symptoms import CAUSES
 from exporter.catalog.thresholds import Thresholds
+from exporter.config import Objective
 from exporter.signals import Signals
 from exporter.timebuffer import Readings
 
@@ -174,17 +178,21 @@ def utilization(signals: Signals, max_num_seqs: int | None,
 
 
 def desired(helps: bool, reason: str, recent: float | None, peak: float | None, t: Thresholds,
-            held: float | None = None) -> float:
+            held: float | None = None, capacity: float = 1.0) -> float:
     """Replicas this target needs: its demand at the target utilisation when that asks for more (on a
     capacity cause, or with no cause at all), fewer only when the window's peak leaves the headroom.
 
     ``held`` is the lowest reading of the recent horizon (None before the horizon is full). Ahead of a cause,
     the ask needs it past the line, not only the horizon's mean: the rules and the witnesses judge "now" over
     that horizon, so a cause that brings the queue (a prefix broken, a CPU taken) gets the horizon to show
-    before its first scrapes read as capacity."""
+    before its first scrapes read as capacity.
+
+    ``capacity`` is the utilisation the objectives hold to (1: the resource's saturation; lower where the
+    window saw the first-token objective fail below it, ``ScaleTracker.capacity``): the target utilisation is
+    a share of that."""
     if reason in HOLD_REASONS or recent is None or peak is None:
         return 1.0
-    target = t.scale_target_utilization
+    target = t.scale_target_utilization * capacity
     if helps:
         return max(1.0, recent / target)
     if held is not None and held > target:
@@ -211,6 +219,22 @@ class ScaleTracker:
         # each evaluation's recent prefix hit ratio: did it fall under its line within the window (witness)
         self._hit_ratios = Readings(window_seconds)
         self._held_at: float | None = None  # the last evaluation a non-capacity cause held (its backlog's drain)
+        # the utilisations (recent means) at which the first-token objective failed on every evaluation of a
+        # recent horizon while nothing but capacity could be the cause: where the objective, not the resource,
+        # sets the capacity (``capacity``)
+        self._failing_at = Readings(window_seconds)
+        self._missed_run = 0  # evaluations in a row with the objective missed now and no non-capacity reason
+        self._meeting_at = Readings(window_seconds)  # the utilisations at which the objective held now
+
+    def capacity(self) -> float:
+        """The utilisation this target's objectives hold to, as the window saw it: the lowest at which the
+        first-token objective failed (a full batch slows every prefill step before the slots run out), else 1
+        (the resource's own saturation)."""
+        if not self._failing_at or not self._meeting_at:
+            return 1.0
+        line = min(self._failing_at)
+        # only a failure the utilisation explains: the window saw the objective hold at less
+        return min(1.0, line) if min(self._meeting_at) < line else 1.0
 
     def queued(self, now: float, signals: Signals, t: Thresholds) -> float | None:
         """The batch slots the queue adds to the demand: its growth over the newest ``scale_queue_growth_share``
@@ -234,12 +258,40 @@ class ScaleTracker:
         held = self._held_at is not None and now - self._held_at <= self._window
         return (growth + (0.0 if held else waiting / self._window)) * service
 
+    def _learn_capacity(self, now: float, met: bool | None, queued: float | None, reason: str,
+                        recent: float | None) -> None:
+        """Where the first-token objective fails below saturation: a recent horizon of evaluations that all
+        missed it, now and over the window (``met`` False; None for a miss the window holds), with no request
+        waiting for capacity (the batch, not a queue, made the first tokens late), and no non-capacity reason
+        (a cause or its witness) within the window, sets a line at the horizon's utilisation. A non-capacity
+        reason clears the lines: what failed the objective while that cause acted, or in what it left (a
+        backlog, a cold cache), was the cause, not the capacity."""
+        self._failing_at.trim(now)
+        self._meeting_at.trim(now)
+        if self._held_at is not None and now - self._held_at <= self._window:
+            self._failing_at = Readings(self._window)
+            self._missed_run = 0
+            return
+        if recent is None or recent <= 0:
+            self._missed_run = 0
+            return
+        if met is True:
+            self._meeting_at.push(now, recent)
+        self._missed_run = self._missed_run + 1 if met is False and queued == 0 else 0
+        if self._missed_run >= self._recent:
+            self._failing_at.push(now, recent)
+
     def assess(self, now: float, diagnosed: bool, verdict_layer: str, causes: Iterable[ActiveCause],
-               signals: Signals | None, max_num_seqs: int | None, t: Thresholds) -> ScaleSignal:
+               signals: Signals | None, max_num_seqs: int | None, t: Thresholds,
+               ttft: Objective | None = None) -> ScaleSignal:
+        """The scaling signal of one evaluation. ``ttft``: the first-token objective, judged on the newest
+        steps' first tokens (where it fails below the target utilisation, the target follows it)."""
         if not diagnosed or signals is None:
             self._readings.trim(now)
             self._recent_means.trim(now)
             self._hit_ratios.trim(now)
+            self._failing_at.trim(now)
+            self._missed_run = 0
             return HOLD
         hit_ratio = signals.kv.prefix_hit_ratio_recent
         if hit_ratio is None:
@@ -266,4 +318,12 @@ class ScaleTracker:
         helps = reason in CAPACITY_REASONS
         if reason in NON_CAPACITY_REASONS:
             self._held_at = now
-        return ScaleSignal(helps, reason, cause, layer, value, peak, desired(helps, reason, recent, peak, t, held))
+        met = None
+        if ttft is not None:
+            lat = signals.latency
+            met = objectives.judge("ttft", ttft, lat.ttft_histogram_recent, t.evidence_min_requests).met
+            if met is False and objectives.judge("ttft", ttft, lat.ttft_histogram, t.evidence_min_requests).met:
+                met = None  # failing now, held over the window: a blip, not where the objective fails
+        self._learn_capacity(now, met, signals.scheduler.queued_recent_fraction, reason, recent)
+        return ScaleSignal(helps, reason, cause, layer, value, peak,
+                           desired(helps, reason, recent, peak, t, held, self.capacity()))

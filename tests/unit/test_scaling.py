@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import pytest
 
 from exporter.catalog.symptoms import CAUSES
 from exporter.catalog.thresholds import Thresholds
+from exporter.config import Objective
+from exporter.deltas import HistogramDelta
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
 from exporter.render.scaling import DEFAULT
@@ -201,3 +204,67 @@ def test_a_non_capacity_witness_holds_a_capacity_reading_until_the_diagnosis_nam
     for k in range(6, 20):
         s = tracker.assess(k * 15.0 + 60.0, True, "scheduler", queue, signals_with(broken, waiting=150.0), 32, T)
     assert (s.helps, s.reason) == (True, "queue")
+
+
+def _first_tokens(late: float, events: float = 100.0) -> HistogramDelta:
+    """The newest steps' first tokens: ``late`` of ``events`` over the 250 ms objective."""
+    return HistogramDelta((0.1, 0.25, 1.0, math.inf), (0.0, events - late, events, events), 0.2 * events, events)
+
+
+def test_the_target_follows_where_the_first_token_objective_fails_below_it() -> None:
+    ttft = Objective(threshold_seconds=0.25, target=0.95)
+    calm = signals_with(Signals(180.0, 36), running=16.0, waiting=0.0, kv_cache_usage=0.2, inference_mean=8.0,
+                        queued_recent_fraction=0.0, ttft_histogram_recent=_first_tokens(0.0))
+    # 24 of 32 slots (0.75, under the target utilisation), nobody waiting, 20 % of first tokens late (budget 5 %)
+    failing = signals_with(calm, running=24.0, kv_cache_usage=0.3, ttft_histogram_recent=_first_tokens(20.0))
+
+    def tracker_at(start: float = 0.0) -> ScaleTracker:
+        tracker = ScaleTracker(window_seconds=180, recent_evaluations=3)
+        for k in range(4):  # the objective holds at half the slots
+            assert tracker.assess(start + k * 15.0, True, "none", [], calm, 32, T, ttft).desired_replicas < 1.0
+        return tracker
+
+    tracker = tracker_at()
+    assert tracker.capacity() == 1.0
+    # the objective fails at 0.75: once a recent horizon holds it with nothing but capacity to blame, the
+    # capacity is where it fails, and the target utilisation a share of that
+    seen = [tracker.assess(60.0 + k * 15.0, True, "none", [], failing, 32, T, ttft) for k in range(3)]
+    assert all(s.desired_replicas <= 1.0 for s in seen[:2])  # the horizon first: a cause gets it to show
+    assert tracker.capacity() == pytest.approx(0.75)
+    assert seen[2].desired_replicas == pytest.approx(1 / T.scale_target_utilization)
+    # a cause replicas do not fix, named meanwhile, clears what was learnt: the objective failed for it
+    s = tracker.assess(105.0, True, "scheduler", [C("B1", "scheduler")], failing, 32, T, ttft)
+    assert (s.reason, s.desired_replicas, tracker.capacity()) == ("configuration", 1.0, 1.0)
+    # ... and what fails within a window after it is still its own (a backlog, a cold cache): no line
+    for k in range(8, 12):
+        tracker.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
+    assert tracker.capacity() == 1.0
+    # a line leaves with the window
+    learnt = tracker_at()
+    for k in range(4, 7):
+        learnt.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
+    assert learnt.capacity() == pytest.approx(0.75)
+    for k in range(7, 20):
+        learnt.assess(k * 15.0, True, "none", [], calm, 32, T, ttft)
+    assert learnt.capacity() == 1.0
+    # late first tokens behind a queue are the saturation's (capacity 1), not a line below it
+    queued = tracker_at()
+    for k in range(4, 8):
+        queued.assess(k * 15.0, True, "none", [], signals_with(failing, queued_recent_fraction=1 / 3), 32, T, ttft)
+    assert queued.capacity() == 1.0
+    # a failure the utilisation does not explain (it never held at less) sets no line; nor do too few first tokens
+    unexplained = ScaleTracker(window_seconds=180, recent_evaluations=3)
+    for k in range(4):
+        unexplained.assess(k * 15.0, True, "none", [], failing, 32, T, ttft)
+    assert unexplained.capacity() == 1.0
+    # late now but held over the window: a blip, not where the objective fails
+    blip = tracker_at()
+    for k in range(4, 8):
+        blip.assess(k * 15.0, True, "none", [], signals_with(failing, ttft_histogram=_first_tokens(20.0, 1000.0)),
+                    32, T, ttft)
+    assert blip.capacity() == 1.0
+    thin = tracker_at()
+    for k in range(4, 8):
+        thin.assess(k * 15.0, True, "none", [], signals_with(failing, ttft_histogram_recent=_first_tokens(2.0, 4.0)),
+                    32, T, ttft)
+    assert thin.capacity() == 1.0
