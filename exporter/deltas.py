@@ -387,6 +387,11 @@ class StepDeltas:
         return [sum(float(column.values[seq - column.first]) for column in columns
                     if 0 <= seq - column.first < len(column.values)) for seq in range(lo, hi)]
 
+    def increase_at(self, name: str, seq: int) -> float:
+        """One step's increase, summed over the family's series: ``increase_by_step``'s value for ``seq``."""
+        return sum(float(column.values[seq - column.first]) for column in self.counters.get(name, {}).values()
+                   if 0 <= seq - column.first < len(column.values))
+
     # -- histograms ----------------------------------------------------------------------
     def histogram(self, name: str, match: LabelFilter, lo: int, hi: int) -> HistogramDelta | None:
         """Observations over the steps in [lo, hi), merged across matching series; a series whose bounds
