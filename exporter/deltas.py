@@ -214,7 +214,10 @@ class _Histogram:
         k = self.stride
         if self.running is not None:
             gone = self.counts[:steps * k]
-            self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
+            if steps == 1:  # the usual drop: the oldest step's row leaves as the newest arrives
+                self.running = array("q", map(sub, self.running, gone))
+            else:
+                self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
         del self.counts[:steps * k]
         del self.sums[:steps]
         del self.present[:steps]
