@@ -214,7 +214,10 @@ class _Histogram:
         k = self.stride
         if self.running is not None:
             gone = self.counts[:steps * k]
-            self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
+            if steps == 1:  # the usual drop: the oldest step's row leaves as the newest arrives
+                self.running = array("q", map(sub, self.running, gone))
+            else:
+                self.running = array("q", [kept - sum(gone[i::k]) for i, kept in enumerate(self.running)])
         del self.counts[:steps * k]
         del self.sums[:steps]
         del self.present[:steps]
@@ -386,6 +389,11 @@ class StepDeltas:
         columns = list(self.counters.get(name, {}).values())
         return [sum(float(column.values[seq - column.first]) for column in columns
                     if 0 <= seq - column.first < len(column.values)) for seq in range(lo, hi)]
+
+    def increase_at(self, name: str, seq: int) -> float:
+        """One step's increase, summed over the family's series: ``increase_by_step``'s value for ``seq``."""
+        return sum(float(column.values[seq - column.first]) for column in self.counters.get(name, {}).values()
+                   if 0 <= seq - column.first < len(column.values))
 
     # -- histograms ----------------------------------------------------------------------
     def histogram(self, name: str, match: LabelFilter, lo: int, hi: int) -> HistogramDelta | None:

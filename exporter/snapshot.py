@@ -58,3 +58,15 @@ def label_value(labels: LabelSet, name: str) -> str | None:
         if key == name:
             return value
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class LabelIs:
+    """A series filter: the label ``name`` has ``value``. Equal filters are equal and hash alike, so a
+    window can keep what it read through one from evaluation to evaluation (a lambda is new each time)."""
+
+    name: str
+    value: str
+
+    def __call__(self, labels: LabelSet) -> bool:
+        return label_value(labels, self.name) == self.value

@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from itertools import chain, islice
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from exporter.deltas import HistogramDelta, LabelFilter, StepDeltas
-from exporter.snapshot import LabelSet, Snapshot
+from exporter.snapshot import LabelIs, LabelSet, Snapshot
 from exporter.timebuffer import TimeBuffer
 
 __all__ = ["GaugeAgg", "HistogramDelta", "LabelFilter", "Step", "Window"]
 
 GaugeAgg = Literal["sum", "max", "min", "mean"]
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ def _start_time(snapshot: Snapshot) -> float | None:
 
 
 _NOTHING: MappingProxyType = MappingProxyType({})
+_UNREAD = object()  # Window.per_step: a step not read yet
 
 
 class _Layout:
@@ -111,9 +113,11 @@ class Window:
         self._deltas = StepDeltas(self._counter_names)
         self._serial = 0
         self._layout: _Layout | None = None
-        # (family, aggregation) -> the serial of the window's oldest scrape it was read at, and the gauge at
+        # (family, aggregation, filter) -> the serial of the window's oldest scrape it was read at, and the gauge at
         # each scrape since (NaN: none); each scrape stays for 36 evaluations at the shipped 180 s / 5 s.
-        self._gauge_memo: dict[tuple[str, str], tuple[int, array]] = {}
+        self._gauge_memo: dict[tuple[str, str, LabelIs | None], tuple[int, array]] = {}
+        # what a signal reads of each step (``per_step``: its key) -> step seq -> the value, for the steps held
+        self._step_memo: dict[Hashable, dict[int, Any]] = {}
         self._steps: tuple[Step, ...] | None = None
         self._present: frozenset[str] = frozenset()  # the newest scrape's families: asked ~100 times an evaluation
 
@@ -123,6 +127,7 @@ class Window:
         self._steps = None
         self._deltas = StepDeltas(self._counter_names)
         self._gauge_memo = {}
+        self._step_memo = {}
 
     def copy(self) -> Window:
         """An independent view of the window as it is now: a reader on another thread keeps it while
@@ -168,6 +173,10 @@ class Window:
         first = next(islice(self._scrapes, 1, None), None)
         self._deltas.drop_before(first.step.seq if first is not None and first.step is not None
                                  else self._deltas.next)
+        oldest = self._deltas.first
+        for memo in self._step_memo.values():  # filled oldest step first: the steps gone are at its start
+            while memo and next(iter(memo)) < oldest:
+                del memo[next(iter(memo))]
         return step
 
     # -- shape ---------------------------------------------------------------------------
@@ -179,9 +188,14 @@ class Window:
     @property
     def steps(self) -> list[Step]:
         """The steps between consecutive snapshots of the window, oldest first."""
+        return list(self.steps_view)
+
+    @property
+    def steps_view(self) -> tuple[Step, ...]:
+        """``steps`` as the window keeps them (no copy)."""
         if self._steps is None:  # read dozens of times per evaluation; changes only with a push
             self._steps = tuple(scrape.step for scrape in islice(self._scrapes, 1, None) if scrape.step is not None)
-        return list(self._steps)
+        return self._steps
 
     def __len__(self) -> int:
         return len(self._scrapes)
@@ -229,6 +243,11 @@ class Window:
         """Each step's increase, summed over the family's series, oldest first (0 where it had none)."""
         return self._deltas.increase_by_step(name, self._deltas.first, self._deltas.next)
 
+    def increase_at(self, step: Step, name: str) -> float:
+        """One step's increase, summed over the family's series (0 where it had none): ``increase_by_step``'s
+        value for that step."""
+        return self._deltas.increase_at(name, step.seq)
+
     def rate(self, name: str, match: LabelFilter = None) -> float | None:
         increase = self.increase(name, match)
         if increase is None or self.duration <= 0:
@@ -275,6 +294,22 @@ class Window:
         they first appeared)."""
         return self._deltas.histograms_at(name, step.seq)
 
+    def per_step(self, key: Hashable, read: Callable[[Step], T]) -> list[T]:
+        """``read(step)`` for every step of the window, oldest first, each step read once while the window
+        holds it: a step's deltas never change once stored, so neither does what is read from them.
+        ``key`` names the reading with everything it depends on besides the step (a threshold it compares
+        with): one key, one ``read``."""
+        memo = self._step_memo.get(key)
+        if memo is None:
+            memo = self._step_memo[key] = {}
+        out = []
+        for step in self.steps_view:
+            value = memo.get(step.seq, _UNREAD)
+            if value is _UNREAD:
+                value = memo[step.seq] = read(step)
+            out.append(value)
+        return out
+
     def duration_recent(self, steps: int) -> float:
         """Seconds covered by the newest ``steps`` steps."""
         recent = self.steps[-steps:]
@@ -306,14 +341,15 @@ class Window:
 
     def gauge_series(self, name: str, agg: GaugeAgg = "sum", match: LabelFilter = None) -> list[float]:
         """The gauge at every snapshot of the window that carries it, oldest first."""
-        if match is not None:
+        if match is not None and not isinstance(match, LabelIs):  # a filter that is new each call: read afresh
             values = [self.gauge_at(s, name, agg, match) for s in self.snapshots]
             return [v for v in values if v is not None]
         scrapes = list(self._scrapes)
         if not scrapes:
             return []
         oldest = scrapes[0].serial
-        known = self._gauge_memo.get((name, agg))
+        key = (name, agg, match)
+        known = self._gauge_memo.get(key)
         if known is None or known[0] > oldest:
             known = (oldest, array("d"))
         elif known[0] < oldest:
@@ -321,8 +357,8 @@ class Window:
             known = (oldest, known[1])
         memo = known[1]
         for scrape in scrapes[len(memo):]:
-            value = self.gauge_at(scrape.snapshot, name, agg)
+            value = self.gauge_at(scrape.snapshot, name, agg, match)
             memo.append(math.nan if value is None else value)
-        self._gauge_memo[(name, agg)] = known
+        self._gauge_memo[key] = known
         return [v for v in memo if v == v]  # NaN: no gauge at that scrape (the parser drops NaN samples)
 

@@ -40,10 +40,10 @@ def _pids(proc: Path) -> Iterable[int]:
             yield int(entry.name)
 
 
-def socket_owners(inodes: set[str], proc: Path = Path("/proc")) -> list[int]:
-    """Processes holding one of these sockets (those whose fds we may read)."""
+def socket_holders(inodes: set[str], proc: Path = Path("/proc")) -> list[tuple[int, str, str]]:
+    """(pid, fd, link) of each process holding one of these sockets, at the first fd that holds one."""
     wanted = {f"socket:[{inode}]" for inode in inodes}
-    owners = []
+    holders = []
     for pid in _pids(proc):
         try:
             links = os.listdir(proc / str(pid) / "fd")
@@ -51,12 +51,13 @@ def socket_owners(inodes: set[str], proc: Path = Path("/proc")) -> list[int]:
             continue  # another user's process, or gone
         for fd in links:
             try:
-                if os.readlink(proc / str(pid) / "fd" / fd) in wanted:
-                    owners.append(pid)
-                    break
+                link = os.readlink(proc / str(pid) / "fd" / fd)
             except OSError:
                 continue
-    return owners
+            if link in wanted:
+                holders.append((pid, fd, link))
+                break
+    return holders
 
 
 def read_argv(pid: int, proc: Path = Path("/proc")) -> list[str]:
@@ -152,6 +153,9 @@ class ProcessLocator:
         # socket is not ours to see: only one vLLM command line asking for the port will do.
         self.same_network = same_network
         self._known: tuple[int, int | None] | None = None
+        # The port's holders when none was a vLLM we can read (a proxy, another server): (pid, start time, fd,
+        # socket). While each still holds its socket at that fd, they serve the port: no scan of every process.
+        self._holders: tuple[tuple[int, int | None, str, str], ...] = ()
 
     def _parse(self, pid: int) -> Found | None:
         try:
@@ -178,11 +182,17 @@ class ProcessLocator:
         found = None
         owners: list[int] = []
         if self.same_network:
-            inodes = listening_inodes(self.port, self.proc)
-            if not inodes:
-                raise NoFacts(f"no process listens on port {self.port} in this network namespace")
-            owners = socket_owners(inodes, self.proc)
+            owners = self._held()
+            if not owners:
+                inodes = listening_inodes(self.port, self.proc)
+                if not inodes:
+                    raise NoFacts(f"no process listens on port {self.port} in this network namespace")
+                holders = socket_holders(inodes, self.proc)
+                self._holders = tuple((pid, _start_time(pid, self.proc), fd, link) for pid, fd, link in holders)
+                owners = [pid for pid, _, _ in holders]
             found = self._oldest(owners)
+            if found is not None:
+                self._holders = ()
         if not owners:
             # Another user's sockets are hidden from us; its command line is not.
             asking = dict(self._asking_for_port())
@@ -193,6 +203,19 @@ class ProcessLocator:
             raise NoFacts(f"the process on port {self.port} is not a vLLM server we can read")
         self._known = (found.pid, _start_time(found.pid, self.proc))
         return found
+
+    def _held(self) -> list[int]:
+        """The holders kept from the last scan, when every one of them still holds its socket; else none."""
+        for pid, started, fd, link in self._holders:
+            try:
+                if os.readlink(self.proc / str(pid) / "fd" / fd) != link or _start_time(pid, self.proc) != started:
+                    break
+            except OSError:
+                break
+        else:
+            return [pid for pid, _, _, _ in self._holders]
+        self._holders = ()
+        return []
 
     def _asking_for_port(self) -> Iterable[tuple[int, tuple[str, ...]]]:
         """(pid, argv) of the vLLM servers whose command line asks for our port."""

@@ -4,13 +4,13 @@ on them; the engine's cache facts; the input families whose absence is listed in
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.signals.model import QUANTILES, CacheFacts
-from exporter.snapshot import LabelSet, Snapshot, label_value
+from exporter.snapshot import LabelIs, Snapshot
 from exporter.window import HistogramDelta, Window
 
 
@@ -71,16 +71,16 @@ def cache_facts(snapshot: Snapshot | None) -> CacheFacts:
     )
 
 
-def _reason(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "reason") == value
+def _reason(value: str) -> LabelIs:
+    return LabelIs("reason", value)
 
 
-def _position(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "position") == value
+def _position(value: str) -> LabelIs:
+    return LabelIs("position", value)
 
 
-def _source(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "source") == value
+def _source(value: str) -> LabelIs:
+    return LabelIs("source", value)
 
 
 def _quantiles(hist: HistogramDelta | None, name: str, unresolved: list[str]) -> dict[float, float]:

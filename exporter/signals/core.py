@@ -25,7 +25,7 @@ from exporter.signals.common import (
     itl_tail,
 )
 from exporter.signals.model import Cpu, Gpu, HostInputs, Kv, Latency, Scheduler, Traffic
-from exporter.window import HistogramDelta, Window
+from exporter.window import HistogramDelta, Step, Window
 
 
 def traffic(window: Window, recent: int = 0) -> Traffic:
@@ -71,12 +71,11 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
         return {"long_prompts": None, "long_prompt_age_seconds": None, "long_prompt_interval_seconds": None,
                 "long_prompt_first_token_steps": None, "long_prompt_slow_first_tokens": None}
     count, oldest, newest = 0.0, None, None
-    for end, delta in window.histogram_by_step(vllm.REQUEST_PROMPT_TOKENS):
-        edge = max((i for i, bound in enumerate(delta.bounds) if bound <= long_tokens), default=None)
-        above = delta.count - (delta.cumulative[edge] if edge is not None else 0.0)
+    for step, above in zip(window.steps_view, window.per_step(("long_prompts_finished", long_tokens),
+                                                              lambda step: _long_finished(window, step, long_tokens))):
         if above > 0:
-            count, newest = count + above, end
-            oldest = end if oldest is None else oldest
+            count, newest = count + above, step.end
+            oldest = step.end if oldest is None else oldest
     # When they came, seen at their first tokens (a long answer finishes minutes after its burst); the age
     # from the newest that hurt when any did (a chat prompt just over the mark after a burst is not the burst).
     steps = long_prompt_steps(window, long_tokens, slow_seconds)
@@ -87,7 +86,7 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
     else:
         arrivals = count
     last = hurt[-1] if hurt else newest
-    age = window.steps[-1].end - last if last is not None else None
+    age = window.steps_view[-1].end - last if last is not None else None
     interval = (newest - oldest) / (arrivals - 1) if (newest is not None and oldest is not None
                                                       and arrivals >= 2) else None
     # Alignment says something only when long prompts come in a minority of the steps (a RAG mix whose mean
@@ -98,6 +97,15 @@ def long_prompt_arrivals(window: Window, long_tokens: float,
     return {"long_prompts": count, "long_prompt_age_seconds": age, "long_prompt_interval_seconds": interval,
             "long_prompt_first_token_steps": float(len(starts)) if steps else None,
             "long_prompt_slow_first_tokens": beside}
+
+
+def _long_finished(window: Window, step: Step, long_tokens: float) -> float:
+    """Requests with a prompt over ``long_tokens`` that finished in ``step`` (by the prompt-length buckets)."""
+    delta = HistogramDelta.merge(window.histograms_at(step, vllm.REQUEST_PROMPT_TOKENS))
+    if delta is None or delta.count <= 0:
+        return 0.0
+    edge = max((i for i, bound in enumerate(delta.bounds) if bound <= long_tokens), default=None)
+    return delta.count - (delta.cumulative[edge] if edge is not None else 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,14 +124,18 @@ def long_prompt_steps(window: Window, long_tokens: float, slow_seconds: float | 
     longer than ``slow_seconds``. Empty without the two series."""
     if not window.present(vllm.PROMPT_TOKENS_TOTAL):
         return []
-    out = []
-    for step, prompt_tokens in zip(window.steps, window.increase_by_step(vllm.PROMPT_TOKENS_TOTAL)):
-        ttft = window.histograms_at(step, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
-        first_tokens = sum(delta.count for delta in ttft)
-        slow = sum(_over(delta, slow_seconds) for delta in ttft) if slow_seconds is not None else 0.0
-        long = first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens
-        out.append(LongPromptStep(step.end, first_tokens, long, slow))
-    return out
+    # Each step is read once, when it first is (its deltas never change): not again every evaluation it stays.
+    return window.per_step(("long_prompt_step", long_tokens, slow_seconds),
+                           lambda step: _long_prompt_step(window, step, long_tokens, slow_seconds))
+
+
+def _long_prompt_step(window: Window, step: Step, long_tokens: float, slow_seconds: float | None) -> LongPromptStep:
+    prompt_tokens = window.increase_at(step, vllm.PROMPT_TOKENS_TOTAL)
+    ttft = window.histograms_at(step, vllm.TIME_TO_FIRST_TOKEN_SECONDS)
+    first_tokens = sum(delta.count for delta in ttft)
+    slow = sum(_over(delta, slow_seconds) for delta in ttft) if slow_seconds is not None else 0.0
+    long = first_tokens >= 1 and prompt_tokens / first_tokens >= long_tokens
+    return LongPromptStep(step.end, first_tokens, long, slow)
 
 
 def _over(delta: HistogramDelta, threshold: float) -> float:

@@ -3,13 +3,13 @@ and data-parallel engines."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
 from exporter.signals.common import _hist_mean, _histogram, _increase, _mean, _position, _ratio, _reason, _source
 from exporter.signals.model import Engines, KvTransfer, Latency, Lora, Speculative, Traffic
-from exporter.snapshot import LabelSet, Snapshot, label_value
+from exporter.snapshot import LabelIs, LabelSet, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
 
 SPEC_DECODE_FAMILIES: tuple[str, ...] = (
@@ -53,12 +53,12 @@ KV_TRANSFER_FAMILIES: tuple[str, ...] = (
 )
 
 
-def _stage(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "stage") == value
+def _stage(value: str) -> LabelIs:
+    return LabelIs("stage", value)
 
 
-def _transfer_type(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "transfer_type") == value
+def _transfer_type(value: str) -> LabelIs:
+    return LabelIs("transfer_type", value)
 
 
 def _deferred_wait(window: Window, flow: Traffic, times: Latency, consumer: bool) -> float | None:
@@ -190,8 +190,8 @@ def lora(window: Window) -> Lora:
                 slots_full_fraction=_mean(full))
 
 
-def _engine(value: str) -> Callable[[LabelSet], bool]:
-    return lambda labels: label_value(labels, "engine") == value
+def _engine(value: str) -> LabelIs:
+    return LabelIs("engine", value)
 
 
 SLEEP_LEVELS: tuple[str, ...] = ("weights_offloaded", "discard_all")

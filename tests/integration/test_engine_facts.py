@@ -23,6 +23,8 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from exporter.config import load_settings
+from exporter.facts import process
+from exporter.facts.base import NoFacts
 from exporter.facts.discovery import ProcessFacts
 from exporter.server import create_app
 from tests.helpers import free_port
@@ -53,26 +55,38 @@ ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 """
 
 
-@pytest.fixture
-def vllm_like(fixtures_dir: Path, tmp_path: Path) -> Iterator[int]:
-    port = free_port()
+def _listening(proc: subprocess.Popen, port: int) -> subprocess.Popen:
+    deadline = time.monotonic() + 15
+    while True:
+        try:
+            with __import__("socket").create_connection(("127.0.0.1", port), timeout=0.5):
+                return proc
+        except OSError as exc:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                raise RuntimeError(f"{proc.args!r} did not start") from exc
+            time.sleep(0.05)
+
+
+def _serve_like_vllm(port: int, fixtures_dir: Path, cwd: Path) -> subprocess.Popen:
     # vLLM's --config file: the command line's --max-num-seqs overrides the file's value.
-    (tmp_path / "vllm.yaml").write_text("max-num-seqs: 99\nkv_cache_memory_bytes: 8M\n")
+    (cwd / "vllm.yaml").write_text("max-num-seqs: 99\nkv_cache_memory_bytes: 8M\n")
     argv = [sys.executable, "-c", SERVER, "vllm", "serve", "/models/tiny", "--port", str(port),
             "--max-num-batched-tokens", "256", "--config", "vllm.yaml", "--max-num-seqs=12", "--block-size", "32",
             "--api-key", SECRETS[0], "--hf-token", SECRETS[1], "--enforce-eager"]
     env = {**os.environ, "CAPTURE": str(fixtures_dir / "snapshot-steady.txt"), "HF_TOKEN": SECRETS[2]}
-    proc = subprocess.Popen(argv, env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 15
-        while True:
-            try:
-                with __import__("socket").create_connection(("127.0.0.1", port), timeout=0.5):
-                    break
-            except OSError as exc:
-                if time.monotonic() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the vLLM-like process did not start") from exc
-                time.sleep(0.05)
+        return _listening(proc, port)
+    except RuntimeError:
+        proc.kill()
+        raise
+
+
+@pytest.fixture
+def vllm_like(fixtures_dir: Path, tmp_path: Path) -> Iterator[int]:
+    port = free_port()
+    proc = _serve_like_vllm(port, fixtures_dir, tmp_path)
+    try:
         yield port
     finally:
         proc.terminate()
@@ -129,6 +143,35 @@ async def test_sidecar_publishes_discovered_facts_with_sources_and_no_secret(
         for path, text in pages.items():
             assert secret not in text, path
         assert secret not in caplog.text
+
+
+def test_a_port_another_server_holds_is_scanned_for_once_while_it_holds_it(
+        fixtures_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A proxy or any other server on the target's port: every process is scanned for the socket once, then its
+    # holder is checked alone each refresh; once it lets the port go, the vLLM that takes it is found.
+    port = free_port()
+    other = _listening(subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                        cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL), port)
+    scans: list[int] = []
+    holders = process.socket_holders
+    monkeypatch.setattr(process, "socket_holders", lambda *args: scans.append(1) or holders(*args))
+    locator = process.ProcessLocator(port)
+    try:
+        for _ in range(3):
+            with pytest.raises(NoFacts, match="not a vLLM server"):
+                locator.locate()
+        assert len(scans) == 1
+    finally:
+        other.terminate()
+        other.wait(10)
+    vllm = _serve_like_vllm(port, fixtures_dir, tmp_path)
+    try:
+        found = locator.locate()
+        assert found.pid == vllm.pid and found.invocation.flags["max_num_seqs"] == 12
+        assert len(scans) == 2
+    finally:
+        vllm.terminate()
+        vllm.wait(10)
 
 
 def test_from_another_network_namespace_the_command_line_port_finds_it(vllm_like: int) -> None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from exporter.parse import parse
 from exporter.pipeline import COUNTERS
-from exporter.snapshot import HistogramSample, Snapshot
+from exporter.signals.core import long_prompt_arrivals, long_prompt_steps
+from exporter.snapshot import HistogramSample, LabelIs, Snapshot, label_value
 from exporter.window import HistogramDelta, Window
 
 
@@ -295,3 +297,32 @@ def test_column_sums_equal_stepwise_sums(events, span, recent):
                 assert window.histogram_recent(HIST, recent, match) == _reference_histogram(steps[-recent:], match)
         for s, (_, hists) in zip(window.steps, steps):
             assert sorted(map(repr, window.histograms_at(s, HIST))) == sorted(map(repr, hists.values()))
+
+
+# -- what the window keeps between evaluations ------------------------------------------------
+_PHASES = ("idle", "steady-during", "steady", "prefix-during", "prefix", "chunked-during", "chunked",
+           "pressure-during", "pressure-peak-waiting", "pressure", "abort", "final")
+
+
+def test_readings_kept_between_evaluations_equal_a_fresh_reading_at_every_scrape(fixtures_dir: Path) -> None:
+    # Window.per_step (each step read once while the window holds it) and gauge series read through a LabelIs
+    # (kept per scrape) give what a window that kept nothing gives: across the window's slide, the counter
+    # resets of the captures' second pass and a clock jump.
+    texts = [(fixtures_dir / f"snapshot-{phase}.txt").read_text() for phase in _PHASES]
+    window = Window(30.0, COUNTERS)
+    reason = "vllm:num_requests_waiting_by_reason"
+    # Two passes, then the clock jumps back and two more in another order: the window starts again, its steps
+    # numbered from 0 (a reading kept from before the jump would be another step's).
+    times = [5.0 * i for i in range(2 * len(texts))] * 2
+    compared = 0
+    for text, t in zip(texts * 2 + (texts[5:] + texts[:5]) * 2, times):
+        window.push(parse(text, t))
+        fresh = window.copy()  # the same scrapes and deltas, nothing kept
+        for long_tokens, slow in ((200.0, None), (200.0, 0.5), (1000.0, 0.1)):
+            assert long_prompt_arrivals(window, long_tokens, slow) == long_prompt_arrivals(fresh, long_tokens, slow)
+            assert long_prompt_steps(window, long_tokens, slow) == long_prompt_steps(fresh, long_tokens, slow)
+        for value in ("capacity", "deferred"):
+            kept = window.gauge_series(reason, "sum", LabelIs("reason", value))
+            assert kept == fresh.gauge_series(reason, "sum", lambda labels, v=value: label_value(labels, "reason") == v)
+        compared += len(window.steps)
+    assert compared > 100
