@@ -477,6 +477,7 @@ def _os_error(exc: OSError) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # one line per job run is noise
     words = source_flags.join_relative_times(list(sys.argv[1:] if argv is None else argv))
     command = next((word for word in words if not word.startswith("-")), None)  # no top-level flag takes a value
     args = build_parser(command).parse_args(words)

@@ -1,7 +1,7 @@
-"""The sidecar: aiohttp app, one polling task per target, and the HTTP endpoints.
+"""The sidecar: aiohttp app, one apscheduler interval job per target, and the HTTP endpoints.
 
 ``create_app(settings)`` builds everything; ``vllm-diag serve`` only runs it and tests use
-aiohttp's test server on the same factory. The HTTP client session and the polling tasks are
+aiohttp's test server on the same factory. The HTTP client session and the scheduler are
 started and stopped by one cleanup context.
 """
 
@@ -10,14 +10,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import math
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from prometheus_client import CollectorRegistry, ProcessCollector
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
@@ -140,6 +141,7 @@ class Sidecar:
 
 
 SIDECAR = web.AppKey("sidecar", Sidecar)
+SCHEDULER = web.AppKey("scheduler", AsyncIOScheduler)
 
 
 async def _resources(app: web.Application) -> AsyncIterator[None]:
@@ -148,53 +150,49 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         connector=aiohttp.TCPConnector(limit_per_host=2, ttl_dns_cache=60),
         auto_decompress=True,
     )
-    tasks: list[asyncio.Task[None]] = []
+    scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop())
+    now = datetime.now(UTC)
     count = max(1, len(sidecar.pipelines))
     for index, (name, pipeline) in enumerate(sidecar.pipelines.items()):
         interval = pipeline.target.scrape_interval
         # Spread first runs over the interval: many targets must not parse in one burst each cycle.
-        tasks.append(asyncio.create_task(every(f"scrape of {name}", interval, interval * index / count,
-                                               sidecar.scrape, name)))
+        offset = timedelta(seconds=interval * index / count)
+        scheduler.add_job(
+            quiet_on_shutdown, "interval", args=[f"scrape of {name}", sidecar.scrape, name], seconds=interval,
+            id=f"scrape:{name}", name=f"scrape of {name}", max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(interval)), next_run_time=now + offset,
+        )
     from exporter.advisor.worker import AdvisorWorker  # the simulator loads only with the sidecar
 
     advisor = AdvisorWorker(sidecar.settings.advisor)
     if sidecar.settings.advisor.enabled:
         # A look at each target's state every tick; work only for targets with an active symptom.
-        tasks.append(asyncio.create_task(every("advisor run", ADVISOR_TICK_SECONDS, ADVISOR_TICK_SECONDS,
-                                               advisor.run, sidecar.pipelines.values())))
+        scheduler.add_job(quiet_on_shutdown, "interval", args=["advisor run", advisor.run, sidecar.pipelines.values()],
+                          seconds=ADVISOR_TICK_SECONDS, id="advise", name="advisor run", max_instances=1, coalesce=True,
+                          next_run_time=now + timedelta(seconds=ADVISOR_TICK_SECONDS))
     for recorder in sidecar.recorders():
         recorder.start()
+    scheduler.start()
+    app[SCHEDULER] = scheduler
     log.info("polling %d target(s): %s", len(sidecar.pipelines), ", ".join(sidecar.pipelines) or "none")
     try:
         yield
     finally:
-        for task in tasks:  # a scrape in flight or an advisor run waiting for its worker process ends here, quietly
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        scheduler.shutdown(wait=False)
         advisor.close()
         await sidecar.session.close()
         for recorder in sidecar.recorders():  # what is queued reaches the disk before we exit
             await asyncio.get_running_loop().run_in_executor(None, recorder.close)
 
 
-async def every(what: str, interval: float, first_in: float, job: Callable[..., Awaitable[object]],
-                *args: object) -> None:
-    """Run ``job(*args)`` every ``interval`` seconds, the first time ``first_in`` seconds from now, one run at a
-    time. A run that overruns its slot is followed by the next slot to come, not by the ones it missed (a slow
-    target's scrapes do not queue up). A run that fails is logged and the next one comes on time; cancelling
-    the task (shutdown) ends a run in flight quietly."""
-    loop = asyncio.get_running_loop()
-    due = loop.time() + first_in
-    while True:
-        await asyncio.sleep(max(0.0, due - loop.time()))
-        try:
-            await job(*args)
-        except Exception:
-            log.exception("%s failed", what)
-        due += interval
-        late = loop.time() - due
-        if late > 0:
-            due += math.ceil(late / interval) * interval
+async def quiet_on_shutdown(what: str, job: Callable[..., Awaitable[object]], *args: object) -> None:
+    """An interval job's body: a run that shutdown cancels (a scrape, an advisor run waiting for its worker
+    process) ends here, quietly. Re-raised, apscheduler would log the cancellation as a failed job, with a
+    traceback, on every clean stop."""
+    try:
+        await job(*args)
+    except asyncio.CancelledError:
+        log.debug("%s cancelled (shutting down)", what)
 
 
 # Above this many targets /metrics is joined in a worker thread: the states published since the last request
