@@ -23,9 +23,9 @@ from typing import Any
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
-from exporter.promsource.scan import scan
+from exporter.promsource.scan import Layout, scan, scan_steady
 from exporter.promsource.settings import PrometheusSource
-from exporter.promsource.stored import StoredSeries
+from exporter.promsource.stored import Steady, StoredSeries
 
 
 def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
@@ -86,12 +86,14 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
 
 
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
-                        end: float, *, everything: bool) -> dict[TargetKey, list[StoredSeries]]:
+                        end: float, *, everything: bool,
+                        layouts: dict[str, Layout] | None = None) -> dict[TargetKey, list[StoredSeries | Steady]]:
     """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
 
     ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed). Each
     answer is made compact (``StoredSeries``) as it arrives and its decoded JSON dropped: memory holds the
-    numbers of the read, and at most ``max_concurrency`` answers at once.
+    numbers of the read, and at most ``max_concurrency`` answers at once. ``layouts``: each query's last steady
+    answer's label blocks worked out (``scan.scan_steady``), kept by the caller from cycle to cycle.
     """
     labels = tuple(source.target_labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
@@ -101,16 +103,16 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
     # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
     # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
-    answers: list[dict[TargetKey, list[StoredSeries]]] = [{} for _ in queries]
-    split = Split(labels, by_values)
+    answers: list[dict[TargetKey, list[StoredSeries | Steady]]] = [{} for _ in queries]
+    split = Split(labels, by_values, {} if layouts is None else layouts)
 
-    async def one(names: tuple[str, ...], narrowing: str, into: dict[TargetKey, list[StoredSeries]]) -> None:
+    async def one(names: tuple[str, ...], narrowing: str, into: dict[TargetKey, list[StoredSeries | Steady]]) -> None:
         expr = selector(source.match, names)
         if narrowing:
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             body = await client.query_body(f"{expr}[{millis}ms]", end)
-            if split.scanned(body, into):
+            if split.scanned(body, into, expr):
                 return
             data = client.data("query", body)
             del body
@@ -121,7 +123,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
 
     await asyncio.gather(*(one(names, narrowing, into) for (names, narrowing), into in zip(queries, answers,
                                                                                            strict=True)))
-    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
+    by_target: dict[TargetKey, list[StoredSeries | Steady]] = {key: [] for key in keys}
     for answer in answers:
         for key, series in answer.items():
             by_target[key] += series
@@ -132,19 +134,26 @@ class Split:
     """Answers -> each target's series, in each answer's order (``into``: target -> its series, a list made
     for a target as its first series is found)."""
 
-    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey]) -> None:
+    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey],
+                 layouts: dict[str, Layout] | None = None) -> None:
         self.labels = labels
         self.strip = frozenset(labels)
         self.by_values = by_values
         self.by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
         self.raw_keys: dict[bytes, TargetKey | None] = {}  # the targets by their label's value as answers spell it
+        self.layouts: dict[str, Layout] = {} if layouts is None else layouts
 
-    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries]]) -> bool:
-        """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`); False: it
-        must be decoded (``decoded``), nothing was filed."""
-        return bool(self.by_value) and scan(body, self.labels[0], self.by_value, self.strip, into, self.raw_keys)
+    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries | Steady]], query: str = "") -> bool:
+        """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`: a steady answer
+        to ``query`` whose label blocks are known, as ``Steady`` samples); False: it must be decoded
+        (``decoded``), nothing was filed."""
+        if not self.by_value:
+            return False
+        label = self.labels[0]
+        return (scan_steady(body, label, self.by_value, into, self.raw_keys, self.layouts, query)
+                or scan(body, label, self.by_value, self.strip, into, self.raw_keys))
 
-    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries]]) -> None:
+    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries | Steady]]) -> None:
         for series in result:
             metric = series.get("metric", {})
             if self.by_value:

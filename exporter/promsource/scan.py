@@ -16,10 +16,11 @@ target labels) it returns None or hands that series to ``json``, which decides i
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import Known, StoredSeries, known_of
+from exporter.promsource.stored import Known, Pick, Steady, StoredSeries, known_of, picker
 
 # Prometheus' answer, and VictoriaMetrics' (which says whether it is partial: a partial one is decoded).
 _HEADS = (b'{"status":"success","data":{"resultType":"matrix","result":[',
@@ -35,8 +36,112 @@ _REST: dict[bytes, Known | None] = {}
 _REST_MAX = 65536
 
 
+# A steady answer: every series one sample, closed by ``},"values":[[stamp,"value"]]}`` (no label's value
+# holds that: its quotes would be escaped). Split there, the answer is its label blocks, stamps and values.
+_ONE = re.compile(rb'\},"values":\[\[([0-9.eE+-]+),"([^"\\]*)"\]\]\}')
+_MANY = b'"],['  # a series of several samples: no steady answer
+_OPEN = b'{"metric":{'
+
+class Layout:
+    """A steady answer's label blocks (the same bytes every cycle while its series stay), worked out once: per
+    target's value as sent, its series' positions in the answer and their names and labels."""
+
+    __slots__ = ("blocks", "groups")
+
+    def __init__(self, blocks: list[bytes], groups: list[tuple[bytes, str, Pick, tuple[Known, ...]]]) -> None:
+        self.blocks = blocks
+        self.groups = groups
+
+
+_LAYOUTS_MAX = 4096
+
+
+def scan_steady(body: bytes, label: str, by_value: Mapping[str, TargetKey],
+                by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None],
+                layouts: dict[str, Layout], query: str) -> bool:
+    """``scan`` for an answer whose every series holds one sample (a steady cycle's), whose label blocks were
+    seen in the last answer to ``query`` (``layouts``: worked out then): no object per series, each target's
+    samples filed as one ``Steady`` (its series' names and labels, the stamp, the values). False, with nothing
+    filed: ``scan`` decides the answer (several samples, other spellings, escapes, labels seen for the first
+    time and not vouched for, stamps that differ within a target)."""
+    head = next((h for h in _HEADS if body.startswith(h)), None)
+    if head is None or not body.endswith(_TAIL) or _MANY in body:
+        return False
+    pieces = _ONE.split(body[len(head):len(body) - len(_TAIL)])
+    blocks = pieces[0::3]
+    layout = layouts.get(query)
+    if layout is None or layout.blocks != blocks:
+        layout = _layout(blocks, label)
+        if layout is None:
+            return False
+        if len(layouts) >= _LAYOUTS_MAX:
+            layouts.clear()
+        layouts[query] = layout
+    try:
+        stamps = list(map(float, pieces[1::3]))
+        values = list(map(float, pieces[2::3]))
+    except ValueError:  # a value float() does not read as bytes: the series' path keeps its text
+        return False
+    staged: list[tuple[TargetKey, Steady]] = []
+    for raw, value, pick, knowns in layout.groups:
+        if raw in raw_keys:
+            key = raw_keys[raw]
+        else:
+            key = raw_keys[raw] = by_value.get(value)
+        if key is None:
+            continue
+        at = pick(stamps)
+        if at.count(at[0]) != len(at):
+            return False
+        staged.append((key, (knowns, at[0], pick(values))))
+    for key, steady in staged:
+        by_target.setdefault(key, []).append(steady)
+    return True
+
+
+def _layout(blocks: list[bytes], label: str) -> Layout | None:
+    """The targets and series of a steady answer's label blocks (``{"metric":{`` and its labels, each after
+    the first led by its comma, then nothing); None: not that form, or a series the scan cannot vouch for."""
+    if blocks[-1]:
+        return None
+    needle = b'"' + label.encode() + b'":"'
+    skip = len(needle)
+    groups: dict[bytes, tuple[str, list[int], list[Known]]] = {}
+    for index, block in enumerate(blocks[:-1]):
+        lead = _OPEN if index == 0 else b"," + _OPEN
+        if not block.startswith(lead) or block.count(_OPEN) != 1:
+            return None
+        labels = block[len(lead):]
+        at = labels.find(needle)
+        close = labels.find(b'"', at + skip) if at >= 0 else -1
+        raw = labels[at + skip:close]
+        if close < 0 or (at and labels[at - 1] != 0x2C) or b"\\" in raw:
+            return None  # no target label where JSON puts a key, or a value with escapes
+        rest = labels[:at] + labels[close + 1:]
+        try:
+            if rest in _REST:
+                known = _REST[rest]
+            else:
+                metric = json.loads(b"{" + labels + b"}")
+                if len(_REST) >= _REST_MAX:
+                    _REST.clear()
+                known = _REST[rest] = known_of(metric, frozenset((label,))) if "__name__" in metric else None
+            value = raw.decode()
+        except ValueError:  # labels json refuses, text not UTF-8
+            return None
+        if known is None:  # a series with no name: skipped, as every path skips it
+            continue
+        group = groups.get(raw)
+        if group is None:
+            group = groups[raw] = (value, [], [])
+        group[1].append(index)
+        group[2].append(known)
+    return Layout(blocks, [(raw, value, picker(where), tuple(knowns))
+                           for raw, (value, where, knowns) in groups.items()])
+
+
 def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: frozenset[str],
-         by_target: dict[TargetKey, list[StoredSeries]], raw_keys: dict[bytes, TargetKey | None]) -> bool:
+         by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None]) -> bool:
     """Append each series of ``body`` (a range selector's answer, undecoded) to its target's list in
     ``by_target``; ``label``: the one target label, whose value names the target in ``by_value`` (series
     of other targets are skipped, as is a series with no name); ``raw_keys``: the targets by their value as
@@ -52,7 +157,7 @@ def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: froz
     if chunks[0]:
         return False
     chunks[-1] += b","  # every series now ends as one but the last does
-    staged: dict[bytes, list[StoredSeries]] = {}  # by the target label's value as sent
+    staged: dict[bytes, list[StoredSeries | Steady]] = {}  # by the target label's value as sent
     cached = _REST.get
     for index in range(1, len(chunks)):
         chunk = chunks[index]

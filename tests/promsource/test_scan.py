@@ -12,7 +12,7 @@ import pytest
 from exporter.promsource import backfill
 from exporter.promsource.batch import Split
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import StoredSeries
+from exporter.promsource.stored import Steady, StoredSeries, expand
 from exporter.simulator import scenario_names, write_captures
 from tests.promsource.test_rebuild import as_matrix
 
@@ -29,17 +29,17 @@ def keys(*values: str) -> dict[tuple[str, ...], TargetKey]:
     return {(value,): TargetKey((("instance", value),)) for value in values}
 
 
-def filed(by_target: dict[TargetKey, list[StoredSeries]]) -> dict[str, list[tuple[Any, ...]]]:
+def filed(by_target: dict[TargetKey, list[StoredSeries | Steady]]) -> dict[str, list[tuple[Any, ...]]]:
     return {key.name: [(s.known.name, s.known.labels, list(s.stamps), [repr(v) for v in s.values], s.raw)
-                       for s in series] for key, series in by_target.items()}
+                       for s in expand(series)] for key, series in by_target.items()}
 
 
 def both(answers: list[bytes], targets: tuple[str, ...] = TARGETS[:2]) -> tuple[list[bool], dict[str, Any],
                                                                                dict[str, Any]]:
     """The scan's filing (json where it declines) and json's alone."""
     by_values = keys(*targets)
-    scanned: dict[TargetKey, list[StoredSeries]] = {}
-    decoded: dict[TargetKey, list[StoredSeries]] = {}
+    scanned: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    decoded: dict[TargetKey, list[StoredSeries | Steady]] = {}
     scan, reference = Split(("instance",), by_values), Split(("instance",), by_values)
     took = []
     for answer in answers:
@@ -114,7 +114,7 @@ def test_a_target_value_with_escapes_is_left_to_json() -> None:
     b'"values":[[1,"1"]]}]}}',
 ])
 def test_answers_in_another_form_are_declined_with_nothing_filed(answer: bytes) -> None:
-    by_target: dict[TargetKey, list[StoredSeries]] = {}
+    by_target: dict[TargetKey, list[StoredSeries | Steady]] = {}
     assert not Split(("instance",), keys("x")).scanned(answer, by_target)
     assert by_target == {}
 
