@@ -12,6 +12,7 @@ import pytest
 from exporter.promsource import backfill
 from exporter.promsource.batch import Split
 from exporter.promsource.rebuild import TargetKey
+from exporter.promsource.scan import Layout, scan_steady
 from exporter.promsource.stored import Steady, StoredSeries, expand
 from exporter.simulator import scenario_names, write_captures
 from tests.promsource.test_rebuild import as_matrix
@@ -123,3 +124,33 @@ def test_an_empty_answer_files_nothing_and_several_target_labels_are_decoded() -
     assert both([body([])]) == ([True], {}, {})
     by_values: dict[tuple[str, ...], TargetKey] = {("a", "b"): TargetKey((("instance", "a"), ("pod", "b")))}
     assert not Split(("instance", "pod"), by_values).scanned(body([]), {})
+
+
+def test_a_steady_answer_is_filed_per_target_and_its_label_blocks_worked_out_once(tmp_path: Path) -> None:
+    write_captures("healthy", tmp_path, 45.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    layouts: dict[str, Layout] = {}
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+    seen = []
+    for step in range(3):
+        one = [{**s, "values": cast(list[Any], s["values"])[step:step + 1]} for s in result]
+        answer = body([s for s in one if s["values"]])
+        filed_here: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert split.scanned(answer, filed_here, "q")
+        assert all(isinstance(item, tuple) for items in filed_here.values() for item in items)
+        assert filed(filed_here) == both([answer])[2]
+        seen.append(layouts["q"])
+    assert seen[1] is seen[2]  # the same label blocks: worked out once
+    # Declined, nothing filed: several samples a series, a value float() does not read, stamps that differ
+    # within a target (the other paths decide those).
+    declined = [result,
+                [{**s, "values": [[1.0, "many"]]} for s in result],
+                [{**s, "values": [[1.0 + i, "1"]]} for i, s in enumerate(result)]]
+    for answer in declined:
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert not scan_steady(body(answer), "instance", {t: TargetKey((("instance", t),)) for t in TARGETS[:2]},
+                               into, {}, {}, "q")
+        assert into == {}
+        took, scanned, decoded = both([body(answer)])
+        assert took == [True] and scanned == decoded
