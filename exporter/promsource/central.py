@@ -40,7 +40,7 @@ from exporter.poll import ScrapeResult
 from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
-from exporter.promsource.scan import Layout
+from exporter.promsource.scan import Layouts
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
 from exporter.promsource.stored import snapshots
@@ -89,7 +89,7 @@ class CentralDiagnoser(Sidecar):
         self.fleet_targets = 0  # targets the store holds, every shard's
         self.registry.register(_CentralCollector(self))
         self.client: PromClient | None = None
-        self.layouts: dict[str, Layout] = {}  # each query's steady answer worked out (scan.scan_steady)
+        self.layouts = Layouts()  # each query's steady answer worked out, and a read's joined (scan.py)
 
     def pending(self) -> list[str]:
         return [] if self.cycles_total else ["the first cycle against the store"]

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from itertools import chain
 
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import Known, Pick, Steady, StoredSeries, known_of, picker
+from exporter.promsource.stored import Known, Steady, StoredSeries, known_of, picker
 
 # Prometheus' answer, and VictoriaMetrics' (which says whether it is partial: a partial one is decoded).
 _HEADS = (b'{"status":"success","data":{"resultType":"matrix","result":[',
@@ -44,59 +45,135 @@ _OPEN = b'{"metric":{'
 
 class Layout:
     """A steady answer's label blocks (the same bytes every cycle while its series stay), worked out once: per
-    target's value as sent, its series' positions in the answer and their names and labels."""
+    target's value as sent (and decoded), its series' positions in the answer, their names and labels."""
 
     __slots__ = ("blocks", "groups")
 
-    def __init__(self, blocks: list[bytes], groups: list[tuple[bytes, str, Pick, tuple[Known, ...]]]) -> None:
+    def __init__(self, blocks: list[bytes], groups: list[tuple[bytes, str, list[int], tuple[Known, ...]]]) -> None:
         self.blocks = blocks
-        self.groups = groups
+        self.groups = [(raw, value, picker(where), where, knowns) for raw, value, where, knowns in groups]
+
+    @property
+    def series(self) -> int:
+        return len(self.blocks) - 1
+
+
+class Layouts(dict[str, Layout]):
+    """Each query's last steady answer worked out, and the last read's answers joined (``join_steady``): kept
+    by the central diagnoser from cycle to cycle."""
+
+    joint: Joint | None = None
+
+
+class SteadyAnswer:
+    """A steady answer read: its layout, each series' stamp (as sent: one target's are compared as bytes, one
+    made a number) and value in the answer's order, and its bytes (for the other paths, where the read's
+    answers cannot be joined)."""
+
+    __slots__ = ("body", "layout", "stamps", "values")
+
+    def __init__(self, body: bytes, layout: Layout, stamps: list[bytes], values: list[float]) -> None:
+        self.body = body
+        self.layout = layout
+        self.stamps = stamps
+        self.values = values
 
 
 _LAYOUTS_MAX = 4096
 
 
-def scan_steady(body: bytes, label: str, by_value: Mapping[str, TargetKey],
-                by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None],
-                layouts: dict[str, Layout], query: str) -> bool:
-    """``scan`` for an answer whose every series holds one sample (a steady cycle's), whose label blocks were
-    seen in the last answer to ``query`` (``layouts``: worked out then): no object per series, each target's
-    samples filed as one ``Steady`` (its series' names and labels, the stamp, the values). False, with nothing
-    filed: ``scan`` decides the answer (several samples, other spellings, escapes, labels seen for the first
-    time and not vouched for, stamps that differ within a target)."""
+def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str) -> SteadyAnswer | None:
+    """An answer whose every series holds one sample (a steady cycle's), its label blocks worked out or found
+    as the last answer to ``query`` left them (``layouts``); None: not that form, or a series the scan cannot
+    vouch for (several samples, other spellings, escapes), or a value ``float`` does not read."""
     head = next((h for h in _HEADS if body.startswith(h)), None)
     if head is None or not body.endswith(_TAIL) or _MANY in body:
-        return False
+        return None
     pieces = _ONE.split(body[len(head):len(body) - len(_TAIL)])
     blocks = pieces[0::3]
     layout = layouts.get(query)
     if layout is None or layout.blocks != blocks:
         layout = _layout(blocks, label)
         if layout is None:
-            return False
+            return None
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
         layouts[query] = layout
     try:
-        stamps = list(map(float, pieces[1::3]))
-        values = list(map(float, pieces[2::3]))
+        return SteadyAnswer(body, layout, pieces[1::3], list(map(float, pieces[2::3])))
     except ValueError:  # a value float() does not read as bytes: the series' path keeps its text
-        return False
+        return None
+
+
+def file_steady(answer: SteadyAnswer, by_value: Mapping[str, TargetKey],
+                by_target: dict[TargetKey, list[StoredSeries | Steady]],
+                raw_keys: dict[bytes, TargetKey | None]) -> bool:
+    """Each target's samples of one steady answer filed as one ``Steady`` (its series' names and labels, the
+    stamp, the values); False, nothing filed: a target's series at several times (``scan`` decides)."""
     staged: list[tuple[TargetKey, Steady]] = []
-    for raw, value, pick, knowns in layout.groups:
-        if raw in raw_keys:
-            key = raw_keys[raw]
-        else:
-            key = raw_keys[raw] = by_value.get(value)
+    stamps, values = answer.stamps, answer.values
+    for raw, value, pick, _, knowns in answer.layout.groups:
+        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(value))
+        if key is None:
+            continue
+        at = pick(stamps)
+        if at.count(at[0]) != len(at):  # the same bytes (one time spelled two ways: the other paths decide)
+            return False
+        staged.append((key, (knowns, float(at[0]), pick(values))))
+    for key, steady in staged:
+        by_target.setdefault(key, []).append(steady)
+    return True
+
+
+def scan_steady(body: bytes, label: str, by_value: Mapping[str, TargetKey],
+                by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None],
+                layouts: dict[str, Layout], query: str) -> bool:
+    """``scan`` for a steady answer (``read_steady``, ``file_steady``): no object per series. False, with
+    nothing filed: ``scan`` decides the answer."""
+    answer = read_steady(body, label, layouts, query)
+    return answer is not None and file_steady(answer, by_value, by_target, raw_keys)
+
+
+class Joint:
+    """A read's steady answers (these layouts, in query order) as one: per target, its series' positions in
+    all the answers' samples, and their names and labels."""
+
+    __slots__ = ("layouts", "groups")
+
+    def __init__(self, layouts: tuple[Layout, ...]) -> None:
+        self.layouts = layouts
+        joined: dict[bytes, tuple[str, list[int], list[Known]]] = {}
+        offset = 0
+        for layout in layouts:
+            for raw, value, _, where, knowns in layout.groups:
+                group = joined.setdefault(raw, (value, [], []))
+                group[1].extend(offset + index for index in where)
+                group[2].extend(knowns)
+            offset += layout.series
+        self.groups = [(raw, value, picker(where), tuple(knowns)) for raw, (value, where, knowns) in joined.items()]
+
+
+def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKey],
+                raw_keys: dict[bytes, TargetKey | None],
+                layouts: Layouts) -> dict[TargetKey, list[StoredSeries | Steady]] | None:
+    """A read whose every answer is steady -> each target's one ``Steady`` (its series in query order, as
+    ``file_steady`` answer by answer would file them); None: a target's series at several times."""
+    held = tuple(answer.layout for answer in answers)
+    joint = layouts.joint
+    if joint is None or joint.layouts != held:  # the same Layout objects: compared by identity
+        joint = layouts.joint = Joint(held)
+    stamps = list(chain.from_iterable(answer.stamps for answer in answers))
+    values = list(chain.from_iterable(answer.values for answer in answers))
+    out: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    for raw, value, pick, knowns in joint.groups:
+        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(value))
         if key is None:
             continue
         at = pick(stamps)
         if at.count(at[0]) != len(at):
-            return False
-        staged.append((key, (knowns, at[0], pick(values))))
-    for key, steady in staged:
-        by_target.setdefault(key, []).append(steady)
-    return True
+            return None
+        out[key] = [(knowns, float(at[0]), pick(values))]
+    return out
 
 
 def _layout(blocks: list[bytes], label: str) -> Layout | None:
@@ -136,8 +213,7 @@ def _layout(blocks: list[bytes], label: str) -> Layout | None:
             group = groups[raw] = (value, [], [])
         group[1].append(index)
         group[2].append(known)
-    return Layout(blocks, [(raw, value, picker(where), tuple(knowns))
-                           for raw, (value, where, knowns) in groups.items()])
+    return Layout(blocks, [(raw, value, where, tuple(knowns)) for raw, (value, where, knowns) in groups.items()])
 
 
 def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: frozenset[str],

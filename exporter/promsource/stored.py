@@ -310,7 +310,7 @@ def _constant(knowns: Sequence[Known]) -> frozenset[str]:
     return frozenset(label for label, _ in common)
 
 
-Pick = Callable[[Sequence[float]], tuple[float, ...]]
+Pick = Callable[[Sequence[Any]], tuple[Any, ...]]  # the same positions of stamps (bytes) and values
 
 
 def picker(where: list[int]) -> Pick:

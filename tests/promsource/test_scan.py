@@ -12,7 +12,7 @@ import pytest
 from exporter.promsource import backfill
 from exporter.promsource.batch import Split
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.scan import Layout, scan_steady
+from exporter.promsource.scan import Layout, Layouts, SteadyAnswer, scan_steady
 from exporter.promsource.stored import Steady, StoredSeries, expand
 from exporter.simulator import scenario_names, write_captures
 from tests.promsource.test_rebuild import as_matrix
@@ -154,3 +154,26 @@ def test_a_steady_answer_is_filed_per_target_and_its_label_blocks_worked_out_onc
         assert into == {}
         took, scanned, decoded = both([body(answer)])
         assert took == [True] and scanned == decoded
+
+
+def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_path: Path) -> None:
+    write_captures("healthy", tmp_path, 30.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [{**s, "values": cast(list[Any], s["values"])[-1:]}
+              for value in TARGETS for s in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    names = sorted({s["metric"]["__name__"] for s in result})
+    answers = [body([s for s in result if s["metric"]["__name__"] == name]) for name in names]  # one per family
+    split = Split(("instance",), keys(*TARGETS[:2]), Layouts())
+    read = [split.steady(answer, name) for answer, name in zip(answers, names, strict=True)]
+    assert all(read)
+    joined = split.joined(cast(list[SteadyAnswer], read))
+    assert joined is not None and all(len(items) == 1 for items in joined.values())  # one Steady a target
+    one_by_one: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    for answer in answers:
+        assert split.scanned(answer, one_by_one, "another")
+    assert filed(joined) == filed(one_by_one)
+    # One target's series at two times across the answers: not joined (the answers are filed one by one).
+    later = [{**s, "values": [[s["values"][0][0] + 15, s["values"][0][1]]]} for s in result]
+    moved = [body([s for s in later if s["metric"]["__name__"] == names[0]]), *answers[1:]]
+    reread = [split.steady(answer, name) for answer, name in zip(moved, names, strict=True)]
+    assert all(reread) and split.joined(cast(list[SteadyAnswer], reread)) is None
