@@ -15,13 +15,15 @@ target labels) it returns None or hands that series to ``json``, which decides i
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
+from array import array
 from collections.abc import Mapping, Sequence
 from itertools import chain
 
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import Known, Steady, StoredSeries, known_of, picker
+from exporter.promsource.stored import Known, Steady, StoredSeries, known_of
 
 # Prometheus' answer, and VictoriaMetrics' (which says whether it is partial: a partial one is decoded).
 _HEADS = (b'{"status":"success","data":{"resultType":"matrix","result":[',
@@ -43,19 +45,37 @@ _ONE = re.compile(rb'\},"values":\[\[([0-9.eE+-]+),"([^"\\]*)"\]\]\}')
 _MANY = b'"],['  # a series of several samples: no steady answer
 _OPEN = b'{"metric":{'
 
+def _digest(blocks: list[bytes]) -> bytes:
+    return hashlib.sha1(b"".join(blocks), usedforsecurity=False).digest()
+
+
 class Layout:
-    """A steady answer's label blocks (the same bytes every cycle while its series stay), worked out once: per
-    target's value as sent (and decoded), its series' positions in the answer, their names and labels."""
+    """A steady answer's label blocks worked out once (they are the same bytes every cycle while its series
+    stay: known again by their SHA-1, not held): per series, the target it belongs to (an index into
+    ``targets``, each target's value as sent) and its name and labels; series with no name are left out."""
 
-    __slots__ = ("blocks", "groups")
+    __slots__ = ("digest", "series", "owners", "targets", "knowns")
 
-    def __init__(self, blocks: list[bytes], groups: list[tuple[bytes, str, list[int], tuple[Known, ...]]]) -> None:
-        self.blocks = blocks
-        self.groups = [(raw, value, picker(where), where, knowns) for raw, value, where, knowns in groups]
+    def __init__(self, digest: bytes, series: int, owners: array[int], targets: list[bytes],
+                 knowns: tuple[Known, ...]) -> None:
+        self.digest = digest
+        self.series = series  # every series of the answer, named or not: the positions of its samples
+        self.owners = owners  # per series; -1: a series with no name
+        self.targets = targets
+        self.knowns = knowns  # per named series, in the answer's order
 
-    @property
-    def series(self) -> int:
-        return len(self.blocks) - 1
+    def groups(self) -> list[tuple[bytes, list[int], list[Known]]]:
+        """Per target: its value as sent, its series' positions in the answer and their names and labels."""
+        groups: dict[int, tuple[bytes, list[int], list[Known]]] = {}
+        named = iter(self.knowns)
+        for index, owner in enumerate(self.owners):
+            if owner >= 0:
+                group = groups.get(owner)
+                if group is None:
+                    group = groups[owner] = (self.targets[owner], [], [])
+                group[1].append(index)
+                group[2].append(next(named))
+        return list(groups.values())
 
 
 class Layouts(dict[str, Layout]):
@@ -91,9 +111,10 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
         return None
     pieces = _ONE.split(body[len(head):len(body) - len(_TAIL)])
     blocks = pieces[0::3]
+    digest = _digest(blocks)
     layout = layouts.get(query)
-    if layout is None or layout.blocks != blocks:
-        layout = _layout(blocks, label)
+    if layout is None or layout.digest != digest:
+        layout = _layout(blocks, label, digest)
         if layout is None:
             return None
         if len(layouts) >= _LAYOUTS_MAX:
@@ -112,14 +133,14 @@ def file_steady(answer: SteadyAnswer, by_value: Mapping[str, TargetKey],
     stamp, the values); False, nothing filed: a target's series at several times (``scan`` decides)."""
     staged: list[tuple[TargetKey, Steady]] = []
     stamps, values = answer.stamps, answer.values
-    for raw, value, pick, _, knowns in answer.layout.groups:
-        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(value))
+    for raw, where, knowns in answer.layout.groups():
+        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(raw.decode()))
         if key is None:
             continue
-        at = pick(stamps)
+        at = [stamps[index] for index in where]
         if at.count(at[0]) != len(at):  # the same bytes (one time spelled two ways: the other paths decide)
             return False
-        staged.append((key, (knowns, float(at[0]), pick(values))))
+        staged.append((key, (tuple(knowns), float(at[0]), [values[index] for index in where])))
     for key, steady in staged:
         by_target.setdefault(key, []).append(steady)
     return True
@@ -135,22 +156,30 @@ def scan_steady(body: bytes, label: str, by_value: Mapping[str, TargetKey],
 
 
 class Joint:
-    """A read's steady answers (these layouts, in query order) as one: per target, its series' positions in
-    all the answers' samples, and their names and labels."""
+    """A read's steady answers (these layouts, in query order) as one: the positions of all their samples
+    ordered by target (``order``), and per target its value as sent, decoded, its slice of that order, and
+    its series' names and labels (one tuple shared by the targets whose series are alike)."""
 
-    __slots__ = ("layouts", "groups")
+    __slots__ = ("layouts", "order", "groups")
 
     def __init__(self, layouts: tuple[Layout, ...]) -> None:
         self.layouts = layouts
-        joined: dict[bytes, tuple[str, list[int], list[Known]]] = {}
+        joined: dict[bytes, tuple[list[int], list[Known]]] = {}
         offset = 0
         for layout in layouts:
-            for raw, value, _, where, knowns in layout.groups:
-                group = joined.setdefault(raw, (value, [], []))
-                group[1].extend(offset + index for index in where)
-                group[2].extend(knowns)
+            for raw, where, knowns in layout.groups():
+                group = joined.setdefault(raw, ([], []))
+                group[0].extend(offset + index for index in where)
+                group[1].extend(knowns)
             offset += layout.series
-        self.groups = [(raw, value, picker(where), tuple(knowns)) for raw, (value, where, knowns) in joined.items()]
+        self.order = array("l")
+        self.groups: list[tuple[bytes, str, int, int, tuple[Known, ...]]] = []
+        shared: dict[tuple[Known, ...], tuple[Known, ...]] = {}
+        for raw, (where, knowns) in joined.items():
+            alike = tuple(knowns)
+            self.groups.append((raw, raw.decode(), len(self.order), len(self.order) + len(where),
+                                shared.setdefault(alike, alike)))
+            self.order.extend(where)
 
 
 def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKey],
@@ -162,28 +191,39 @@ def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKe
     joint = layouts.joint
     if joint is None or joint.layouts != held:  # the same Layout objects: compared by identity
         joint = layouts.joint = Joint(held)
+    order = joint.order
     stamps = list(chain.from_iterable(answer.stamps for answer in answers))
     values = list(chain.from_iterable(answer.values for answer in answers))
+    ordered = [values[index] for index in order]
+    # Every series of the read at one time (one fleet scraped in step), or each target's compared.
+    one = float(stamps[0]) if stamps and stamps.count(stamps[0]) == len(stamps) else None
+    by_target = None if one is not None else [stamps[index] for index in order]
     out: dict[TargetKey, list[StoredSeries | Steady]] = {}
-    for raw, value, pick, knowns in joint.groups:
+    for raw, value, low, high, knowns in joint.groups:
         key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(value))
         if key is None:
             continue
-        at = pick(stamps)
-        if at.count(at[0]) != len(at):
-            return None
-        out[key] = [(knowns, float(at[0]), pick(values))]
+        at = one
+        if by_target is not None:
+            mine = by_target[low:high]
+            if mine.count(mine[0]) != high - low:
+                return None
+            at = float(mine[0])
+        assert at is not None
+        out[key] = [(knowns, at, ordered[low:high])]
     return out
 
 
-def _layout(blocks: list[bytes], label: str) -> Layout | None:
+def _layout(blocks: list[bytes], label: str, digest: bytes) -> Layout | None:
     """The targets and series of a steady answer's label blocks (``{"metric":{`` and its labels, each after
     the first led by its comma, then nothing); None: not that form, or a series the scan cannot vouch for."""
     if blocks[-1]:
         return None
     needle = b'"' + label.encode() + b'":"'
     skip = len(needle)
-    groups: dict[bytes, tuple[str, list[int], list[Known]]] = {}
+    owners = array("i")
+    targets: dict[bytes, int] = {}
+    knowns: list[Known] = []
     for index, block in enumerate(blocks[:-1]):
         lead = _OPEN if index == 0 else b"," + _OPEN
         if not block.startswith(lead) or block.count(_OPEN) != 1:
@@ -203,17 +243,15 @@ def _layout(blocks: list[bytes], label: str) -> Layout | None:
                 if len(_REST) >= _REST_MAX:
                     _REST.clear()
                 known = _REST[rest] = known_of(metric, frozenset((label,))) if "__name__" in metric else None
-            value = raw.decode()
+            raw.decode()
         except ValueError:  # labels json refuses, text not UTF-8
             return None
         if known is None:  # a series with no name: skipped, as every path skips it
+            owners.append(-1)
             continue
-        group = groups.get(raw)
-        if group is None:
-            group = groups[raw] = (value, [], [])
-        group[1].append(index)
-        group[2].append(known)
-    return Layout(blocks, [(raw, value, where, tuple(knowns)) for raw, (value, where, knowns) in groups.items()])
+        owners.append(targets.setdefault(raw, len(targets)))
+        knowns.append(known)
+    return Layout(digest, len(blocks) - 1, owners, list(targets), tuple(knowns))
 
 
 def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: frozenset[str],

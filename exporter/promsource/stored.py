@@ -81,7 +81,7 @@ class StoredSeries:
 
 # One target's series of one steady answer (one sample each, at one time): their names and labels, the time,
 # the values in that order (exporter.promsource.scan.scan_steady: no object per series).
-Steady = tuple[tuple["Known", ...], float, tuple[float, ...]]
+Steady = tuple[tuple["Known", ...], float, Sequence[float]]
 
 
 def expand(matrix: Sequence[StoredSeries | Steady]) -> list[StoredSeries]:
