@@ -54,11 +54,12 @@ class Layout:
     stay: known again by their SHA-1, not held): per series, the target it belongs to (an index into
     ``targets``, each target's value as sent) and its name and labels; series with no name are left out."""
 
-    __slots__ = ("digest", "series", "owners", "targets", "knowns")
+    __slots__ = ("digest", "canonical", "series", "owners", "targets", "knowns")
 
-    def __init__(self, digest: bytes, series: int, owners: array[int], targets: list[bytes],
+    def __init__(self, digest: bytes, canonical: bytes, series: int, owners: array[int], targets: list[bytes],
                  knowns: tuple[Known, ...]) -> None:
-        self.digest = digest
+        self.digest = digest  # of the blocks in the order worked out
+        self.canonical = canonical  # of the blocks sorted
         self.series = series  # every series of the answer, named or not: the positions of its samples
         self.owners = owners  # per series; -1: a series with no name
         self.targets = targets
@@ -105,23 +106,41 @@ _LAYOUTS_MAX = 4096
 def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str) -> SteadyAnswer | None:
     """An answer whose every series holds one sample (a steady cycle's), its label blocks worked out or found
     as the last answer to ``query`` left them (``layouts``); None: not that form, or a series the scan cannot
-    vouch for (several samples, other spellings, escapes), or a value ``float`` does not read."""
+    vouch for (several samples, other spellings, escapes), or a value ``float`` does not read.
+
+    Prometheus answers its series in one order cycle after cycle; VictoriaMetrics in the order its workers
+    finish. An answer whose blocks are the layout's in another order is put in their sorted order (the
+    layout, once such an answer is seen, is worked out in that order), so each target's series keep one
+    order from cycle to cycle, what the plans of its snapshots are cached by."""
     head = next((h for h in _HEADS if body.startswith(h)), None)
     if head is None or not body.endswith(_TAIL) or _MANY in body:
         return None
     pieces = _ONE.split(body[len(head):len(body) - len(_TAIL)])
     blocks = pieces[0::3]
-    digest = _digest(blocks)
+    if blocks.pop():
+        return None
+    if blocks:
+        blocks[0] = b"," + blocks[0]  # each block led by its comma, whichever comes first
+    stamps, texts = pieces[1::3], pieces[2::3]
     layout = layouts.get(query)
+    digest = _digest(blocks)
     if layout is None or layout.digest != digest:
-        layout = _layout(blocks, label, digest)
+        order: list[int] | None = sorted(range(len(blocks)), key=blocks.__getitem__)
+        ordered = [blocks[index] for index in order or ()]
+        canonical = _digest(ordered)
+        if layout is None or canonical not in (layout.digest, layout.canonical):  # other series
+            layout, order = _layout(blocks, label, digest, canonical), None
+        elif canonical != layout.digest:  # the same series in another order: from now on sorted
+            layout = _layout(ordered, label, canonical, canonical)
         if layout is None:
             return None
+        if order is not None:
+            stamps, texts = [stamps[index] for index in order], [texts[index] for index in order]
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
         layouts[query] = layout
     try:
-        return SteadyAnswer(body, layout, pieces[1::3], list(map(float, pieces[2::3])))
+        return SteadyAnswer(body, layout, stamps, list(map(float, texts)))
     except ValueError:  # a value float() does not read as bytes: the series' path keeps its text
         return None
 
@@ -214,18 +233,16 @@ def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKe
     return out
 
 
-def _layout(blocks: list[bytes], label: str, digest: bytes) -> Layout | None:
-    """The targets and series of a steady answer's label blocks (``{"metric":{`` and its labels, each after
-    the first led by its comma, then nothing); None: not that form, or a series the scan cannot vouch for."""
-    if blocks[-1]:
-        return None
+def _layout(blocks: list[bytes], label: str, digest: bytes, canonical: bytes) -> Layout | None:
+    """The targets and series of a steady answer's label blocks (each ``,{"metric":{`` and its labels); None:
+    not that form, or a series the scan cannot vouch for."""
     needle = b'"' + label.encode() + b'":"'
     skip = len(needle)
     owners = array("i")
     targets: dict[bytes, int] = {}
     knowns: list[Known] = []
-    for index, block in enumerate(blocks[:-1]):
-        lead = _OPEN if index == 0 else b"," + _OPEN
+    lead = b"," + _OPEN
+    for block in blocks:
         if not block.startswith(lead) or block.count(_OPEN) != 1:
             return None
         labels = block[len(lead):]
@@ -251,7 +268,7 @@ def _layout(blocks: list[bytes], label: str, digest: bytes) -> Layout | None:
             continue
         owners.append(targets.setdefault(raw, len(targets)))
         knowns.append(known)
-    return Layout(digest, len(blocks) - 1, owners, list(targets), tuple(knowns))
+    return Layout(digest, canonical, len(blocks), owners, list(targets), tuple(knowns))
 
 
 def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: frozenset[str],

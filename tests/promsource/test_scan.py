@@ -4,6 +4,7 @@ the scan cannot vouch for is left to json, and nothing is filed twice."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any, cast
 
@@ -177,3 +178,27 @@ def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_pat
     moved = [body([s for s in later if s["metric"]["__name__"] == names[0]]), *answers[1:]]
     reread = [split.steady(answer, name) for answer, name in zip(moved, names, strict=True)]
     assert all(reread) and split.joined(cast(list[SteadyAnswer], reread)) is None
+
+
+def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: Path) -> None:
+    """VictoriaMetrics answers a range selector in the order its workers finish: each target's series are filed
+    in the blocks' sorted order once the same blocks come in another order, the layout worked out once more."""
+    write_captures("healthy", tmp_path, 45.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    layouts = Layouts()
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+    orders, seen = [], []
+    for step, seed in enumerate((None, 1, 2, 3)):
+        one = [{**s, "values": cast(list[Any], s["values"])[step - 1:step] if step else s["values"][:1]}
+               for s in result]
+        if seed is not None:
+            random.Random(seed).shuffle(one)
+        answer = body(one)
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert split.scanned(answer, into, "q")
+        mine, theirs = filed(into), both([answer])[2]
+        assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
+        orders.append({k: [(name, labels) for name, labels, *_ in v] for k, v in mine.items()})
+        seen.append(layouts["q"])
+    assert orders[1] == orders[2] == orders[3] and seen[1] is seen[2] is seen[3]
