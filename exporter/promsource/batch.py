@@ -23,7 +23,7 @@ from typing import Any
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
-from exporter.promsource.scan import Layouts, SteadyAnswer, join_steady, read_steady, scan, scan_steady
+from exporter.promsource.scan import Layouts, SteadyAnswer, file_steady, join_steady, read_steady, scan, scan_steady
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.stored import Steady, StoredSeries
 
@@ -123,7 +123,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
                 answers[index] = steady
                 return
             into = answers[index] = {}
-            if not split.scanned(body, into):
+            if not split.scanned(body, into, None):
                 decode(body, into)  # json's objects dropped before the next answer is read
 
     await asyncio.gather(*(one(index, names, narrowing) for index, (names, narrowing) in enumerate(queries)))
@@ -136,9 +136,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
             return by_target
     for answer in answers:
         if isinstance(answer, SteadyAnswer):  # answer by answer (a target's series at several times)
-            body, answer = answer.body, {}
-            if not split.scanned(body, answer, None):
-                decode(body, answer)
+            answer = split.filed(answer)
         for key, series in answer.items():
             by_target[key] += series
     return by_target
@@ -164,6 +162,12 @@ class Split:
     def joined(self, answers: Sequence[SteadyAnswer]) -> dict[TargetKey, list[StoredSeries | Steady]] | None:
         """A read's steady answers -> each target's samples as one ``Steady``; None: file them one by one."""
         return join_steady(answers, self.by_value, self.raw_keys, self.layouts)
+
+    def filed(self, answer: SteadyAnswer) -> dict[TargetKey, list[StoredSeries | Steady]]:
+        """A steady answer's series by target, as ``scanned`` files them."""
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        file_steady(answer, self.by_value, into, self.raw_keys)
+        return into
 
     def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries | Steady]],
                 query: str | None = "") -> bool:

@@ -88,13 +88,11 @@ class Layouts(dict[str, Layout]):
 
 class SteadyAnswer:
     """A steady answer read: its layout, each series' stamp (as sent: one target's are compared as bytes, one
-    made a number) and value in the answer's order, and its bytes (for the other paths, where the read's
-    answers cannot be joined)."""
+    made a number) and value in the layout's order (its bytes are not kept)."""
 
-    __slots__ = ("body", "layout", "stamps", "values")
+    __slots__ = ("layout", "stamps", "values")
 
-    def __init__(self, body: bytes, layout: Layout, stamps: list[bytes], values: list[float]) -> None:
-        self.body = body
+    def __init__(self, layout: Layout, stamps: list[bytes], values: list[float]) -> None:
         self.layout = layout
         self.stamps = stamps
         self.values = values
@@ -140,7 +138,7 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
             layouts.clear()
         layouts[query] = layout
     try:
-        return SteadyAnswer(body, layout, stamps, list(map(float, texts)))
+        return SteadyAnswer(layout, stamps, list(map(float, texts)))
     except ValueError:  # a value float() does not read as bytes: the series' path keeps its text
         return None
 
@@ -149,19 +147,20 @@ def file_steady(answer: SteadyAnswer, by_value: Mapping[str, TargetKey],
                 by_target: dict[TargetKey, list[StoredSeries | Steady]],
                 raw_keys: dict[bytes, TargetKey | None]) -> bool:
     """Each target's samples of one steady answer filed as one ``Steady`` (its series' names and labels, the
-    stamp, the values); False, nothing filed: a target's series at several times (``scan`` decides)."""
-    staged: list[tuple[TargetKey, Steady]] = []
+    stamp, the values), or, where its series are at several times, as its series one by one (what ``scan``
+    files for them)."""
     stamps, values = answer.stamps, answer.values
     for raw, where, knowns in answer.layout.groups():
         key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(raw.decode()))
         if key is None:
             continue
         at = [stamps[index] for index in where]
-        if at.count(at[0]) != len(at):  # the same bytes (one time spelled two ways: the other paths decide)
-            return False
-        staged.append((key, (tuple(knowns), float(at[0]), [values[index] for index in where])))
-    for key, steady in staged:
-        by_target.setdefault(key, []).append(steady)
+        filed = by_target.setdefault(key, [])
+        if at.count(at[0]) == len(at):  # the same bytes (one time spelled two ways: one by one)
+            filed.append((tuple(knowns), float(at[0]), [values[index] for index in where]))
+        else:
+            filed += [StoredSeries(known, (float(stamps[index]),), (values[index],))
+                      for index, known in zip(where, knowns, strict=True)]
     return True
 
 

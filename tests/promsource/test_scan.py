@@ -143,18 +143,20 @@ def test_a_steady_answer_is_filed_per_target_and_its_label_blocks_worked_out_onc
         assert filed(filed_here) == both([answer])[2]
         seen.append(layouts["q"])
     assert seen[1] is seen[2]  # the same label blocks: worked out once
-    # Declined, nothing filed: several samples a series, a value float() does not read, stamps that differ
-    # within a target (the other paths decide those).
-    declined = [result,
-                [{**s, "values": [[1.0, "many"]]} for s in result],
-                [{**s, "values": [[1.0 + i, "1"]]} for i, s in enumerate(result)]]
-    for answer in declined:
+    # Declined, nothing filed: several samples a series, a value float() does not read (the other paths decide).
+    for answer in (result, [{**s, "values": [[1.0, "many"]]} for s in result]):
         into: dict[TargetKey, list[StoredSeries | Steady]] = {}
         assert not scan_steady(body(answer), "instance", {t: TargetKey((("instance", t),)) for t in TARGETS[:2]},
                                into, {}, {}, "q")
         assert into == {}
         took, scanned, decoded = both([body(answer)])
         assert took == [True] and scanned == decoded
+    # A target's series at several times: filed one by one, as scan files them.
+    apart = body([{**s, "values": [[1.0 + i, "1"]]} for i, s in enumerate(result)])
+    into = {}
+    assert scan_steady(apart, "instance", {t: TargetKey((("instance", t),)) for t in TARGETS[:2]}, into, {}, {}, "q")
+    assert all(isinstance(item, StoredSeries) for items in into.values() for item in items)
+    assert filed(into) == both([apart])[2]
 
 
 def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_path: Path) -> None:
