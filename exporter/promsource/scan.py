@@ -8,6 +8,13 @@ JSON grammar splits it; the target label is cut out of the series' label block a
 is left (the same bytes for that series on every target and cycle) names its decoded labels in a
 cache. Only the samples become numbers.
 
+A steady answer (every series one sample) goes further (``read_steady``): one pattern splits it at its
+samples into label blocks, stamps and values; the blocks are worked out once (which target, which
+name and labels) and known again, cycle after cycle, by their SHA-1 (in their sorted order where the
+store answers in another order each time, as VictoriaMetrics does); a read whose answers are all
+steady is joined (``join_steady``) into one ``Steady`` per target: no object per series, and each
+target's series in one order, what its snapshots' plans are cached by.
+
 Only answers in the compact form Prometheus and VictoriaMetrics write are scanned; where the scan
 cannot vouch for an answer (another spelling, warnings, a target label value with escapes, several
 target labels) it returns None or hands that series to ``json``, which decides it as before.
