@@ -8,11 +8,13 @@ The store's answers are made in this process (:class:`ReplayedStore`: the fleet 
 engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus API's compact JSON and read
 by the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
 diagnoser's CPU from the answer's bytes to every engine's published verdict. Two diagnosers follow the
-same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: answers scanned as bytes into compact series,
-snapshots built from them) and the baseline, the same class with main's read path before issue 52's work
+same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: steady answers split at their samples, each
+answer's label blocks worked out once and known again by their digest, each target's snapshot assembled
+by its layout's plan) and the baseline, the same class with main's read path before issue 52's work
 (every answer kept whole, each scrape rewritten as exposition text and parsed, the cyclic garbage
-collector running through the cycle). Each round is one steady
-cycle of each, alternated (lab/rounds.py); the verdict documents of the two must be identical every round.
+collector running through the cycle). After the cold cycle and one steady
+cycle of each (unmeasured: ours works out the answers' layouts there), each round is one steady cycle of
+each, alternated (lab/rounds.py); the verdict documents of the two must be identical every round.
 """
 
 from __future__ import annotations
@@ -154,7 +156,7 @@ def diagnoser(kind: type[CentralDiagnoser], store: ReplayedStore) -> CentralDiag
 
 def run(engines: int, rounds: int) -> dict[str, Any]:
     start = 1_700_000_000.0
-    duration = WINDOW + INTERVAL * (rounds + 3)
+    duration = WINDOW + INTERVAL * (rounds + 4)
     with tempfile.TemporaryDirectory(prefix="vllm-diag-central-rounds-") as tmp:
         store = ReplayedStore(Path(tmp), engines, start, duration)
     ours, baseline = diagnoser(CentralDiagnoser, store), diagnoser(TextRoundTrip, store)
@@ -173,8 +175,10 @@ def run(engines: int, rounds: int) -> dict[str, Any]:
             read.append(stats.bytes_read)
         return cost
 
-    for central in (ours, baseline):  # the cold cycle: a window per engine
-        asyncio.run(central.cycle(now=first))
+    for central in (ours, baseline):  # the cold cycle (a window per engine), then a first steady one, where ours
+        asyncio.run(central.cycle(now=first))  # works out each answer's layout once (exporter/promsource/scan.py)
+        asyncio.run(central.cycle(now=first + INTERVAL))
+    first += INTERVAL
 
     def same(i: int) -> None:
         mine = json.dumps(document.build(ours.states.values(), now=0.0), sort_keys=True)

@@ -23,9 +23,9 @@ from typing import Any
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
-from exporter.promsource.scan import scan
+from exporter.promsource.scan import Layouts, SteadyAnswer, file_steady, join_steady, read_steady, scan, scan_steady
 from exporter.promsource.settings import PrometheusSource
-from exporter.promsource.stored import StoredSeries
+from exporter.promsource.stored import Steady, StoredSeries
 
 
 def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
@@ -86,12 +86,14 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
 
 
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
-                        end: float, *, everything: bool) -> dict[TargetKey, list[StoredSeries]]:
+                        end: float, *, everything: bool,
+                        layouts: Layouts | None = None) -> dict[TargetKey, list[StoredSeries | Steady]]:
     """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
 
     ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed). Each
     answer is made compact (``StoredSeries``) as it arrives and its decoded JSON dropped: memory holds the
-    numbers of the read, and at most ``max_concurrency`` answers at once.
+    numbers of the read, and at most ``max_concurrency`` answers at once. ``layouts``: each query's last steady
+    answer's label blocks worked out (``scan.scan_steady``), kept by the caller from cycle to cycle.
     """
     labels = tuple(source.target_labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
@@ -101,28 +103,40 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
     queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
     # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
     # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
-    answers: list[dict[TargetKey, list[StoredSeries]]] = [{} for _ in queries]
-    split = Split(labels, by_values)
+    answers: list[dict[TargetKey, list[StoredSeries | Steady]] | SteadyAnswer] = [{} for _ in queries]
+    split = Split(labels, by_values, Layouts() if layouts is None else layouts)
 
-    async def one(names: tuple[str, ...], narrowing: str, into: dict[TargetKey, list[StoredSeries]]) -> None:
+    def decode(body: bytes, into: dict[TargetKey, list[StoredSeries | Steady]]) -> None:
+        data = client.data("query", body)
+        if data.get("resultType") != "matrix":
+            raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
+        split.decoded(data.get("result") or [], into)
+
+    async def one(index: int, names: tuple[str, ...], narrowing: str) -> None:
         expr = selector(source.match, names)
         if narrowing:
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             body = await client.query_body(f"{expr}[{millis}ms]", end)
-            if split.scanned(body, into):
+            steady = split.steady(body, expr)  # a steady cycle's: joined with the others below
+            if steady is not None:
+                answers[index] = steady
                 return
-            data = client.data("query", body)
-            del body
-            if data.get("resultType") != "matrix":
-                raise PromError(f"{client.shown}: expected a matrix for a range selector, got {data.get('resultType')}")
-            split.decoded(data.get("result") or [], into)
-            del data  # before the next answer is read
+            into = answers[index] = {}
+            if not split.scanned(body, into, None):
+                decode(body, into)  # json's objects dropped before the next answer is read
 
-    await asyncio.gather(*(one(names, narrowing, into) for (names, narrowing), into in zip(queries, answers,
-                                                                                           strict=True)))
-    by_target: dict[TargetKey, list[StoredSeries]] = {key: [] for key in keys}
+    await asyncio.gather(*(one(index, names, narrowing) for index, (names, narrowing) in enumerate(queries)))
+    by_target: dict[TargetKey, list[StoredSeries | Steady]] = {key: [] for key in keys}
+    steady = [answer for answer in answers if isinstance(answer, SteadyAnswer)]
+    if steady and len(steady) == len(answers):
+        joined = split.joined(steady)
+        if joined is not None:
+            by_target.update(joined)
+            return by_target
     for answer in answers:
+        if isinstance(answer, SteadyAnswer):  # answer by answer (a target's series at several times)
+            answer = split.filed(answer)
         for key, series in answer.items():
             by_target[key] += series
     return by_target
@@ -132,19 +146,42 @@ class Split:
     """Answers -> each target's series, in each answer's order (``into``: target -> its series, a list made
     for a target as its first series is found)."""
 
-    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey]) -> None:
+    def __init__(self, labels: tuple[str, ...], by_values: dict[tuple[str, ...], TargetKey],
+                 layouts: Layouts | None = None) -> None:
         self.labels = labels
         self.strip = frozenset(labels)
         self.by_values = by_values
         self.by_value = {values[0]: key for values, key in by_values.items()} if len(labels) == 1 else {}
         self.raw_keys: dict[bytes, TargetKey | None] = {}  # the targets by their label's value as answers spell it
+        self.layouts = Layouts() if layouts is None else layouts
 
-    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries]]) -> bool:
-        """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`); False: it
-        must be decoded (``decoded``), nothing was filed."""
-        return bool(self.by_value) and scan(body, self.labels[0], self.by_value, self.strip, into, self.raw_keys)
+    def steady(self, body: bytes, query: str) -> SteadyAnswer | None:
+        """A steady answer to ``query`` read (:func:`exporter.promsource.scan.read_steady`), nothing filed yet."""
+        return read_steady(body, self.labels[0], self.layouts, query) if self.by_value else None
 
-    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries]]) -> None:
+    def joined(self, answers: Sequence[SteadyAnswer]) -> dict[TargetKey, list[StoredSeries | Steady]] | None:
+        """A read's steady answers -> each target's samples as one ``Steady``; None: file them one by one."""
+        return join_steady(answers, self.by_value, self.raw_keys, self.layouts)
+
+    def filed(self, answer: SteadyAnswer) -> dict[TargetKey, list[StoredSeries | Steady]]:
+        """A steady answer's series by target, as ``scanned`` files them."""
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        file_steady(answer, self.by_value, into, self.raw_keys)
+        return into
+
+    def scanned(self, body: bytes, into: dict[TargetKey, list[StoredSeries | Steady]],
+                query: str | None = "") -> bool:
+        """The answer's series filed without decoding its JSON (:mod:`exporter.promsource.scan`: as ``Steady``
+        samples where it is a steady answer, ``query`` given); False: it must be decoded (``decoded``),
+        nothing was filed."""
+        if not self.by_value:
+            return False
+        label = self.labels[0]
+        return ((query is not None and scan_steady(body, label, self.by_value, into, self.raw_keys, self.layouts,
+                                                   query))
+                or scan(body, label, self.by_value, self.strip, into, self.raw_keys))
+
+    def decoded(self, result: Sequence[Mapping[str, Any]], into: dict[TargetKey, list[StoredSeries | Steady]]) -> None:
         for series in result:
             metric = series.get("metric", {})
             if self.by_value:

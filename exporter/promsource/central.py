@@ -40,6 +40,7 @@ from exporter.poll import ScrapeResult
 from exporter.promsource.batch import owned, read_families
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
+from exporter.promsource.scan import Layouts
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
 from exporter.promsource.stored import snapshots
@@ -88,6 +89,7 @@ class CentralDiagnoser(Sidecar):
         self.fleet_targets = 0  # targets the store holds, every shard's
         self.registry.register(_CentralCollector(self))
         self.client: PromClient | None = None
+        self.layouts = Layouts()  # each query's steady answer worked out, and a read's joined (scan.py)
 
     def pending(self) -> list[str]:
         return [] if self.cycles_total else ["the first cycle against the store"]
@@ -217,7 +219,8 @@ class CentralDiagnoser(Sidecar):
         try:
             for group, start, end in reads:
                 series = await read_families(client, self.source, group, start, end,
-                                             everything=everything and len(group) == len(keys))
+                                             everything=everything and len(group) == len(keys),
+                                             layouts=self.layouts)
                 for key in group:  # built and fed one target at a time, its stored series released as it goes
                     pipeline = self.pipelines[key.name]
                     newest = pipeline.window.latest

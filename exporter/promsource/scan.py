@@ -8,6 +8,13 @@ JSON grammar splits it; the target label is cut out of the series' label block a
 is left (the same bytes for that series on every target and cycle) names its decoded labels in a
 cache. Only the samples become numbers.
 
+A steady answer (every series one sample) goes further (``read_steady``): one pattern splits it at its
+samples into label blocks, stamps and values; the blocks are worked out once (which target, which
+name and labels) and known again, cycle after cycle, by their SHA-1 (in their sorted order where the
+store answers in another order each time, as VictoriaMetrics does); a read whose answers are all
+steady is joined (``join_steady``) into one ``Steady`` per target: no object per series, and each
+target's series in one order, what its snapshots' plans are cached by.
+
 Only answers in the compact form Prometheus and VictoriaMetrics write are scanned; where the scan
 cannot vouch for an answer (another spelling, warnings, a target label value with escapes, several
 target labels) it returns None or hands that series to ``json``, which decides it as before.
@@ -15,11 +22,15 @@ target labels) it returns None or hands that series to ``json``, which decides i
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Mapping
+import re
+from array import array
+from collections.abc import Mapping, Sequence
+from itertools import chain
 
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import Known, StoredSeries, known_of
+from exporter.promsource.stored import Known, Steady, StoredSeries, known_of
 
 # Prometheus' answer, and VictoriaMetrics' (which says whether it is partial: a partial one is decoded).
 _HEADS = (b'{"status":"success","data":{"resultType":"matrix","result":[',
@@ -35,8 +46,239 @@ _REST: dict[bytes, Known | None] = {}
 _REST_MAX = 65536
 
 
+# A steady answer: every series one sample, closed by ``},"values":[[stamp,"value"]]}`` (no label's value
+# holds that: its quotes would be escaped). Split there, the answer is its label blocks, stamps and values.
+_ONE = re.compile(rb'\},"values":\[\[([0-9.eE+-]+),"([^"\\]*)"\]\]\}')
+_MANY = b'"],['  # a series of several samples: no steady answer
+_OPEN = b'{"metric":{'
+
+def _digest(blocks: list[bytes]) -> bytes:
+    return hashlib.sha1(b"".join(blocks), usedforsecurity=False).digest()
+
+
+class Layout:
+    """A steady answer's label blocks worked out once (they are the same bytes every cycle while its series
+    stay: known again by their SHA-1, not held): per series, the target it belongs to (an index into
+    ``targets``, each target's value as sent) and its name and labels; series with no name are left out."""
+
+    __slots__ = ("digest", "canonical", "series", "owners", "targets", "knowns")
+
+    def __init__(self, digest: bytes, canonical: bytes, series: int, owners: array[int], targets: list[bytes],
+                 knowns: tuple[Known, ...]) -> None:
+        self.digest = digest  # of the blocks in the order worked out
+        self.canonical = canonical  # of the blocks sorted
+        self.series = series  # every series of the answer, named or not: the positions of its samples
+        self.owners = owners  # per series; -1: a series with no name
+        self.targets = targets
+        self.knowns = knowns  # per named series, in the answer's order
+
+    def groups(self) -> list[tuple[bytes, list[int], list[Known]]]:
+        """Per target: its value as sent, its series' positions in the answer and their names and labels."""
+        groups: dict[int, tuple[bytes, list[int], list[Known]]] = {}
+        named = iter(self.knowns)
+        for index, owner in enumerate(self.owners):
+            if owner >= 0:
+                group = groups.get(owner)
+                if group is None:
+                    group = groups[owner] = (self.targets[owner], [], [])
+                group[1].append(index)
+                group[2].append(next(named))
+        return list(groups.values())
+
+
+class Layouts(dict[str, Layout]):
+    """Each query's last steady answer worked out, and the last read's answers joined (``join_steady``): kept
+    by the central diagnoser from cycle to cycle."""
+
+    joint: Joint | None = None
+
+
+class SteadyAnswer:
+    """A steady answer read: its layout, each series' stamp (as sent: one target's are compared as bytes, one
+    made a number) and value in the layout's order (its bytes are not kept)."""
+
+    __slots__ = ("layout", "stamps", "values")
+
+    def __init__(self, layout: Layout, stamps: list[bytes], values: list[float]) -> None:
+        self.layout = layout
+        self.stamps = stamps
+        self.values = values
+
+
+_LAYOUTS_MAX = 4096
+
+
+def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str) -> SteadyAnswer | None:
+    """An answer whose every series holds one sample (a steady cycle's), its label blocks worked out or found
+    as the last answer to ``query`` left them (``layouts``); None: not that form, or a series the scan cannot
+    vouch for (several samples, other spellings, escapes), or a value ``float`` does not read.
+
+    Prometheus answers its series in one order cycle after cycle; VictoriaMetrics in the order its workers
+    finish. An answer whose blocks are the layout's in another order is put in their sorted order (the
+    layout, once such an answer is seen, is worked out in that order), so each target's series keep one
+    order from cycle to cycle, what the plans of its snapshots are cached by."""
+    head = next((h for h in _HEADS if body.startswith(h)), None)
+    if head is None or not body.endswith(_TAIL) or _MANY in body:
+        return None
+    pieces = _ONE.split(body[len(head):len(body) - len(_TAIL)])
+    blocks = pieces[0::3]
+    if blocks.pop():
+        return None
+    if blocks:
+        blocks[0] = b"," + blocks[0]  # each block led by its comma, whichever comes first
+    stamps, texts = pieces[1::3], pieces[2::3]
+    layout = layouts.get(query)
+    digest = _digest(blocks)
+    if layout is None or layout.digest != digest:
+        order: list[int] | None = sorted(range(len(blocks)), key=blocks.__getitem__)
+        ordered = [blocks[index] for index in order or ()]
+        canonical = _digest(ordered)
+        if layout is None or canonical not in (layout.digest, layout.canonical):  # other series
+            layout, order = _layout(blocks, label, digest, canonical), None
+        elif canonical != layout.digest:  # the same series in another order: from now on sorted
+            layout = _layout(ordered, label, canonical, canonical)
+        if layout is None:
+            return None
+        if order is not None:
+            stamps, texts = [stamps[index] for index in order], [texts[index] for index in order]
+        if len(layouts) >= _LAYOUTS_MAX:
+            layouts.clear()
+        layouts[query] = layout
+    try:
+        return SteadyAnswer(layout, stamps, list(map(float, texts)))
+    except ValueError:  # a value float() does not read as bytes: the series' path keeps its text
+        return None
+
+
+def file_steady(answer: SteadyAnswer, by_value: Mapping[str, TargetKey],
+                by_target: dict[TargetKey, list[StoredSeries | Steady]],
+                raw_keys: dict[bytes, TargetKey | None]) -> bool:
+    """Each target's samples of one steady answer filed as one ``Steady`` (its series' names and labels, the
+    stamp, the values), or, where its series are at several times, as its series one by one (what ``scan``
+    files for them)."""
+    stamps, values = answer.stamps, answer.values
+    for raw, where, knowns in answer.layout.groups():
+        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(raw.decode()))
+        if key is None:
+            continue
+        at = [stamps[index] for index in where]
+        filed = by_target.setdefault(key, [])
+        if at.count(at[0]) == len(at):  # the same bytes (one time spelled two ways: one by one)
+            filed.append((tuple(knowns), float(at[0]), [values[index] for index in where]))
+        else:
+            filed += [StoredSeries(known, (float(stamps[index]),), (values[index],))
+                      for index, known in zip(where, knowns, strict=True)]
+    return True
+
+
+def scan_steady(body: bytes, label: str, by_value: Mapping[str, TargetKey],
+                by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None],
+                layouts: dict[str, Layout], query: str) -> bool:
+    """``scan`` for a steady answer (``read_steady``, ``file_steady``): no object per series. False, with
+    nothing filed: ``scan`` decides the answer."""
+    answer = read_steady(body, label, layouts, query)
+    return answer is not None and file_steady(answer, by_value, by_target, raw_keys)
+
+
+class Joint:
+    """A read's steady answers (these layouts, in query order) as one: the positions of all their samples
+    ordered by target (``order``), and per target its value as sent, decoded, its slice of that order, and
+    its series' names and labels (one tuple shared by the targets whose series are alike)."""
+
+    __slots__ = ("layouts", "order", "groups")
+
+    def __init__(self, layouts: tuple[Layout, ...]) -> None:
+        self.layouts = layouts
+        joined: dict[bytes, tuple[list[int], list[Known]]] = {}
+        offset = 0
+        for layout in layouts:
+            for raw, where, knowns in layout.groups():
+                group = joined.setdefault(raw, ([], []))
+                group[0].extend(offset + index for index in where)
+                group[1].extend(knowns)
+            offset += layout.series
+        self.order = array("l")
+        self.groups: list[tuple[bytes, str, int, int, tuple[Known, ...]]] = []
+        shared: dict[tuple[Known, ...], tuple[Known, ...]] = {}
+        for raw, (where, knowns) in joined.items():
+            alike = tuple(knowns)
+            self.groups.append((raw, raw.decode(), len(self.order), len(self.order) + len(where),
+                                shared.setdefault(alike, alike)))
+            self.order.extend(where)
+
+
+def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKey],
+                raw_keys: dict[bytes, TargetKey | None],
+                layouts: Layouts) -> dict[TargetKey, list[StoredSeries | Steady]] | None:
+    """A read whose every answer is steady -> each target's one ``Steady`` (its series in query order, as
+    ``file_steady`` answer by answer would file them); None: a target's series at several times."""
+    held = tuple(answer.layout for answer in answers)
+    joint = layouts.joint
+    if joint is None or joint.layouts != held:  # the same Layout objects: compared by identity
+        joint = layouts.joint = Joint(held)
+    order = joint.order
+    stamps = list(chain.from_iterable(answer.stamps for answer in answers))
+    values = list(chain.from_iterable(answer.values for answer in answers))
+    ordered = [values[index] for index in order]
+    # Every series of the read at one time (one fleet scraped in step), or each target's compared.
+    one = float(stamps[0]) if stamps and stamps.count(stamps[0]) == len(stamps) else None
+    by_target = None if one is not None else [stamps[index] for index in order]
+    out: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    for raw, value, low, high, knowns in joint.groups:
+        key = raw_keys[raw] if raw in raw_keys else raw_keys.setdefault(raw, by_value.get(value))
+        if key is None:
+            continue
+        at = one
+        if by_target is not None:
+            mine = by_target[low:high]
+            if mine.count(mine[0]) != high - low:
+                return None
+            at = float(mine[0])
+        assert at is not None
+        out[key] = [(knowns, at, ordered[low:high])]
+    return out
+
+
+def _layout(blocks: list[bytes], label: str, digest: bytes, canonical: bytes) -> Layout | None:
+    """The targets and series of a steady answer's label blocks (each ``,{"metric":{`` and its labels); None:
+    not that form, or a series the scan cannot vouch for."""
+    needle = b'"' + label.encode() + b'":"'
+    skip = len(needle)
+    owners = array("i")
+    targets: dict[bytes, int] = {}
+    knowns: list[Known] = []
+    lead = b"," + _OPEN
+    for block in blocks:
+        if not block.startswith(lead) or block.count(_OPEN) != 1:
+            return None
+        labels = block[len(lead):]
+        at = labels.find(needle)
+        close = labels.find(b'"', at + skip) if at >= 0 else -1
+        raw = labels[at + skip:close]
+        if close < 0 or (at and labels[at - 1] != 0x2C) or b"\\" in raw:
+            return None  # no target label where JSON puts a key, or a value with escapes
+        rest = labels[:at] + labels[close + 1:]
+        try:
+            if rest in _REST:
+                known = _REST[rest]
+            else:
+                metric = json.loads(b"{" + labels + b"}")
+                if len(_REST) >= _REST_MAX:
+                    _REST.clear()
+                known = _REST[rest] = known_of(metric, frozenset((label,))) if "__name__" in metric else None
+            raw.decode()
+        except ValueError:  # labels json refuses, text not UTF-8
+            return None
+        if known is None:  # a series with no name: skipped, as every path skips it
+            owners.append(-1)
+            continue
+        owners.append(targets.setdefault(raw, len(targets)))
+        knowns.append(known)
+    return Layout(digest, canonical, len(blocks), owners, list(targets), tuple(knowns))
+
+
 def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: frozenset[str],
-         by_target: dict[TargetKey, list[StoredSeries]], raw_keys: dict[bytes, TargetKey | None]) -> bool:
+         by_target: dict[TargetKey, list[StoredSeries | Steady]], raw_keys: dict[bytes, TargetKey | None]) -> bool:
     """Append each series of ``body`` (a range selector's answer, undecoded) to its target's list in
     ``by_target``; ``label``: the one target label, whose value names the target in ``by_value`` (series
     of other targets are skipped, as is a series with no name); ``raw_keys``: the targets by their value as
@@ -52,7 +294,7 @@ def scan(body: bytes, label: str, by_value: Mapping[str, TargetKey], strip: froz
     if chunks[0]:
         return False
     chunks[-1] += b","  # every series now ends as one but the last does
-    staged: dict[bytes, list[StoredSeries]] = {}  # by the target label's value as sent
+    staged: dict[bytes, list[StoredSeries | Steady]] = {}  # by the target label's value as sent
     cached = _REST.get
     for index in range(1, len(chunks)):
         chunk = chunks[index]

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
+from operator import itemgetter
 from typing import Any
 
 from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
@@ -75,6 +77,23 @@ class StoredSeries:
         except (TypeError, ValueError):
             numbers = array("d", [_number(text) for text in texts])
             return cls(known, stamps, numbers, [str(text) for text in texts])
+
+
+# One target's series of one steady answer (one sample each, at one time): their names and labels, the time,
+# the values in that order (exporter.promsource.scan.scan_steady: no object per series).
+Steady = tuple[tuple["Known", ...], float, Sequence[float]]
+
+
+def expand(matrix: Sequence[StoredSeries | Steady]) -> list[StoredSeries]:
+    """Each ``Steady`` as its series."""
+    out: list[StoredSeries] = []
+    for item in matrix:
+        if isinstance(item, StoredSeries):
+            out.append(item)
+        else:
+            knowns, at, values = item
+            out += [StoredSeries(known, (at,), (value,)) for known, value in zip(knowns, values, strict=True)]
+    return out
 
 
 def known_of(metric: Mapping[str, str], strip: frozenset[str]) -> Known:
@@ -166,7 +185,7 @@ class _Scrape:
         self.refer = False  # to the parser, through the text
 
 
-def snapshots(matrix: Sequence[StoredSeries], target: Mapping[str, str], after: float | None = None, *,
+def snapshots(matrix: Sequence[StoredSeries | Steady], target: Mapping[str, str], after: float | None = None, *,
               max_series_per_family: int = DEFAULT_MAX_SERIES_PER_FAMILY) -> list[tuple[float, Snapshot | str]]:
     """One target's stored series -> per scrape after ``after``, oldest first, its time and its snapshot, or
     its exposition text where the parser must decide (it may fail the scrape, as it fails a live one).
@@ -175,6 +194,11 @@ def snapshots(matrix: Sequence[StoredSeries], target: Mapping[str, str], after: 
     input keeps them: a target with one series keeps every label, and vLLM's own (model_name, engine) stay
     (``rebuild.constant_labels``).
     """
+    if matrix and all(type(item) is tuple for item in matrix):
+        steady = _steady(matrix, target, after, max_series_per_family)  # type: ignore[arg-type]
+        if steady is not None:
+            return steady
+    matrix = expand(matrix)
     building: dict[float, _Scrape] = {}
     for series, plan in zip(matrix, _plans(matrix, target), strict=True):
         refer = plan.refer or series.raw is not None
@@ -249,19 +273,27 @@ def _snapshot(scrape: _Scrape, at: float) -> Snapshot:
 def _plans(matrix: Sequence[StoredSeries], target: Mapping[str, str]) -> tuple[_Plan, ...]:
     """Each series' plan: the labels it keeps depend on all of the target's series, which are the same series
     (the same ``Known`` objects, in the same order) cycle after cycle, and alike across a fleet's targets."""
-    if len(matrix) == 1:
-        drop: frozenset[str] = frozenset()
-        kept = tuple((k, v) for k, v in target.items() if v)
-    else:
-        kept = tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
-    layout = (tuple(series.known for series in matrix), kept)  # holds the Known objects: their ids stay theirs
+    return _plans_of(tuple(series.known for series in matrix), target)
+
+
+def _kept(series: int, target: Mapping[str, str]) -> LabelPairs:
+    """The target labels a target's series keep (``rebuild.constant_labels``: all where it has one series)."""
+    if series == 1:
+        return tuple((k, v) for k, v in target.items() if v)
+    return tuple((k, v) for k, v in target.items() if k in KEEP_LABELS and v)
+
+
+def _plans_of(knowns: tuple[Known, ...], target: Mapping[str, str]) -> tuple[_Plan, ...]:
+    drop: frozenset[str] = frozenset()
+    kept = _kept(len(knowns), target)
+    layout = (knowns, kept)  # holds the Known objects: their ids stay theirs
     plans = _LAYOUTS.get(layout)
     if plans is None:
-        if len(matrix) > 1:
-            drop = _constant(matrix)
+        if len(knowns) > 1:
+            drop = _constant(knowns)
         if len(_LAYOUTS) >= _LAYOUTS_MAX:
             _LAYOUTS.clear()
-        plans = _LAYOUTS[layout] = tuple(series.known.plan(drop, kept) for series in matrix)
+        plans = _LAYOUTS[layout] = tuple(known.plan(drop, kept) for known in knowns)
     return plans
 
 
@@ -269,13 +301,94 @@ _LAYOUTS: dict[tuple[tuple[Known, ...], LabelPairs], tuple[_Plan, ...]] = {}
 _LAYOUTS_MAX = 1024
 
 
-def _constant(matrix: Sequence[StoredSeries]) -> frozenset[str]:
+def _constant(knowns: Sequence[Known]) -> frozenset[str]:
     """``rebuild.constant_labels`` over the labels kept (the target labels are constant already)."""
-    common = [pair for pair in matrix[0].known.labels if pair[0] not in KEEP_LABELS]
-    for known in {id(series.known): series.known for series in matrix}.values():
+    common = [pair for pair in knowns[0].labels if pair[0] not in KEEP_LABELS]
+    for known in {id(known): known for known in knowns}.values():
         if common and not all(pair in known.labels for pair in common):
             common = [pair for pair in common if pair in known.labels]
     return frozenset(label for label, _ in common)
+
+
+Pick = Callable[[Sequence[Any]], tuple[Any, ...]]  # the same positions of stamps (bytes) and values
+
+
+def picker(where: list[int]) -> Pick:
+    """The values at ``where``, as a tuple (``itemgetter`` gives one position's value bare)."""
+    if len(where) == 1:
+        only = where[0]
+        return lambda seq: (seq[only],)
+    return itemgetter(*where)
+
+
+class _Assembly:
+    """How one layout's values (a steady scrape's, in series order) fill parse()'s stores, worked out once from
+    ``_add`` run over the layout: each family's keys (buckets: bounds) and which values are theirs."""
+
+    __slots__ = ("scalars", "sums", "counts", "buckets", "info")
+
+    def __init__(self, plans: Sequence[_Plan], cap: int) -> None:
+        trial = _Scrape()
+        for plan in plans:
+            if plan.part:
+                _add(trial, plan, 0.0, cap)
+        if trial.refer or any(plan.refer for plan in plans):
+            raise ValueError("a layout the parser decides")
+        at: dict[tuple[str, str, LabelSet], list[int]] = {}  # (part, family, key) -> its values' positions
+        for index, plan in enumerate(plans):
+            if plan.part and plan.info is None:
+                at.setdefault((plan.part, plan.canonical, plan.key), []).append(index)
+        flat: dict[str, dict[str, tuple[tuple[LabelSet, ...], Pick]]] = {}
+        for part, store in (("value", trial.scalars), ("sum", trial.sums), ("count", trial.counts)):
+            flat[part] = {family: (tuple(keys), picker([at[(part, family, key)][0] for key in keys]))
+                          for family, keys in store.items()}
+        self.scalars, self.sums, self.counts = flat["value"], flat["sum"], flat["count"]
+        self.buckets = {family: tuple((key, tuple(bounds), picker(at[("bucket", family, key)]))
+                                      for key, bounds in series.items())
+                        for family, series in trial.buckets.items()}
+        self.info = trial.info
+
+    def snapshot(self, at: float, values: Sequence[float]) -> Snapshot:
+        scalars = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.scalars.items()}
+        sums = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.sums.items()}
+        counts = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.counts.items()}
+        buckets = {family: {key: dict(zip(bounds, pick(values), strict=True)) for key, bounds, pick in series}
+                   for family, series in self.buckets.items()}
+        info = {family: [dict(labels) for labels in found] for family, found in self.info.items()}
+        return snapshot(at, scalars, buckets, sums, counts, info, 0)
+
+
+_ASSEMBLIES: dict[tuple[tuple[tuple[Known, ...], ...], LabelPairs, int], _Assembly | None] = {}  # by layout
+
+
+def _steady(matrix: Sequence[Steady], target: Mapping[str, str], after: float | None,
+            cap: int) -> list[tuple[float, Snapshot | str]] | None:
+    """A steady read's one scrape of a target, its values put where the layout's ``_Assembly`` says; None: the
+    general path decides (stamps that differ, a value that is no finite number, a layout the parser decides)."""
+    at = matrix[0][1]
+    if any(item[1] != at for item in matrix):
+        return None
+    if after is not None and at <= after:
+        return []
+    knowns = tuple(item[0] for item in matrix)
+    layout = (knowns, _kept(sum(map(len, knowns)), target), cap)
+    if layout in _ASSEMBLIES:
+        assembly = _ASSEMBLIES[layout]
+    else:
+        plans = _plans_of(tuple(chain.from_iterable(knowns)), target)
+        try:
+            assembly = _Assembly(plans, cap)
+        except ValueError:
+            assembly = None
+        if len(_ASSEMBLIES) >= _LAYOUTS_MAX:
+            _ASSEMBLIES.clear()
+        _ASSEMBLIES[layout] = assembly
+    if assembly is None:
+        return None
+    values = list(chain.from_iterable(item[2] for item in matrix))
+    if not all(map(math.isfinite, values)):  # the parser drops such samples and counts them: the general path
+        return None
+    return [(at, assembly.snapshot(at, values))]
 
 
 def _as_json(series: StoredSeries, target: Mapping[str, str]) -> dict[str, Any]:

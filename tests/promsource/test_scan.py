@@ -4,6 +4,7 @@ the scan cannot vouch for is left to json, and nothing is filed twice."""
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 from typing import Any, cast
 
@@ -12,7 +13,8 @@ import pytest
 from exporter.promsource import backfill
 from exporter.promsource.batch import Split
 from exporter.promsource.rebuild import TargetKey
-from exporter.promsource.stored import StoredSeries
+from exporter.promsource.scan import Layout, Layouts, SteadyAnswer, scan_steady
+from exporter.promsource.stored import Steady, StoredSeries, expand
 from exporter.simulator import scenario_names, write_captures
 from tests.promsource.test_rebuild import as_matrix
 
@@ -29,17 +31,17 @@ def keys(*values: str) -> dict[tuple[str, ...], TargetKey]:
     return {(value,): TargetKey((("instance", value),)) for value in values}
 
 
-def filed(by_target: dict[TargetKey, list[StoredSeries]]) -> dict[str, list[tuple[Any, ...]]]:
+def filed(by_target: dict[TargetKey, list[StoredSeries | Steady]]) -> dict[str, list[tuple[Any, ...]]]:
     return {key.name: [(s.known.name, s.known.labels, list(s.stamps), [repr(v) for v in s.values], s.raw)
-                       for s in series] for key, series in by_target.items()}
+                       for s in expand(series)] for key, series in by_target.items()}
 
 
 def both(answers: list[bytes], targets: tuple[str, ...] = TARGETS[:2]) -> tuple[list[bool], dict[str, Any],
                                                                                dict[str, Any]]:
     """The scan's filing (json where it declines) and json's alone."""
     by_values = keys(*targets)
-    scanned: dict[TargetKey, list[StoredSeries]] = {}
-    decoded: dict[TargetKey, list[StoredSeries]] = {}
+    scanned: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    decoded: dict[TargetKey, list[StoredSeries | Steady]] = {}
     scan, reference = Split(("instance",), by_values), Split(("instance",), by_values)
     took = []
     for answer in answers:
@@ -114,7 +116,7 @@ def test_a_target_value_with_escapes_is_left_to_json() -> None:
     b'"values":[[1,"1"]]}]}}',
 ])
 def test_answers_in_another_form_are_declined_with_nothing_filed(answer: bytes) -> None:
-    by_target: dict[TargetKey, list[StoredSeries]] = {}
+    by_target: dict[TargetKey, list[StoredSeries | Steady]] = {}
     assert not Split(("instance",), keys("x")).scanned(answer, by_target)
     assert by_target == {}
 
@@ -123,3 +125,82 @@ def test_an_empty_answer_files_nothing_and_several_target_labels_are_decoded() -
     assert both([body([])]) == ([True], {}, {})
     by_values: dict[tuple[str, ...], TargetKey] = {("a", "b"): TargetKey((("instance", "a"), ("pod", "b")))}
     assert not Split(("instance", "pod"), by_values).scanned(body([]), {})
+
+
+def test_a_steady_answer_is_filed_per_target_and_its_label_blocks_worked_out_once(tmp_path: Path) -> None:
+    write_captures("healthy", tmp_path, 45.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    layouts: dict[str, Layout] = {}
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+    seen = []
+    for step in range(3):
+        one = [{**s, "values": cast(list[Any], s["values"])[step:step + 1]} for s in result]
+        answer = body([s for s in one if s["values"]])
+        filed_here: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert split.scanned(answer, filed_here, "q")
+        assert all(isinstance(item, tuple) for items in filed_here.values() for item in items)
+        assert filed(filed_here) == both([answer])[2]
+        seen.append(layouts["q"])
+    assert seen[1] is seen[2]  # the same label blocks: worked out once
+    # Declined, nothing filed: several samples a series, a value float() does not read (the other paths decide).
+    for answer in (result, [{**s, "values": [[1.0, "many"]]} for s in result]):
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert not scan_steady(body(answer), "instance", {t: TargetKey((("instance", t),)) for t in TARGETS[:2]},
+                               into, {}, {}, "q")
+        assert into == {}
+        took, scanned, decoded = both([body(answer)])
+        assert took == [True] and scanned == decoded
+    # A target's series at several times: filed one by one, as scan files them.
+    apart = body([{**s, "values": [[1.0 + i, "1"]]} for i, s in enumerate(result)])
+    into = {}
+    assert scan_steady(apart, "instance", {t: TargetKey((("instance", t),)) for t in TARGETS[:2]}, into, {}, {}, "q")
+    assert all(isinstance(item, StoredSeries) for items in into.values() for item in items)
+    assert filed(into) == both([apart])[2]
+
+
+def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_path: Path) -> None:
+    write_captures("healthy", tmp_path, 30.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [{**s, "values": cast(list[Any], s["values"])[-1:]}
+              for value in TARGETS for s in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    names = sorted({s["metric"]["__name__"] for s in result})
+    answers = [body([s for s in result if s["metric"]["__name__"] == name]) for name in names]  # one per family
+    split = Split(("instance",), keys(*TARGETS[:2]), Layouts())
+    read = [split.steady(answer, name) for answer, name in zip(answers, names, strict=True)]
+    assert all(read)
+    joined = split.joined(cast(list[SteadyAnswer], read))
+    assert joined is not None and all(len(items) == 1 for items in joined.values())  # one Steady a target
+    one_by_one: dict[TargetKey, list[StoredSeries | Steady]] = {}
+    for answer in answers:
+        assert split.scanned(answer, one_by_one, "another")
+    assert filed(joined) == filed(one_by_one)
+    # One target's series at two times across the answers: not joined (the answers are filed one by one).
+    later = [{**s, "values": [[s["values"][0][0] + 15, s["values"][0][1]]]} for s in result]
+    moved = [body([s for s in later if s["metric"]["__name__"] == names[0]]), *answers[1:]]
+    reread = [split.steady(answer, name) for answer, name in zip(moved, names, strict=True)]
+    assert all(reread) and split.joined(cast(list[SteadyAnswer], reread)) is None
+
+
+def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: Path) -> None:
+    """VictoriaMetrics answers a range selector in the order its workers finish: each target's series are filed
+    in the blocks' sorted order once the same blocks come in another order, the layout worked out once more."""
+    write_captures("healthy", tmp_path, 45.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    layouts = Layouts()
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+    orders, seen = [], []
+    for step, seed in enumerate((None, 1, 2, 3)):
+        one = [{**s, "values": cast(list[Any], s["values"])[step - 1:step] if step else s["values"][:1]}
+               for s in result]
+        if seed is not None:
+            random.Random(seed).shuffle(one)
+        answer = body(one)
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert split.scanned(answer, into, "q")
+        mine, theirs = filed(into), both([answer])[2]
+        assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
+        orders.append({k: [(name, labels) for name, labels, *_ in v] for k, v in mine.items()})
+        seen.append(layouts["q"])
+    assert orders[1] == orders[2] == orders[3] and seen[1] is seen[2] is seen[3]

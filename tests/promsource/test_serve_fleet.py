@@ -33,7 +33,7 @@ from exporter.promsource import central as central_module
 from exporter.promsource.batch import FAMILY_NAMES, shard_of
 from exporter.promsource.central import CentralDiagnoser
 from exporter.promsource.client import PromClient
-from exporter.promsource.scan import scan
+from exporter.promsource.scan import read_steady, scan
 from exporter.promsource.settings import PrometheusSource
 from exporter.simulator import write_captures
 from tests.helpers import free_port
@@ -172,7 +172,12 @@ def _cycles(fleet: Any, nows: tuple[float, ...], shard: int = 0, shards: int = 1
 
 def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(
         fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    scanned = []  # the store's answers are read as bytes, not decoded (exporter/promsource/scan.py)
+    # The store's answers are read as bytes, not decoded (exporter/promsource/scan.py); steady ones (one new
+    # sample per series) without an object per series.
+    steady: list[bool] = []
+    scanned: list[bool] = []
+    monkeypatch.setattr(batch, "read_steady",
+                        lambda *args: steady.append(bool(found := read_steady(*args))) or found)
     monkeypatch.setattr(batch, "scan", lambda *args: scanned.append(scan(*args)) or scanned[-1])
     now = fleet["start"] + 200
     central, stats = _cycles(fleet, (now, now + INTERVAL, now + 2 * INTERVAL))
@@ -184,7 +189,9 @@ def test_batched_cycles_cost_one_query_per_family_and_agree_with_diagnose_at(
     assert arrival.bytes_read < stats[0].bytes_read / 2
     assert stats[1].bytes_read < stats[0].bytes_read / 3, "later cycles read only the new scrapes"
     assert all(s.diagnosed == TARGETS for s in stats)
-    assert len(scanned) == 5 * len(FAMILY_NAMES) and all(scanned)
+    # Every answer read as bytes: a read whose answers are all steady is joined; the others scanned one by one.
+    assert len(steady) == 5 * len(FAMILY_NAMES) and all(scanned) and len(scanned) >= steady.count(False)
+    assert steady.count(True) >= 3 * len(FAMILY_NAMES)  # the two steady cycles and the arrival's known targets
     # The same instant judged by `diagnose --prometheus --at` (one window read per target).
     single, _ = _cycles(fleet, (now,))
     code, out, err = run_cli("diagnose", "--prometheus", fleet["url"], "--match", '{job="vllm"}',

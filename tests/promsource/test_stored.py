@@ -11,7 +11,7 @@ import pytest
 from exporter.parse import ParseError, parse
 from exporter.promsource import backfill
 from exporter.promsource.rebuild import scrapes
-from exporter.promsource.stored import StoredSeries, snapshots
+from exporter.promsource.stored import Steady, StoredSeries, snapshots
 from exporter.simulator import scenario_names, write_captures
 from exporter.snapshot import Snapshot
 from tests.promsource.test_rebuild import as_matrix
@@ -105,3 +105,62 @@ def test_a_target_label_vllm_means_stays_a_label() -> None:
     assert isinstance(mine, Snapshot)
     same(mine, theirs)
     assert next(iter(mine.scalars["vllm:num_requests_running"])) == (("engine", "0"),)
+
+
+def steady(matrix: list[dict[str, Any]], sizes: tuple[int, ...]) -> list[Steady]:
+    """A steady read's one scrape of a target as ``scan_steady`` files it: its series in blocks (one per
+    answer) of ``sizes`` series, the last block taking the rest."""
+    held = stored(matrix)
+    out: list[Steady] = []
+    begin = 0
+    for size in (*sizes, len(held)):
+        block, begin = held[begin:begin + size], begin + size
+        if block:
+            out.append((tuple(s.known for s in block), block[0].stamps[0], tuple(s.values[0] for s in block)))
+    return out
+
+
+@pytest.mark.parametrize("scenario", scenario_names())
+def test_a_steady_scrape_assembled_by_its_layout_is_the_parsers_snapshot(scenario: str, tmp_path: Path) -> None:
+    write_captures(scenario, tmp_path, 45.0, 15.0)
+    matrix = as_matrix(backfill.folder(tmp_path, 1_700_000_000.0, 15.0), {**TARGET, "job": "vllm"})
+    for step in range(3):  # the same layout, other values: the assembly worked out once serves each
+        one = [{**s, "values": s["values"][step:step + 1]} for s in matrix if len(s["values"]) > step]
+        (at, theirs), = through_the_parser(one)
+        for sizes in ((1, 5, 40), (len(one),)):
+            (when, mine), = snapshots(steady(one, sizes), TARGET)
+            assert when == at and isinstance(mine, Snapshot)
+            same(mine, theirs)
+        assert snapshots(steady(one, (7,)), TARGET, after=at) == []
+
+
+def test_a_steady_scrape_the_layout_cannot_vouch_for_takes_the_general_path() -> None:
+    clean = [series("vllm:num_requests_running", [[10.0, "2"]]),
+             series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "1"]], le="0.5"),
+             series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "3"]], le="+Inf")]
+    cases = [
+        [series("vllm:num_requests_waiting", [[10.0, "NaN"]]), *clean],  # dropped and counted by the parser
+        [series("vllm:gpu_cache_usage_perc", [[10.0, "0.5"]]),  # both generations: the parser's order decides
+         series("vllm:kv_cache_usage_perc", [[10.0, "0.7"]]), *clean],
+    ]
+    for matrix, built in zip(cases, (True, False), strict=True):
+        (at, mine), = snapshots(steady(matrix, (1,)), TARGET)
+        (_, theirs), = through_the_parser(matrix)
+        assert isinstance(mine, Snapshot) is built
+        same(mine if isinstance(mine, Snapshot) else parse(mine, at), theirs)
+    (_, nan), = snapshots(steady(cases[0], (2,)), TARGET)
+    assert isinstance(nan, Snapshot) and nan.dropped_samples == 1
+    # A bucket bound that is no number: the parser fails the scrape, as it fails a live one.
+    bad = [series("vllm:e2e_request_latency_seconds_bucket", [[10.0, "1"]], le="fast"), *clean]
+    (at, text), = snapshots(steady(bad, (1,)), TARGET)
+    assert isinstance(text, str)
+    with pytest.raises(ParseError, match="'fast' is not a number"):
+        parse(text, at)
+    # Series of one target at two times in one read (no steady read files that, but it is decided right).
+    two = [series("vllm:num_requests_running", [[10.0, "2"]]), series("vllm:num_requests_waiting", [[25.0, "1"]])]
+    got = snapshots(steady(two, (1,)), TARGET)
+    want = through_the_parser(two)
+    assert [at for at, _ in got] == [10.0, 25.0] == [at for at, _ in want]
+    for (_, mine), (_, theirs) in zip(got, want, strict=True):
+        assert isinstance(mine, Snapshot)
+        same(mine, theirs)
