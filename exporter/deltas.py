@@ -392,8 +392,7 @@ class StepDeltas:
 
     def increase_at(self, name: str, seq: int) -> float:
         """One step's increase, summed over the family's series: ``increase_by_step``'s value for ``seq``."""
-        return sum(float(column.values[seq - column.first]) for column in self.counters.get(name, {}).values()
-                   if 0 <= seq - column.first < len(column.values))
+        return self.increase_by_step(name, seq, seq + 1)[0]
 
     # -- histograms ----------------------------------------------------------------------
     def histogram(self, name: str, match: LabelFilter, lo: int, hi: int) -> HistogramDelta | None:

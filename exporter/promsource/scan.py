@@ -50,7 +50,7 @@ _REST_MAX = 65536
 # holds that: its quotes would be escaped). Split there, the answer is its label blocks, stamps and values.
 _ONE = re.compile(rb'\},"values":\[\[([0-9.eE+-]+),"([^"\\]*)"\]\]\}')
 _MANY = b'"],['  # a series of several samples: no steady answer
-_OPEN = b'{"metric":{'
+
 
 def _digest(blocks: list[bytes]) -> bytes:
     return hashlib.sha1(b"".join(blocks), usedforsecurity=False).digest()
@@ -247,9 +247,9 @@ def _layout(blocks: list[bytes], label: str, digest: bytes, canonical: bytes) ->
     owners = array("i")
     targets: dict[bytes, int] = {}
     knowns: list[Known] = []
-    lead = b"," + _OPEN
+    lead = b"," + _SERIES
     for block in blocks:
-        if not block.startswith(lead) or block.count(_OPEN) != 1:
+        if not block.startswith(lead) or block.count(_SERIES) != 1:
             return None
         labels = block[len(lead):]
         at = labels.find(needle)
