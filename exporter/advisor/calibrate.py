@@ -35,7 +35,7 @@ from typing import Any, cast
 
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
-from exporter.advisor.stepcost import StepEvidence, identify
+from exporter.advisor.stepcost import StepEvidence, bounded_prior, identify, weight_ceiling
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -258,6 +258,7 @@ class Run:
     itl: HistogramDelta
     queue: HistogramDelta
     step_wait_s: float  # mean wait of a ready request for the step under way
+    decodes: tuple[float | None, float | None] = (None, None)  # decodes per ITL and per prefill observation
 
 
 def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
@@ -315,8 +316,9 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
         ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
         ttft_histogram=ttft, itl_histogram=itl,
     )
-    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue,
-               engine.trace.step_wait_mean())
+    trace = engine.trace
+    return Run(outcome, trace.itl.coefficients(), trace.prefill.coefficients(), ttft, itl, queue,
+               trace.step_wait_mean(), (trace.itl.decodes_per_observation(), trace.prefill.decodes_per_observation()))
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
@@ -500,16 +502,44 @@ def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2
     return max(0.0, min(value, cap))
 
 
+def _bounded(cal: Calibration, cost: StepCost, run: Run, itl_mean: float, prefill_mean: float | None,
+             prior: tuple[float, float]) -> tuple[Calibration, StepCost, Run]:
+    """The prior decode weight, or, where the window's two means leave no fixed part at it (``weight_ceiling``),
+    the prior given that ceiling (``bounded_prior``), with ``run``'s sums recounted at that weight."""
+    weight, sigma = prior
+    itl, pre = run.itl_coefficients, run.prefill_coefficients
+    d_itl, d_pre = run.decodes
+    ceiling = None
+    if itl is not None and pre is not None and d_itl is not None and d_pre is not None and prefill_mean:
+        at = cost.decode_weight  # the sums are counted at the weight the run used
+        as_prior = ((itl[0], itl[1] + (weight - at) * d_itl, d_itl), (pre[0], pre[1] + (weight - at) * d_pre, d_pre))
+        ceiling = weight_ceiling(as_prior[0], as_prior[1], weight, itl_mean, prefill_mean)
+    if ceiling is None:
+        new_weight, new_sigma, source = weight, sigma, "prior"
+    else:
+        new_weight, new_sigma = bounded_prior(weight, sigma, ceiling)
+        new_weight, source = max(new_weight, WEIGHT_BOUNDS[0]), "bounded"
+    shift = new_weight - cost.decode_weight
+    if itl is not None and pre is not None and d_itl is not None and d_pre is not None:
+        run = replace(run, itl_coefficients=(itl[0], itl[1] + shift * d_itl),
+                      prefill_coefficients=(pre[0], pre[1] + shift * d_pre))
+    return (replace(cal, weight_sigma=new_sigma, weight_source=source), replace(cost, decode_weight=new_weight), run)
+
+
 def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,
-               rounds: int) -> tuple[Calibration, Run]:
+               rounds: int, prior: tuple[float, float] | None = None) -> tuple[Calibration, Run]:
     """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
     observed; and the frontend work that, with the model's own wait for a step under way, makes the
-    observed frontend time."""
+    observed frontend time. With ``prior`` (the prior decode weight and its log spread, where neither the
+    window's steps nor a profile identified the weight), the weight is that prior bounded by what the two
+    means allow (``_bounded``), re-read every round."""
     workload, traffic = cal.workload(), cal.arrivals.primary()
     run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
+        if prior is not None:
+            cal, cost, run = _bounded(cal, cost, run, itl_mean, prefill_mean, prior)
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
         new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
                       decode_weight=cost.decode_weight)
@@ -548,7 +578,8 @@ def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_hist
     """Means first; then, when the simulated ITL tail is short of the observed one, the step-time
     noise that makes it (bisection on sigma, the means re-fitted at each): the share of gaps above
     ``tail_bound``."""
-    fitted, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS)
+    prior = (cal.cost.decode_weight, cal.weight_sigma) if cal.weight_source == "prior" else None
+    fitted, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS, prior)
     tail = tail_bound(itl_hist)
     if tail is None:
         return fitted
@@ -564,7 +595,7 @@ def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_hist
     best, best_err = fitted, abs(value - target)
     for _ in range(NOISE_ROUNDS):
         sigma = (lo + hi) / 2.0
-        trial, run = _fit_means(fitted, replace(fitted.cost, noise_sigma=sigma), itl_mean, prefill_mean, 2)
+        trial, run = _fit_means(fitted, replace(fitted.cost, noise_sigma=sigma), itl_mean, prefill_mean, 2, prior)
         value = measure(run)
         if abs(value - target) < best_err:
             best, best_err = trial, abs(value - target)
