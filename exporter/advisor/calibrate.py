@@ -8,7 +8,8 @@ What is read, and from where (all window deltas, never lifetime counters):
   window means (``_sum``/``_count``) come out;
 * step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
   window's own reading where its steps identify it (``stepcost.identify``), else the prior
-  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty), else, where the
+  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty; where the two means
+  leave no fixed part at it, that prior truncated at the ceiling they set, ``_bounded``), else, where the
   prior does not reproduce the window, the weight ``search.searched`` finds that does; fixed and
   per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
@@ -35,7 +36,7 @@ from typing import Any, cast
 
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
-from exporter.advisor.stepcost import StepEvidence, bounded_prior, identify, weight_ceiling
+from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -504,26 +505,17 @@ def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2
 
 def _bounded(cal: Calibration, cost: StepCost, run: Run, itl_mean: float, prefill_mean: float | None,
              prior: tuple[float, float]) -> tuple[Calibration, StepCost, Run]:
-    """The prior decode weight, or, where the window's two means leave no fixed part at it (``weight_ceiling``),
-    the prior given that ceiling (``bounded_prior``), with ``run``'s sums recounted at that weight."""
-    weight, sigma = prior
+    """``prior_within_window`` on this run's sums, which are then recounted at the weight it gives."""
     itl, pre = run.itl_coefficients, run.prefill_coefficients
     d_itl, d_pre = run.decodes
-    ceiling = None
-    if itl is not None and pre is not None and d_itl is not None and d_pre is not None and prefill_mean:
-        at = cost.decode_weight  # the sums are counted at the weight the run used
-        as_prior = ((itl[0], itl[1] + (weight - at) * d_itl, d_itl), (pre[0], pre[1] + (weight - at) * d_pre, d_pre))
-        ceiling = weight_ceiling(as_prior[0], as_prior[1], weight, itl_mean, prefill_mean)
-    if ceiling is None:
-        new_weight, new_sigma, source = weight, sigma, "prior"
-    else:
-        new_weight, new_sigma = bounded_prior(weight, sigma, ceiling)
-        new_weight, source = max(new_weight, WEIGHT_BOUNDS[0]), "bounded"
-    shift = new_weight - cost.decode_weight
-    if itl is not None and pre is not None and d_itl is not None and d_pre is not None:
-        run = replace(run, itl_coefficients=(itl[0], itl[1] + shift * d_itl),
-                      prefill_coefficients=(pre[0], pre[1] + shift * d_pre))
-    return (replace(cal, weight_sigma=new_sigma, weight_source=source), replace(cost, decode_weight=new_weight), run)
+    if itl is None or pre is None or d_itl is None or d_pre is None:
+        return cal, cost, run
+    at = cost.decode_weight  # the sums are counted at the weight the run used
+    weight, sigma, source = prior_within_window((*itl, d_itl), (*pre, d_pre), at, prior, itl_mean, prefill_mean,
+                                                WEIGHT_BOUNDS[0])
+    run = replace(run, itl_coefficients=(itl[0], itl[1] + (weight - at) * d_itl),
+                  prefill_coefficients=(pre[0], pre[1] + (weight - at) * d_pre))
+    return replace(cal, weight_sigma=sigma, weight_source=source), replace(cost, decode_weight=weight), run
 
 
 def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,

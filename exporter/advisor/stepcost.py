@@ -206,3 +206,20 @@ def bounded_prior(prior: float, sigma: float, ceiling: float) -> tuple[float, fl
     ratio = normal.pdf(beta) / mass
     spread = sigma * math.sqrt(max(1.0 - beta * ratio - ratio * ratio, 0.0))
     return min(math.exp(median), ceiling), spread
+
+
+def prior_within_window(itl: tuple[float, float, float], prefill: tuple[float, float, float], at: float,
+                        prior: tuple[float, float], itl_mean: float, prefill_mean: float | None,
+                        floor: float) -> tuple[float, float, str]:
+    """(weight, log spread, source): the prior decode weight and spread (``prior``) where the two means allow it,
+    else the prior bounded by their ceiling (``bounded_prior``, at least ``floor``). ``itl`` and ``prefill`` are the
+    model's (steps, work, decodes) per observation, ``work`` counted at the weight ``at``."""
+    weight, sigma = prior
+    ceiling = None
+    if prefill_mean:
+        moved = [(s, k + (weight - at) * d, d) for s, k, d in (itl, prefill)]
+        ceiling = weight_ceiling(moved[0], moved[1], weight, itl_mean, prefill_mean)
+    if ceiling is None:
+        return weight, sigma, "prior"
+    bounded, spread = bounded_prior(weight, sigma, ceiling)
+    return max(bounded, floor), spread, "bounded"
