@@ -150,6 +150,18 @@ def test_fluctuating_occupancy_is_open_and_bursts_show() -> None:
     assert model.open.cv2 > 2.0
 
 
+def test_burstiness_is_read_from_arrivals_not_from_completions() -> None:
+    """Four requests reach the engine every interval; the engine finishes them in bursts (0, 8, 0, 8 ...), the
+    rest waiting in between. Arrived = finished + the change in running + waiting: steady, not bursty."""
+    finished = [0, 0, 8, 0, 8, 0, 8, 0]
+    occupancy = [4.0]
+    for done in finished[1:]:
+        occupancy.append(occupancy[-1] + 4 - done)
+    model = infer_arrivals(_window(occupancy, finished), TH, e2e_mean=1.0)
+    assert model.dispersion == pytest.approx(0.0, abs=1e-9)  # completions alone read 2.9
+    assert model.open.cv2 < 1.0 and model.open.rate == pytest.approx(4 / 5)  # four per 5 s scrape
+
+
 def test_in_between_predicts_both() -> None:
     model = infer_arrivals(_window([4, 9, 5, 10, 4, 9, 5, 10], [10] * 8), TH, e2e_mean=1.0)
     assert model.kind == "unclear"
