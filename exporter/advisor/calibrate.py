@@ -528,10 +528,10 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
     workload, traffic = cal.workload(), cal.arrivals.primary()
     run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):
-        if run.itl_coefficients is None:
-            raise CannotCalibrate("the model produced no decode steps for this traffic")
         if prior is not None:
             cal, cost, run = _bounded(cal, cost, run, itl_mean, prefill_mean, prior)
+        if run.itl_coefficients is None:
+            raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
         new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
                       decode_weight=cost.decode_weight)
