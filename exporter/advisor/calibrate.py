@@ -507,10 +507,9 @@ def _bounded(cal: Calibration, cost: StepCost, run: Run, itl_mean: float, prefil
              prior: tuple[float, float]) -> tuple[Calibration, StepCost, Run]:
     """``prior_within_window`` on this run's sums, which are then recounted at the weight it gives."""
     itl, pre = run.itl_coefficients, run.prefill_coefficients
-    d_itl, d_pre = run.decodes
+    (d_itl, d_pre), at = run.decodes, cost.decode_weight  # the sums are counted at the weight the run used
     if itl is None or pre is None or d_itl is None or d_pre is None:
         return cal, cost, run
-    at = cost.decode_weight  # the sums are counted at the weight the run used
     weight, sigma, source = prior_within_window((*itl, d_itl), (*pre, d_pre), at, prior, itl_mean, prefill_mean,
                                                 WEIGHT_BOUNDS[0])
     run = replace(run, itl_coefficients=(itl[0], itl[1] + (weight - at) * d_itl),
@@ -522,9 +521,7 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
                rounds: int, prior: tuple[float, float] | None = None) -> tuple[Calibration, Run]:
     """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
     observed; and the frontend work that, with the model's own wait for a step under way, makes the
-    observed frontend time. With ``prior`` (the prior decode weight and its log spread, where neither the
-    window's steps nor a profile identified the weight), the weight is that prior bounded by what the two
-    means allow (``_bounded``), re-read every round."""
+    observed frontend time. ``prior``: the prior decode weight and spread, bounded by the means each round."""
     workload, traffic = cal.workload(), cal.arrivals.primary()
     run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):
