@@ -13,7 +13,9 @@ The split is identified only where the intervals differ in what their steps hold
 about the same size (a steady batch of decodes, one prompt length), time per step is all the window
 shows; the result says so (``identified`` false, with the reason) and the advisor keeps its prior weight
 (``advice_decode_token_weight``) with that prior's spread as the uncertainty, or a profile's
-(``vllm-diag profile``) where one is configured.
+(``vllm-diag profile``) where one is configured. Even then the window bounds the weight from above: its ITL and
+prefill-time means leave the step no fixed part beyond some weight (``weight_ceiling``), and a prior above it is
+taken as the prior truncated there (``bounded_prior``, ``prior_within_window``).
 """
 
 from __future__ import annotations
