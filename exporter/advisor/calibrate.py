@@ -8,7 +8,8 @@ What is read, and from where (all window deltas, never lifetime counters):
   window means (``_sum``/``_count``) come out;
 * step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
   window's own reading where its steps identify it (``stepcost.identify``), else the prior
-  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty), else, where the
+  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty; where the two means
+  leave no fixed part at it, that prior truncated at the ceiling they set, ``_bounded``), else, where the
   prior does not reproduce the window, the weight ``search.searched`` finds that does; fixed and
   per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
@@ -35,7 +36,7 @@ from typing import Any, cast
 
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
-from exporter.advisor.stepcost import StepEvidence, identify
+from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -258,6 +259,7 @@ class Run:
     itl: HistogramDelta
     queue: HistogramDelta
     step_wait_s: float  # mean wait of a ready request for the step under way
+    decodes: tuple[float | None, float | None] = (None, None)  # decodes per ITL and per prefill observation
 
 
 def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
@@ -315,8 +317,9 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
         ttft_mean_seconds=ttft.mean(), queue_mean_seconds=queue.mean(),
         ttft_histogram=ttft, itl_histogram=itl,
     )
-    return Run(outcome, engine.trace.itl.coefficients(), engine.trace.prefill.coefficients(), ttft, itl, queue,
-               engine.trace.step_wait_mean())
+    trace = engine.trace
+    return Run(outcome, trace.itl.coefficients(), trace.prefill.coefficients(), ttft, itl, queue,
+               trace.step_wait_mean(), (trace.itl.decodes_per_observation(), trace.prefill.decodes_per_observation()))
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
@@ -500,14 +503,30 @@ def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2
     return max(0.0, min(value, cap))
 
 
+def _bounded(cal: Calibration, cost: StepCost, run: Run, itl_mean: float, prefill_mean: float | None,
+             prior: tuple[float, float]) -> tuple[Calibration, StepCost, Run]:
+    """``prior_within_window`` on this run's sums, which are then recounted at the weight it gives."""
+    itl, pre = run.itl_coefficients, run.prefill_coefficients
+    (d_itl, d_pre), at = run.decodes, cost.decode_weight  # the sums are counted at the weight the run used
+    if itl is None or pre is None or d_itl is None or d_pre is None:
+        return cal, cost, run
+    weight, sigma, source = prior_within_window((*itl, d_itl), (*pre, d_pre), at, prior, itl_mean, prefill_mean,
+                                                WEIGHT_BOUNDS[0])
+    run = replace(run, itl_coefficients=(itl[0], itl[1] + (weight - at) * d_itl),
+                  prefill_coefficients=(pre[0], pre[1] + (weight - at) * d_pre))
+    return replace(cal, weight_sigma=sigma, weight_source=source), replace(cost, decode_weight=weight), run
+
+
 def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: float | None,
-               rounds: int) -> tuple[Calibration, Run]:
+               rounds: int, prior: tuple[float, float] | None = None) -> tuple[Calibration, Run]:
     """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
     observed; and the frontend work that, with the model's own wait for a step under way, makes the
-    observed frontend time."""
+    observed frontend time. ``prior``: the prior decode weight and spread, bounded by the means each round."""
     workload, traffic = cal.workload(), cal.arrivals.primary()
     run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):
+        if prior is not None:
+            cal, cost, run = _bounded(cal, cost, run, itl_mean, prefill_mean, prior)
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
@@ -548,7 +567,8 @@ def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_hist
     """Means first; then, when the simulated ITL tail is short of the observed one, the step-time
     noise that makes it (bisection on sigma, the means re-fitted at each): the share of gaps above
     ``tail_bound``."""
-    fitted, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS)
+    prior = (cal.cost.decode_weight, cal.weight_sigma) if cal.weight_source == "prior" else None
+    fitted, run = _fit_means(cal, cal.cost, itl_mean, prefill_mean, FIT_ROUNDS, prior)
     tail = tail_bound(itl_hist)
     if tail is None:
         return fitted
@@ -564,7 +584,7 @@ def _fit(cal: Calibration, itl_mean: float, prefill_mean: float | None, itl_hist
     best, best_err = fitted, abs(value - target)
     for _ in range(NOISE_ROUNDS):
         sigma = (lo + hi) / 2.0
-        trial, run = _fit_means(fitted, replace(fitted.cost, noise_sigma=sigma), itl_mean, prefill_mean, 2)
+        trial, run = _fit_means(fitted, replace(fitted.cost, noise_sigma=sigma), itl_mean, prefill_mean, 2, prior)
         value = measure(run)
         if abs(value - target) < best_err:
             best, best_err = trial, abs(value - target)

@@ -59,17 +59,22 @@ class Linear:
     n: float = 0.0
     steps: float = 0.0
     work: float = 0.0
+    decodes: float = 0.0  # the decoding sequences inside ``work`` (each counted there at the decode weight)
 
-    def add(self, steps: float, work: float, weight: float = 1.0) -> None:
+    def add(self, steps: float, work: float, weight: float = 1.0, decodes: float = 0.0) -> None:
         self.n += weight
         self.steps += steps * weight
         self.work += work * weight
+        self.decodes += decodes * weight
 
     def coefficients(self) -> tuple[float, float] | None:
         """(steps per observation, work per observation), or None without observations."""
         if self.n <= 0:
             return None
         return self.steps / self.n, self.work / self.n
+
+    def decodes_per_observation(self) -> float | None:
+        return self.decodes / self.n if self.n > 0 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +110,7 @@ class Trace:
     measure_from: float
     step_end: list[float] = field(default_factory=lambda: [0.0])
     cum_work: list[float] = field(default_factory=lambda: [0.0])
+    cum_decodes: list[float] = field(default_factory=lambda: [0.0])
     itl: Linear = field(default_factory=Linear)
     prefill: Linear = field(default_factory=Linear)
     admitted_at_step: dict[int, int] = field(default_factory=dict)
@@ -139,6 +145,7 @@ class FittedCost:
         trace = self._trace
         trace.step_end.append(now + dt)
         trace.cum_work.append(trace.cum_work[-1] + work)
+        trace.cum_decodes.append(trace.cum_decodes[-1] + n_decode)
         return StepTime(dt, dt, 0.0, 0.0, 0.0, 0.0)
 
 
@@ -209,7 +216,8 @@ class TraceObserver:
         end = len(trace.step_end) - 1
         # The gap began at the end of step j (a previous output, or the step that preempted the request).
         j = min(bisect_left(trace.step_end, trace.step_end[end] - value - 1e-9), end - 1)
-        trace.itl.add(end - j, trace.cum_work[end] - trace.cum_work[j], weight=n)
+        trace.itl.add(end - j, trace.cum_work[end] - trace.cum_work[j], weight=n,
+                      decodes=trace.cum_decodes[end] - trace.cum_decodes[j])
 
     def finished(self, request: Request, seen: float) -> None:
         """Which steps the request's prefill time (scheduled -> first token) spans."""
@@ -222,7 +230,8 @@ class TraceObserver:
         last = bisect_left(trace.step_end, request.t_first)
         if last >= len(trace.step_end) or last < first:
             return
-        trace.prefill.add(last - first + 1, trace.cum_work[last] - trace.cum_work[first - 1])
+        trace.prefill.add(last - first + 1, trace.cum_work[last] - trace.cum_work[first - 1],
+                          decodes=trace.cum_decodes[last] - trace.cum_decodes[first - 1])
 
 
 class CalibratedEngine(Engine):

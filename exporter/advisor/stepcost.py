@@ -13,7 +13,9 @@ The split is identified only where the intervals differ in what their steps hold
 about the same size (a steady batch of decodes, one prompt length), time per step is all the window
 shows; the result says so (``identified`` false, with the reason) and the advisor keeps its prior weight
 (``advice_decode_token_weight``) with that prior's spread as the uncertainty, or a profile's
-(``vllm-diag profile``) where one is configured.
+(``vllm-diag profile``) where one is configured. Even then the window bounds the weight from above: its ITL and
+prefill-time means leave the step no fixed part beyond some weight (``weight_ceiling``), and a prior above it is
+taken as the prior truncated there (``bounded_prior``, ``prior_within_window``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any
 
 from exporter.catalog import metrics as vllm
@@ -164,3 +167,61 @@ def _not(evidence: StepEvidence, reason: str) -> StepEvidence:
     return StepEvidence(evidence.intervals, evidence.steps, evidence.seconds_per_step, evidence.fixed_s,
                         evidence.per_prefill_token_s, evidence.per_decode_s, evidence.decode_weight,
                         evidence.decode_weight_sigma, identified=False, reason=reason)
+
+
+def weight_ceiling(itl: tuple[float, float, float], prefill: tuple[float, float, float], weight: float,
+                   itl_mean: float, prefill_mean: float) -> float | None:
+    """The largest decode weight at which the window's two means leave the step a non-negative fixed part,
+    where ``weight`` is above it; None where the window does not bound it there.
+
+    ``itl`` and ``prefill`` are the model's (steps, work, decodes) per observation, ``work`` counted at ``weight``.
+    With ``fixed x steps + per_token x (prefill tokens + w x decodes)`` equal to both means, the fixed part is
+    zero at ``w = (prefill_mean x P1 - itl_mean x P2) / (itl_mean x D2 - prefill_mean x D1)`` (P the prefill
+    tokens, D the decodes). Above it, the decodes of one gap alone cost more than the gap: a fit that pins the
+    fixed part at 0 then makes every step's time proportional to its tokens, and a batch twice as large twice
+    as slow, where the window says its steps are mostly fixed cost (a compute-bound engine's decode step reads
+    its weights once, whatever the batch)."""
+    (s1, k1, d1), (s2, k2, d2) = itl, prefill
+    p1, p2 = k1 - weight * d1, k2 - weight * d2
+    denominator = itl_mean * d2 - prefill_mean * d1
+    if denominator >= 0 or p1 < 0 or p2 <= 0:
+        return None
+    ceiling = (prefill_mean * p1 - itl_mean * p2) / denominator
+    if not 0 < ceiling < weight:
+        return None
+    # Below the ceiling the fixed part is positive only while the determinant keeps its sign.
+    below = 0.5 * ceiling
+    det = s1 * (p2 + below * d2) - s2 * (p1 + below * d1)
+    fixed = (itl_mean * (p2 + below * d2) - prefill_mean * (p1 + below * d1)) / det if det else -1.0
+    return ceiling if fixed > 0 else None
+
+
+def bounded_prior(prior: float, sigma: float, ceiling: float) -> tuple[float, float]:
+    """The prior weight (lognormal, median ``prior``, log spread ``sigma``) given that the window puts the weight at
+    most ``ceiling``: the median and log standard deviation of the prior truncated there."""
+    normal = NormalDist()
+    beta = (math.log(ceiling) - math.log(prior)) / sigma if sigma > 0 else -math.inf
+    mass = normal.cdf(beta) if math.isfinite(beta) else 0.0
+    if mass < 1e-9:  # the prior holds (next to) nothing under the ceiling: the ceiling, its spread unknown
+        return ceiling, sigma
+    median = math.log(prior) + sigma * normal.inv_cdf(mass / 2.0)
+    ratio = normal.pdf(beta) / mass
+    spread = sigma * math.sqrt(max(1.0 - beta * ratio - ratio * ratio, 0.0))
+    return min(math.exp(median), ceiling), spread
+
+
+def prior_within_window(itl: tuple[float, float, float], prefill: tuple[float, float, float], at: float,
+                        prior: tuple[float, float], itl_mean: float, prefill_mean: float | None,
+                        floor: float) -> tuple[float, float, str]:
+    """(weight, log spread, source): the prior decode weight and spread (``prior``) where the two means allow it,
+    else the prior bounded by their ceiling (``bounded_prior``, at least ``floor``). ``itl`` and ``prefill`` are the
+    model's (steps, work, decodes) per observation, ``work`` counted at the weight ``at``."""
+    weight, sigma = prior
+    ceiling = None
+    if prefill_mean:
+        moved = [(s, k + (weight - at) * d, d) for s, k, d in (itl, prefill)]
+        ceiling = weight_ceiling(moved[0], moved[1], weight, itl_mean, prefill_mean)
+    if ceiling is None:
+        return weight, sigma, "prior"
+    bounded, spread = bounded_prior(weight, sigma, ceiling)
+    return max(bounded, floor), spread, "bounded"

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from exporter.advisor.arrival import infer_arrivals
+from exporter.advisor.arrival import infer_arrivals, poisson_band
 from exporter.advisor.calibrate import (
     CannotCalibrate,
     Outcome,
@@ -148,6 +148,31 @@ def test_fluctuating_occupancy_is_open_and_bursts_show() -> None:
     model = infer_arrivals(_window([0, 6, 1, 0, 9, 2, 0, 7], [0, 30, 2, 0, 40, 5, 0, 35]), TH, e2e_mean=0.5)
     assert model.kind == "open"
     assert model.open.cv2 > 2.0
+
+
+def test_burstiness_is_read_from_arrivals_not_from_completions() -> None:
+    """Four requests reach the engine every interval; the engine finishes them in bursts (0, 8, 0, 8 ...), the
+    rest waiting in between. Arrived = finished + the change in running + waiting: steady, not bursty."""
+    finished = [0, 0, 8, 0, 8, 0, 8, 0]
+    occupancy = [4.0]
+    for done in finished[1:]:
+        occupancy.append(occupancy[-1] + 4 - done)
+    model = infer_arrivals(_window(occupancy, finished), TH, e2e_mean=1.0)
+    assert model.dispersion == pytest.approx(0.0, abs=1e-9)  # completions alone read 2.9
+    assert model.open.cv2 < 1.0 and model.open.rate == pytest.approx(4 / 5)  # four per 5 s scrape
+
+
+def test_a_dispersion_poisson_arrivals_show_by_chance_reads_as_poisson() -> None:
+    """Three or four requests reach the engine every interval: a variance / mean of 0.05, which eight intervals
+    of Poisson counts would not show by chance, stays; one to four (0.39) is inside their band and reads as 1."""
+    low, high = poisson_band(30, 0.95)
+    assert low == pytest.approx(0.53, abs=0.01) and high == pytest.approx(1.53, abs=0.01)
+    finished = [3.0, 4.0, 3.0, 4.0, 3.0, 4.0, 3.0, 4.0]
+    model = infer_arrivals(_window([1.0] * 8, finished), TH, e2e_mean=0.2)
+    assert model.open.cv2 == pytest.approx(max(0.3, model.dispersion)) and model.dispersion < 0.1
+    model = infer_arrivals(_window([1.0] * 8, [1.0, 3.0, 2.0, 4.0, 1.0, 3.0, 2.0, 4.0]), TH, e2e_mean=0.2)
+    assert model.dispersion == pytest.approx(0.39, abs=0.01) and model.open.cv2 == 1.0  # band 0.17-2.06 here
+    assert poisson_band(30, 0.0)[0] == poisson_band(30, 0.0)[1]  # no confidence, no band
 
 
 def test_in_between_predicts_both() -> None:

@@ -4,11 +4,12 @@ where they do not."""
 
 from __future__ import annotations
 
+import math
 import random
 
 import pytest
 
-from exporter.advisor.stepcost import identify
+from exporter.advisor.stepcost import bounded_prior, identify, weight_ceiling
 from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.window import Window
@@ -76,3 +77,26 @@ def test_a_small_spread_is_reported_with_its_error_not_as_a_reading() -> None:
 def test_too_few_intervals_refuse() -> None:
     evidence = identify(_window([(100, 10.0, 4.0), (100, 90.0, 2.0)]))
     assert not evidence.identified and "needs" in evidence.reason
+
+
+def test_the_two_means_bound_the_decode_weight_where_the_prior_leaves_no_fixed_part() -> None:
+    """validation-12's wide engine at 4 sequences (in sample): gaps of 6.6 ms over 2.9 prefill tokens and 4 decodes,
+    a 91-token prefill of 65 ms in one step. A prefill token costs about 0.66 ms, so 4 decodes at the prior weight 4
+    would cost 10.6 ms, more than the whole gap; the weight at which the fixed part reaches 0 is the ceiling."""
+    weight = 4.0
+    itl = (1.0, 2.9 + weight * 4.0, 4.0)
+    prefill = (1.0, 91.0 + weight * 4.0, 4.0)
+    ceiling = weight_ceiling(itl, prefill, weight, 0.0066, 0.065)
+    assert ceiling is not None and 1.5 < ceiling < 2.0
+    per_token = (0.065 - 0.0066) / (91.0 - 2.9)  # the same at every weight: the fixed parts cancel
+    assert 0.0066 - per_token * (2.9 + ceiling * 4.0) == pytest.approx(0.0, abs=1e-6)
+    # A prior the two means allow is not bounded.
+    assert weight_ceiling(itl, prefill, weight, 0.02, 0.065) is None
+    median, spread = bounded_prior(weight, 0.6, ceiling)
+    assert 1.0 < median < ceiling and 0.0 < spread < 0.6
+
+
+def test_a_prior_far_above_the_ceiling_gives_the_ceiling() -> None:
+    assert bounded_prior(4.0, 0.6, 0.01)[0] == pytest.approx(0.01)
+    median, spread = bounded_prior(4.0, 0.6, 3.9)  # barely bounded: about the prior's lower half's median
+    assert median == pytest.approx(4.0 * math.exp(0.6 * -0.6745), rel=0.05) and spread < 0.6
