@@ -251,13 +251,13 @@ class Window:
         """Reset-safe increase over the window, summed over matching series; None if absent."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._summed("increase", name, match, self._deltas.first)  # type: ignore[no-any-return]
+        return self._summed("increase", name, match, self._deltas.first)
 
     def increase_recent(self, name: str, steps: int, match: LabelFilter = None) -> float | None:
         """The increase over the newest ``steps`` steps only (a cause's evidence now); None if absent."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._summed("increase", name, match, self._recent(steps))  # type: ignore[no-any-return]
+        return self._summed("increase", name, match, self._recent(steps))
 
     def increase_by_step(self, name: str) -> list[float]:
         """Each step's increase, summed over the family's series, oldest first (0 where it had none)."""
@@ -279,13 +279,13 @@ class Window:
         """Observations over the window, merged across matching series (engines)."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._summed("histogram", name, match, self._deltas.first)  # type: ignore[no-any-return]
+        return self._summed("histogram", name, match, self._deltas.first)
 
     def histogram_recent(self, name: str, steps: int, match: LabelFilter = None) -> HistogramDelta | None:
         """Observations over the newest ``steps`` steps only (the effect next to a cause's recent evidence)."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._summed("histogram", name, match, self._recent(steps))  # type: ignore[no-any-return]
+        return self._summed("histogram", name, match, self._recent(steps))
 
     def histogram_since(self, name: str, since: float, earlier_steps: int = 0,
                         match: LabelFilter = None) -> HistogramDelta | None:
@@ -296,8 +296,7 @@ class Window:
         steps = self.steps_view
         first = next((i for i, step in enumerate(steps) if step.end >= since), len(steps))
         earliest = steps[max(0, first - earlier_steps):]
-        return self._summed("histogram", name, match,  # type: ignore[no-any-return]
-                            earliest[0].seq if earliest else self._deltas.next)
+        return self._summed("histogram", name, match, earliest[0].seq if earliest else self._deltas.next)
 
     def histogram_by_step(self, name: str, match: LabelFilter = None) -> list[tuple[float, HistogramDelta]]:
         """Each step's observations as (the step's end, delta), oldest first; steps with none are left out."""

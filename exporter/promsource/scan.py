@@ -141,8 +141,8 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
 
     Prometheus answers its series in one order cycle after cycle; VictoriaMetrics in the order its workers
     finish. An answer whose blocks are the layout's in another order is put in their sorted order (the
-    layout, once such an answer is seen, is worked out in that order), so each target's series keep one
-    order from cycle to cycle, what the plans of its snapshots are cached by."""
+    layout, once such an answer is seen, is put in that order, and each answer after is digested in it only),
+    so each target's series keep one order from cycle to cycle, what the plans of its snapshots are cached by."""
     head = next((h for h in _HEADS if body.startswith(h)), None)
     if head is None or not body.endswith(_TAIL) or _MANY in body:
         return None
@@ -154,25 +154,34 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
         blocks[0] = b"," + blocks[0]  # each block led by its comma, whichever comes first
     stamps, texts = pieces[1::3], pieces[2::3]
     layout = layouts.get(query)
+    if layout is not None and layout.digest == layout.canonical:
+        # A layout in its blocks' sorted order (a store answering in another order each time): the answer's
+        # blocks are digested in that order only (sorted in one pass where they come so).
+        order = sorted(range(len(blocks)), key=blocks.__getitem__)
+        if _digest([blocks[index] for index in order]) == layout.digest:
+            return _answer(layout, [stamps[index] for index in order], [texts[index] for index in order])
     digest = _digest(blocks)
     if layout is None or layout.digest != digest:
-        order: list[int] | None = sorted(range(len(blocks)), key=blocks.__getitem__)
-        ordered = [blocks[index] for index in order or ()]
+        order = sorted(range(len(blocks)), key=blocks.__getitem__)
+        ordered = [blocks[index] for index in order]
         canonical = _digest(ordered)
         if layout is None or canonical not in (layout.digest, layout.canonical):  # other series
             layout = _layout(blocks, label, digest, canonical)
             if layout is not None and canonical != digest:  # kept for a store that answers in another order
-                layout.sorting = array("i", order or ())
-            order = None
+                layout.sorting = array("i", order)
         elif canonical != layout.digest:  # the same series in another order: from now on sorted
             layout = layout.sorted() if layout.sorting is not None else _layout(ordered, label, canonical, canonical)
         if layout is None:
             return None
-        if order is not None:
+        if layout.digest == canonical != digest:  # a sorted layout: the answer's series in that order
             stamps, texts = [stamps[index] for index in order], [texts[index] for index in order]
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
         layouts[query] = layout
+    return _answer(layout, stamps, texts)
+
+
+def _answer(layout: Layout, stamps: list[bytes], texts: list[bytes]) -> SteadyAnswer | None:
     try:
         return SteadyAnswer(layout, stamps, list(map(float, texts)))
     except ValueError:  # a value float() does not read as bytes: the series' path keeps its text

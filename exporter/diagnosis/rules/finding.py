@@ -59,7 +59,7 @@ def per_context(function: Callable[[Context], _T]) -> Callable[[Context], _T]:
     def once(ctx: Context) -> _T:
         memo = ctx.memo
         if function in memo:
-            return memo[function]  # type: ignore[no-any-return]
+            return memo[function]
         value = memo[function] = function(ctx)
         return value
     return once
