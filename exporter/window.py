@@ -120,6 +120,9 @@ class Window:
         self._step_memo: dict[Hashable, dict[int, Any]] = {}
         self._steps: tuple[Step, ...] | None = None
         self._present: frozenset[str] = frozenset()  # the newest scrape's families: asked ~100 times an evaluation
+        # (query, family, filter, steps) -> its answer, until the next push: an evaluation asks for some sums
+        # two or three times (the recent TTFT beside each recent share), and what is stored does not change
+        self._reads: dict[tuple[str, str, LabelFilter, int], Any] = {}
 
     def clear(self) -> None:
         self._scrapes.clear()
@@ -128,6 +131,7 @@ class Window:
         self._deltas = StepDeltas(self._counter_names)
         self._gauge_memo = {}
         self._step_memo = {}
+        self._reads = {}
 
     def copy(self) -> Window:
         """An independent view of the window as it is now: a reader on another thread keeps it while
@@ -169,6 +173,7 @@ class Window:
         self._scrapes.push(snapshot.timestamp, _Scrape(snapshot, step, self._serial))
         self._present = snapshot.families()
         self._steps = None
+        self._reads = {}
         self._serial += 1
         first = next(islice(self._scrapes, 1, None), None)
         self._deltas.drop_before(first.step.seq if first is not None and first.step is not None
@@ -212,32 +217,47 @@ class Window:
 
     @property
     def restarts(self) -> int:
-        return sum(1 for step in self.steps if step.restarted)
+        return sum(1 for step in self.steps_view if step.restarted)
 
     def present(self, name: str) -> bool:
         """Whether the newest scrape carries the family."""
         return name in self._present
 
-    def _first_of(self, steps: list[Step]) -> int:
-        """The sequence number of the oldest of ``steps`` (the window's next one when there are none)."""
-        return steps[0].seq if steps else self._deltas.next
-
     def _recent(self, steps: int) -> int:
         """The sequence number of the oldest of the newest ``steps`` steps (``steps[-n:]``, as a list slices)."""
-        return self._first_of(self.steps[-steps:])
+        recent = self.steps_view[-steps:]
+        return recent[0].seq if recent else self._deltas.next
+
+    def _summed(self, kind: Literal["increase", "histogram"], name: str, match: LabelFilter, lo: int) -> Any:
+        """The family's increase or histogram over the steps from ``lo`` to the newest, read once a push
+        through one filter (a lambda is new each call: read afresh)."""
+        key = (kind, name, match, lo)
+        known = match is None or type(match) is LabelIs
+        if known:
+            value = self._reads.get(key, _UNREAD)
+            if value is not _UNREAD:
+                return value
+        deltas = self._deltas
+        if kind == "increase":
+            value = deltas.increase(name, match, lo, deltas.next)
+        else:
+            value = deltas.histogram(name, match, lo, deltas.next)
+        if known:
+            self._reads[key] = value
+        return value
 
     # -- counters ------------------------------------------------------------------------
     def increase(self, name: str, match: LabelFilter = None) -> float | None:
         """Reset-safe increase over the window, summed over matching series; None if absent."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._deltas.increase(name, match, self._deltas.first, self._deltas.next)
+        return self._summed("increase", name, match, self._deltas.first)
 
     def increase_recent(self, name: str, steps: int, match: LabelFilter = None) -> float | None:
         """The increase over the newest ``steps`` steps only (a cause's evidence now); None if absent."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._deltas.increase(name, match, self._recent(steps), self._deltas.next)
+        return self._summed("increase", name, match, self._recent(steps))
 
     def increase_by_step(self, name: str) -> list[float]:
         """Each step's increase, summed over the family's series, oldest first (0 where it had none)."""
@@ -259,13 +279,13 @@ class Window:
         """Observations over the window, merged across matching series (engines)."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._deltas.histogram(name, match, self._deltas.first, self._deltas.next)
+        return self._summed("histogram", name, match, self._deltas.first)
 
     def histogram_recent(self, name: str, steps: int, match: LabelFilter = None) -> HistogramDelta | None:
         """Observations over the newest ``steps`` steps only (the effect next to a cause's recent evidence)."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        return self._deltas.histogram(name, match, self._recent(steps), self._deltas.next)
+        return self._summed("histogram", name, match, self._recent(steps))
 
     def histogram_since(self, name: str, since: float, earlier_steps: int = 0,
                         match: LabelFilter = None) -> HistogramDelta | None:
@@ -273,17 +293,17 @@ class Window:
         (the effect since a cause's evidence began, with the steps that evidence was read over)."""
         if len(self._scrapes) < 2 or not self.present(name):
             return None
-        steps = self.steps
+        steps = self.steps_view
         first = next((i for i, step in enumerate(steps) if step.end >= since), len(steps))
-        lo = self._first_of(steps[max(0, first - earlier_steps):])
-        return self._deltas.histogram(name, match, lo, self._deltas.next)
+        earliest = steps[max(0, first - earlier_steps):]
+        return self._summed("histogram", name, match, earliest[0].seq if earliest else self._deltas.next)
 
     def histogram_by_step(self, name: str, match: LabelFilter = None) -> list[tuple[float, HistogramDelta]]:
         """Each step's observations as (the step's end, delta), oldest first; steps with none are left out."""
         if len(self._scrapes) < 2 or not self.present(name):
             return []
         out = []
-        for step in self.steps:
+        for step in self.steps_view:
             delta = HistogramDelta.merge(self._deltas.histograms_at(name, step.seq, match))
             if delta is not None and delta.count > 0:
                 out.append((step.end, delta))
@@ -312,7 +332,7 @@ class Window:
 
     def duration_recent(self, steps: int) -> float:
         """Seconds covered by the newest ``steps`` steps."""
-        recent = self.steps[-steps:]
+        recent = self.steps_view[-steps:]
         return recent[-1].end - recent[0].start if recent else 0.0
 
     # -- gauges --------------------------------------------------------------------------

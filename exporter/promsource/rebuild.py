@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from exporter.catalog import metrics as vllm
@@ -45,16 +45,22 @@ class TargetKey:
     """One vLLM server: the values of the target labels (absent labels are empty)."""
 
     labels: tuple[tuple[str, str], ...]
+    # A target name as the sidecar's are spelled (1-63 of letters, digits, _ . : -), and the key's hash: worked
+    # out once, as a cycle looks each of thousands of targets up by both a dozen times.
+    name: str = field(init=False, compare=False, repr=False)
+    _hash: int = field(init=False, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        joined = "/".join(value for _, value in self.labels if value) or "unlabelled"
+        object.__setattr__(self, "name", _TARGET_NAME.sub("-", joined)[:63])
+        object.__setattr__(self, "_hash", hash(self.labels))
+
+    def __hash__(self) -> int:
+        return self._hash
 
     @classmethod
     def of(cls, series: Mapping[str, str], target_labels: Sequence[str]) -> TargetKey:
         return cls(tuple((label, series.get(label, "")) for label in target_labels))
-
-    @property
-    def name(self) -> str:
-        """A target name as the sidecar's are spelled (1-63 of letters, digits, _ . : -)."""
-        joined = "/".join(value for _, value in self.labels if value) or "unlabelled"
-        return _TARGET_NAME.sub("-", joined)[:63]
 
 
 def targets(series: Iterable[Mapping[str, str]], target_labels: Sequence[str]) -> list[TargetKey]:

@@ -61,16 +61,42 @@ class Layout:
     stay: known again by their SHA-1, not held): per series, the target it belongs to (an index into
     ``targets``, each target's value as sent) and its name and labels; series with no name are left out."""
 
-    __slots__ = ("digest", "canonical", "series", "owners", "targets", "knowns")
+    __slots__ = ("digest", "canonical", "series", "owners", "targets", "knowns", "sorting")
 
     def __init__(self, digest: bytes, canonical: bytes, series: int, owners: array[int], targets: list[bytes],
-                 knowns: tuple[Known, ...]) -> None:
+                 knowns: tuple[Known, ...], sorting: array[int] | None = None) -> None:
         self.digest = digest  # of the blocks in the order worked out
         self.canonical = canonical  # of the blocks sorted
         self.series = series  # every series of the answer, named or not: the positions of its samples
         self.owners = owners  # per series; -1: a series with no name
         self.targets = targets
         self.knowns = knowns  # per named series, in the answer's order
+        self.sorting = sorting  # the positions of the blocks in their sorted order, where that is another one
+
+    def sorted(self) -> Layout:
+        """This layout in its blocks' sorted order: what ``_layout`` works out from the sorted blocks (targets
+        numbered as they first come), without reading them again."""
+        assert self.sorting is not None
+        named = array("i", [-1]) * len(self.owners)  # series -> its index in knowns
+        count = 0
+        for index, owner in enumerate(self.owners):
+            if owner >= 0:
+                named[index] = count
+                count += 1
+        owners = array("i")
+        renumbered: dict[int, int] = {}
+        knowns = []
+        for index in self.sorting:
+            owner = self.owners[index]
+            if owner < 0:
+                owners.append(-1)
+                continue
+            owners.append(renumbered.setdefault(owner, len(renumbered)))
+            knowns.append(self.knowns[named[index]])
+        targets = [b""] * len(renumbered)
+        for old, new in renumbered.items():
+            targets[new] = self.targets[old]
+        return Layout(self.canonical, self.canonical, self.series, owners, targets, tuple(knowns))
 
     def groups(self) -> list[tuple[bytes, list[int], list[Known]]]:
         """Per target: its value as sent, its series' positions in the answer and their names and labels."""
@@ -115,8 +141,8 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
 
     Prometheus answers its series in one order cycle after cycle; VictoriaMetrics in the order its workers
     finish. An answer whose blocks are the layout's in another order is put in their sorted order (the
-    layout, once such an answer is seen, is worked out in that order), so each target's series keep one
-    order from cycle to cycle, what the plans of its snapshots are cached by."""
+    layout, once such an answer is seen, is put in that order, and each answer after is digested in it only),
+    so each target's series keep one order from cycle to cycle, what the plans of its snapshots are cached by."""
     head = next((h for h in _HEADS if body.startswith(h)), None)
     if head is None or not body.endswith(_TAIL) or _MANY in body:
         return None
@@ -128,22 +154,34 @@ def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str)
         blocks[0] = b"," + blocks[0]  # each block led by its comma, whichever comes first
     stamps, texts = pieces[1::3], pieces[2::3]
     layout = layouts.get(query)
+    if layout is not None and layout.digest == layout.canonical:
+        # A layout in its blocks' sorted order (a store answering in another order each time): the answer's
+        # blocks are digested in that order only (sorted in one pass where they come so).
+        order = sorted(range(len(blocks)), key=blocks.__getitem__)
+        if _digest([blocks[index] for index in order]) == layout.digest:
+            return _answer(layout, [stamps[index] for index in order], [texts[index] for index in order])
     digest = _digest(blocks)
     if layout is None or layout.digest != digest:
-        order: list[int] | None = sorted(range(len(blocks)), key=blocks.__getitem__)
-        ordered = [blocks[index] for index in order or ()]
+        order = sorted(range(len(blocks)), key=blocks.__getitem__)
+        ordered = [blocks[index] for index in order]
         canonical = _digest(ordered)
         if layout is None or canonical not in (layout.digest, layout.canonical):  # other series
-            layout, order = _layout(blocks, label, digest, canonical), None
+            layout = _layout(blocks, label, digest, canonical)
+            if layout is not None and canonical != digest:  # kept for a store that answers in another order
+                layout.sorting = array("i", order)
         elif canonical != layout.digest:  # the same series in another order: from now on sorted
-            layout = _layout(ordered, label, canonical, canonical)
+            layout = layout.sorted() if layout.sorting is not None else _layout(ordered, label, canonical, canonical)
         if layout is None:
             return None
-        if order is not None:
+        if layout.digest == canonical != digest:  # a sorted layout: the answer's series in that order
             stamps, texts = [stamps[index] for index in order], [texts[index] for index in order]
         if len(layouts) >= _LAYOUTS_MAX:
             layouts.clear()
         layouts[query] = layout
+    return _answer(layout, stamps, texts)
+
+
+def _answer(layout: Layout, stamps: list[bytes], texts: list[bytes]) -> SteadyAnswer | None:
     try:
         return SteadyAnswer(layout, stamps, list(map(float, texts)))
     except ValueError:  # a value float() does not read as bytes: the series' path keeps its text

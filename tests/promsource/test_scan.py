@@ -184,19 +184,21 @@ def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_pat
 
 def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: Path) -> None:
     """VictoriaMetrics answers a range selector in the order its workers finish: each target's series are filed
-    in the blocks' sorted order once the same blocks come in another order, the layout worked out once more."""
+    in the blocks' sorted order once the same blocks come in another order, the layout put in that order once."""
     write_captures("healthy", tmp_path, 45.0, 15.0)
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
-    layouts = Layouts()
-    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
-    orders, seen = [], []
+    answers = []
     for step, seed in enumerate((None, 1, 2, 3)):
         one = [{**s, "values": cast(list[Any], s["values"])[step - 1:step] if step else s["values"][:1]}
                for s in result]
         if seed is not None:
             random.Random(seed).shuffle(one)
-        answer = body(one)
+        answers.append(body(one))
+    layouts = Layouts()
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+    orders, seen = [], []
+    for answer in answers:
         into: dict[TargetKey, list[StoredSeries | Steady]] = {}
         assert split.scanned(answer, into, "q")
         mine, theirs = filed(into), both([answer])[2]
@@ -204,3 +206,12 @@ def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: P
         orders.append({k: [(name, labels) for name, labels, *_ in v] for k, v in mine.items()})
         seen.append(layouts["q"])
     assert orders[1] == orders[2] == orders[3] and seen[1] is seen[2] is seen[3]
+    # The first layout put in sorted order (without reading its blocks again) is the one the sorted blocks give.
+    again = Layouts()
+    Split(("instance",), keys(*TARGETS[:2]), again).scanned(answers[0], {}, "q")
+    assert again["q"].sorting is not None
+    again["q"].sorting = None  # read the blocks again instead
+    Split(("instance",), keys(*TARGETS[:2]), again).scanned(answers[1], {}, "q")
+    fields = ("digest", "canonical", "series", "owners", "targets", "knowns")
+    assert [getattr(seen[1], f) for f in fields] == [getattr(again["q"], f) for f in fields]
+    assert seen[1] is not seen[0] and seen[0].sorting is not None

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 
 from exporter import objectives
 from exporter.catalog import metrics as vllm
-from exporter.diagnosis.rules.finding import Context, Finding, abstain, clear, recent_horizon
+from exporter.diagnosis.rules.finding import Context, Finding, abstain, clear, per_context, recent_horizon
 from exporter.objectives import ObjectiveStatus
 from exporter.window import HistogramDelta
 
@@ -38,9 +38,14 @@ def gate(breach: Breach) -> Finding | None:
 
 def objective_status(ctx: Context, name: str) -> ObjectiveStatus:
     """The objective ``name`` (ttft, itl) judged over the window: bad share against its error budget."""
-    hist = ctx.signals.latency.ttft_histogram if name == "ttft" else ctx.signals.latency.itl_histogram
-    per_token = ctx.signals.speculative.itl_scale if name == "itl" else None
-    return objectives.judge(name, ctx.slo.objectives()[name], hist, ctx.thresholds.evidence_min_requests, per_token)
+    key = ("objective", name)  # judged once per evaluation, read by a dozen rules
+    status: ObjectiveStatus | None = ctx.memo.get(key)
+    if status is None:
+        hist = ctx.signals.latency.ttft_histogram if name == "ttft" else ctx.signals.latency.itl_histogram
+        per_token = ctx.signals.speculative.itl_scale if name == "itl" else None
+        status = ctx.memo[key] = objectives.judge(name, ctx.slo.objectives()[name], hist,
+                                                  ctx.thresholds.evidence_min_requests, per_token)
+    return status
 
 
 def as_breach(status: ObjectiveStatus, missing: str) -> Breach:
@@ -50,6 +55,7 @@ def as_breach(status: ObjectiveStatus, missing: str) -> Breach:
     return Breach(True, not status.met, status.burn_rate, status.evidence())
 
 
+@per_context
 def ttft_breach(ctx: Context) -> Breach:
     s = ctx.signals
     status = objective_status(ctx, "ttft")
@@ -65,6 +71,7 @@ def ttft_breach(ctx: Context) -> Breach:
     return as_breach(status, "traffic: too few first tokens in the window")
 
 
+@per_context
 def itl_breach(ctx: Context) -> Breach:
     s = ctx.signals
     status = objective_status(ctx, "itl")

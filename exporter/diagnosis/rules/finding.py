@@ -9,8 +9,9 @@ them in the catalog's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Literal, TypeVar
+from dataclasses import dataclass, field, replace
+from functools import wraps
+from typing import Any, Literal, TypeVar
 
 from exporter.catalog.symptoms import CAUSE_BY_ID
 from exporter.catalog.thresholds import Thresholds
@@ -18,6 +19,7 @@ from exporter.config import EngineFacts, Slo
 from exporter.signals import Signals
 
 _F = TypeVar("_F", bound=Callable[..., "Finding"])
+_T = TypeVar("_T")
 
 
 Status = Literal["fired", "clear", "abstain"]
@@ -46,6 +48,21 @@ class Context:
     facts: EngineFacts
     thresholds: Thresholds
     slo: Slo
+    # What several rules start from (the objectives as breaches, the B rules' gate, ...), worked out once per
+    # evaluation by ``per_context``: each is a pure function of the context, as a rule is.
+    memo: dict[Any, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+
+def per_context(function: Callable[[Context], _T]) -> Callable[[Context], _T]:
+    """``function(ctx)`` worked out once per context, however many rules read it."""
+    @wraps(function)
+    def once(ctx: Context) -> _T:
+        memo = ctx.memo
+        if function in memo:
+            return memo[function]
+        value = memo[function] = function(ctx)
+        return value
+    return once
 
 
 def fired(strength: float, *evidence: str) -> Finding:

@@ -22,6 +22,7 @@ from exporter.diagnosis.rules.finding import (
     excess,
     fired,
     pct,
+    per_context,
     recent_horizon,
     recovering,
 )
@@ -44,6 +45,7 @@ def prefix_hit_now(s: Signals) -> float | None:
     return s.kv.prefix_hit_ratio_recent if s.kv.prefix_hit_ratio_recent is not None else s.kv.prefix_hit_ratio
 
 
+@per_context
 def low_prefix_hit(ctx: Context) -> Finding:
     """Shared F/F6/A5 precondition: a hit ratio that means something, and is low now (over the recent horizon),
     or was low at some time the window holds (``recovering``: the misses of those scrapes are still in it)."""
@@ -199,6 +201,7 @@ def stutter_explained(ctx: Context) -> str | None:
     return None
 
 
+@per_context
 def stutter_gate(ctx: Context) -> Finding | None:
     """The common start of the B rules: an ITL breach that nothing upstream explains."""
     if (early := gate(itl_breach(ctx))) is not None:
