@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections.abc import Callable
 from types import MappingProxyType
 
 from exporter.catalog.metrics import VLLM, Catalog, Kind
@@ -123,6 +124,113 @@ def _valid_tail(extra: list[str]) -> bool:
     return not extra or extra[0] == "#"
 
 
+# A scrape laid out as one parsed before (every line's head the same, only values moved: vLLM's usual next
+# scrape) is read by that layout's plan: where each kept value goes, checked against the full parse's rules, so
+# the Snapshot is the one the full parse makes of it. A plan is made by a full parse in which every sample line
+# was ``head value`` and nothing was dropped; its layout is the list of line heads (text before the last space).
+_Placed = tuple[int, str, LabelSet, float | None, int]  # (store, family, labels, le, line index)
+_VALUE, _SUM, _COUNT, _BUCKET, _INFO = range(5)
+_PLANS: dict[tuple[int, int], list[_Plan]] = {}  # (lines, max series per family) -> plans, newest first
+_SEEN: dict[tuple[int, int], list[list[str]]] = {}  # ... -> the layouts of the last full parses
+_PLANS_PER_SHELF = 4
+_PLANS_MAX = 64
+
+
+def _picker(positions: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
+    """The values at ``positions``, as a tuple (itemgetter of one position returns the item alone)."""
+    if not positions:
+        return lambda values: ()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda values: (values[only],)
+    return operator.itemgetter(*positions)
+
+
+class _Plan:
+    """How a scrape of one layout becomes its Snapshot, given its values."""
+
+    __slots__ = ("index", "heads", "numbers", "tokens", "blanks", "words", "finite", "scalars", "buckets", "info")
+
+    def __init__(self, index: object, heads: list[str], numbers: list[int], tokens: list[int], blanks: list[int],
+                 words: tuple[tuple[int, str], ...], finite: list[int],
+                 scalars: tuple[tuple[int, str, tuple[tuple[LabelSet, int], ...]], ...],
+                 buckets: tuple[tuple[str, tuple[tuple[LabelSet, tuple[float, ...], Callable[..., tuple]], ...]], ...],
+                 info: dict[str, list[dict[str, str]]]) -> None:
+        self.index = index
+        self.heads = heads
+        self.numbers = _picker(numbers)  # every kept line's value: each must read as a number
+        self.tokens = _picker(tokens)  # the values of lines of families not kept: one token each
+        self.blanks = _picker(blanks)  # empty lines: still empty
+        self.words = words  # comments of one word ("# EOF" ends the text): the same word
+        self.finite = _picker(finite)  # among the numbers, the scalars: NaN or Inf is dropped, counted
+        self.scalars = scalars  # (store, family, ((labels, number), ...))
+        self.buckets = buckets  # (family, ((labels, les, pick of the numbers), ...))
+        self.info = info  # the info rows (their values are not read)
+
+    @classmethod
+    def of(cls, index: object, heads: list[str], parts: list[tuple[str, str, str]], placed: list[_Placed],
+           scalars: dict[str, dict[LabelSet, float]], buckets: dict[str, dict[LabelSet, dict[float, float]]],
+           sums: dict[str, dict[LabelSet, float]], counts: dict[str, dict[LabelSet, float]],
+           info: dict[str, list[dict[str, str]]]) -> _Plan:
+        """The plan of a full parse's text (its line ``parts``) and what it filed where (``placed``)."""
+        at = {spot[:4]: spot[4] for spot in placed}
+        kept = {spot[4] for spot in placed}
+        numbers: list[int] = []
+        tokens: list[int] = []
+        blanks: list[int] = []
+        words: list[tuple[int, str]] = []
+        for line, (head, space, value) in enumerate(parts):
+            if line in kept:
+                numbers.append(line)
+            elif not head and not space and not value:
+                blanks.append(line)
+            elif head.startswith("#") or (not head and value.startswith("#")):
+                if head.rstrip() == "#" or not head:
+                    words.append((line, value))
+            else:
+                tokens.append(line)
+        slot = {line: i for i, line in enumerate(numbers)}
+        filed = []
+        for store, family_of in ((_VALUE, scalars), (_SUM, sums), (_COUNT, counts)):
+            filed.extend((store, family, tuple((key, slot[at[(store, family, key, None)]]) for key in series))
+                         for family, series in family_of.items())
+        finite = sorted(number for _, _, series in filed for _, number in series)
+        grouped = tuple((family, tuple(
+            (key, tuple(by_le), _picker([slot[at[(_BUCKET, family, key, le)]] for le in by_le]))
+            for key, by_le in series.items())) for family, series in buckets.items())
+        return cls(index, heads, numbers, tokens, blanks, tuple(words), finite, tuple(filed), grouped, info)
+
+    def read(self, values: list[str], timestamp: float) -> Snapshot | None:
+        """The Snapshot of a scrape of this layout with these values (one a line); None when a value is one the
+        full parse must judge (not a number, NaN or Inf in a scalar, a token that is not one, # EOF)."""
+        try:
+            numbers = list(map(float, self.numbers(values)))
+        except ValueError:
+            return None
+        tokens = self.tokens(values)
+        if len(" ".join(tokens).split()) != len(tokens) or any(self.blanks(values)):
+            return None
+        for line, word in self.words:
+            if values[line] != word:
+                return None
+        if not all(map(math.isfinite, self.finite(numbers))):
+            return None
+        stores: tuple[dict[str, dict[LabelSet, float]], ...] = ({}, {}, {})
+        for store, family, series in self.scalars:
+            stores[store][family] = {key: numbers[number] for key, number in series}
+        buckets = {family: {key: dict(zip(les, pick(numbers))) for key, les, pick in series}
+                   for family, series in self.buckets}
+        return snapshot(timestamp, stores[_VALUE], buckets, stores[_SUM], stores[_COUNT], self.info, 0)
+
+
+def _shelve(plan: _Plan, lines: int, max_series: int) -> None:
+    if sum(map(len, _PLANS.values())) >= _PLANS_MAX:
+        _PLANS.clear()
+    shelf = _PLANS.setdefault((lines, max_series), [])
+    shelf.insert(0, plan)
+    del shelf[_PLANS_PER_SHELF:]
+
+
 def _value(text: str, lineno: int) -> float:
     try:
         return float(text)
@@ -138,6 +246,35 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     those scrapes too). Non-finite values and series over ``max_series_per_family`` are
     dropped and counted in ``Snapshot.dropped_samples``.
     """
+    lines = text.split("\n")
+    parts = [line.rpartition(" ") for line in lines]
+    heads = [head for head, _, _ in parts]
+    index = catalog.sample_index
+    shelf = (len(lines), max_series_per_family)
+    for plan in _PLANS.get(shelf, ()):
+        if plan.index is index and plan.heads == heads:
+            laid = plan.read([value for _, _, value in parts], timestamp)
+            if laid is not None:
+                return laid
+            break  # a value the plan cannot vouch for: the full parse says what it is
+    # A layout seen before gets its plan (making one costs about half a parse: not for a one-off layout)
+    seen = _SEEN.get(shelf)
+    if seen is None:
+        if len(_SEEN) >= _PLANS_MAX:
+            _SEEN.clear()
+        seen = _SEEN[shelf] = []
+    placed: list[_Placed] | None = [] if heads in seen else None
+    if placed is None:
+        seen.insert(0, heads)
+        del seen[_PLANS_PER_SHELF:]
+    return _parse(lines, parts, heads, timestamp, max_series_per_family, catalog, placed)
+
+
+def _parse(lines: list[str], parts: list[tuple[str, str, str]], line_heads: list[str], timestamp: float,
+           max_series_per_family: int, catalog: Catalog,
+           placed: list[_Placed] | None) -> Snapshot:
+    """The full parse, line by line. ``placed``: where each kept value went (store, family, labels, le, line
+    index) is recorded there, and a plan made of it when every line allows one (see :class:`_Plan`)."""
     # wire family -> labelset -> value; histograms collect parts before they are assembled
     scalars: dict[str, dict[LabelSet, float]] = {}
     buckets: dict[str, dict[LabelSet, dict[float, float]]] = {}
@@ -150,8 +287,9 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     index = catalog.sample_index
     kinds = {name: metric.kind for name, metric in catalog.by_name.items()}
     heads = _HEADS
+    plain = True  # every sample line is ``head value``: a plan can read the next scrape laid out alike
 
-    for lineno, line in enumerate(text.split("\n"), 1):
+    for lineno, line in enumerate(lines, 1):
         if not line:
             continue
         first = line[0]
@@ -165,7 +303,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             if line.isspace():
                 continue
             raise ParseError(f"line {lineno}: content after # EOF")
-        head, _, value_text = line.rpartition(" ")
+        head, _, value_text = parts[lineno - 1]
         known = heads.get(head)
         fast: _Head | None = None
         if known is not None and known[0] is index:
@@ -196,6 +334,8 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                     raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
                 if _TOKEN.fullmatch(value_text) is not None and _NAME_AND_BLOCK.fullmatch(head) is not None:
                     _remember(head, index, None, _NO_LABELS)
+                else:
+                    plain = False
                 continue
             canonical, part, rank = entry
             best = alias_rank.get(canonical)
@@ -228,13 +368,19 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                 raise ParseError(f"line {lineno}: value {fields[0][:40]!r} is not a number") from None
             if len(fields) == 1 and rest == " " + fields[0] and " # " not in line:
                 _remember(head, index, entry, block)
+            else:
+                plain = False
         if best is None or rank < best:
             alias_rank[canonical] = rank
             for store in (scalars, buckets, sums, counts, info):
                 store.pop(canonical, None)
+            if placed and best is not None:  # what the older alias placed is gone too
+                placed[:] = [spot for spot in placed if spot[1] != canonical]
 
         if kinds[canonical] is Kind.INFO:
             info.setdefault(canonical, []).append(dict(everything))
+            if placed is not None:
+                placed.append((_INFO, canonical, (), None, lineno - 1))
             continue
         if part == "bucket":
             if le_text is None:
@@ -252,6 +398,8 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             if le in series:
                 raise ParseError(f"line {lineno}: duplicate bucket le={le_text}")
             series[le] = value
+            if placed is not None:
+                placed.append((_BUCKET, canonical, key, le, lineno - 1))
             continue
         if le_text is not None:
             key = tuple(sorted((*key, ("le", le_text))))
@@ -266,8 +414,17 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             dropped += 1
             continue
         family_values[key] = value
+        if placed is not None:
+            placed.append((_VALUE if part == "value" else _SUM if part == "sum" else _COUNT, canonical, key, None,
+                           lineno - 1))
 
-    return snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
+    laid = snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
+    # NaN bounds are new keys at each line: no plan stands for them
+    if (placed is not None and plain and not seen_eof and laid.dropped_samples == 0
+            and all(le == le for spot in placed if (le := spot[3]) is not None)):
+        _shelve(_Plan.of(index, line_heads, parts, placed, scalars, buckets, sums, counts, info), len(lines),
+                max_series_per_family)
+    return laid
 
 
 def snapshot(timestamp: float, scalars: dict[str, dict[LabelSet, float]],
