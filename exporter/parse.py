@@ -263,8 +263,10 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
         if len(_SEEN) >= _PLANS_MAX:
             _SEEN.clear()
         seen = _SEEN[shelf] = []
-    placed: list[_Placed] | None = [] if heads in seen else None
-    if placed is None:
+    placed: list[_Placed] | None = None
+    if heads in seen:
+        placed, heads = [], seen[seen.index(heads)]  # the plan keeps the heads already kept (they are equal)
+    else:
         seen.insert(0, heads)
         del seen[_PLANS_PER_SHELF:]
     return _parse(lines, parts, heads, timestamp, max_series_per_family, catalog, placed)
