@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import reduce
 from itertools import chain, repeat
-from operator import add, sub
+from operator import add, lt, sub
 
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 
@@ -116,8 +116,7 @@ class HistogramDelta:
 
 def went_down(old: HistogramSample, new: HistogramSample) -> bool:
     """A histogram series restarted: its count or a bucket decreased, or its bounds changed."""
-    return (new.count < old.count or old.bounds != new.bounds
-            or any(n < o for n, o in zip(new.cumulative, old.cumulative)))
+    return new.count < old.count or old.bounds != new.bounds or any(map(lt, new.cumulative, old.cumulative))
 
 
 def _naive(values: Iterable[float]) -> float:
