@@ -12,8 +12,9 @@ from __future__ import annotations
 import math
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import TypeVar
 
 from exporter.catalog.metrics import VLLM, Catalog, Kind
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
@@ -130,49 +131,56 @@ def _valid_tail(extra: list[str]) -> bool:
 # was ``head value`` and nothing was dropped; its layout is the list of line heads (text before the last space).
 _Placed = tuple[int, str, LabelSet, float | None, int]  # (store, family, labels, le, line index)
 _VALUE, _SUM, _COUNT, _BUCKET, _INFO = range(5)
+_T = TypeVar("_T")
 _PLANS: dict[tuple[int, int], list[_Plan]] = {}  # (lines, max series per family) -> plans, newest first
 _SEEN: dict[tuple[int, int], list[list[str]]] = {}  # ... -> the layouts of the last full parses
 _PLANS_PER_SHELF = 4
 _PLANS_MAX = 64
 
 
-def _picker(positions: list[int]) -> Callable[[list[str]], tuple[str, ...]]:
-    """The values at ``positions``, as a tuple (itemgetter of one position returns the item alone)."""
+def _picker(positions: list[int]) -> Callable[[Sequence[_T]], tuple[_T, ...]]:
+    """The items at ``positions``, as a tuple (itemgetter of one position returns the item alone)."""
     if not positions:
-        return lambda values: ()
+        return lambda items: ()
     if len(positions) == 1:
         only = positions[0]
-        return lambda values: (values[only],)
+        return lambda items: (items[only],)
     return operator.itemgetter(*positions)
+
+
+# One histogram series of a plan: its labels, its shared bounds, the pick of its buckets' numbers in bound order,
+# and the number of its sum and of its count (None: the series has none)
+_PlannedHistogram = tuple[LabelSet, tuple[float, ...], Callable[[list[float]], tuple[float, ...]], int | None,
+                          int | None]
 
 
 class _Plan:
     """How a scrape of one layout becomes its Snapshot, given its values."""
 
-    __slots__ = ("index", "heads", "numbers", "tokens", "blanks", "words", "finite", "scalars", "buckets", "info")
+    __slots__ = ("index", "heads", "numbers", "tokens", "blanks", "words", "finite", "scalars", "histograms", "info")
 
     def __init__(self, index: object, heads: list[str], numbers: list[int], tokens: list[int], blanks: list[int],
                  words: tuple[tuple[int, str], ...], finite: list[int],
-                 scalars: tuple[tuple[int, str, tuple[tuple[LabelSet, int], ...]], ...],
-                 buckets: tuple[tuple[str, tuple[tuple[LabelSet, tuple[float, ...], Callable[..., tuple]], ...]], ...],
-                 info: dict[str, list[dict[str, str]]]) -> None:
+                 scalars: tuple[tuple[str, tuple[tuple[LabelSet, int], ...]], ...],
+                 histograms: tuple[tuple[str, tuple[_PlannedHistogram, ...]], ...],
+                 info: Mapping[str, tuple[Mapping[str, str], ...]]) -> None:
         self.index = index
         self.heads = heads
         self.numbers = _picker(numbers)  # every kept line's value: each must read as a number
         self.tokens = _picker(tokens)  # the values of lines of families not kept: one token each
         self.blanks = _picker(blanks)  # empty lines: still empty
         self.words = words  # comments of one word ("# EOF" ends the text): the same word
-        self.finite = _picker(finite)  # among the numbers, the scalars: NaN or Inf is dropped, counted
-        self.scalars = scalars  # (store, family, ((labels, number), ...))
-        self.buckets = buckets  # (family, ((labels, les, pick of the numbers), ...))
-        self.info = info  # the info rows (their values are not read)
+        self.finite = _picker(finite)  # among the numbers, the scalars, sums and counts: NaN or Inf is dropped
+        self.scalars = scalars  # (family, ((labels, number), ...))
+        self.histograms = histograms  # (family, (series, ...))
+        self.info = info  # the Snapshot's info, as is (its lines' values are not read)
 
     @classmethod
     def of(cls, index: object, heads: list[str], parts: list[tuple[str, str, str]], placed: list[_Placed],
            scalars: dict[str, dict[LabelSet, float]], buckets: dict[str, dict[LabelSet, dict[float, float]]],
-           sums: dict[str, dict[LabelSet, float]], counts: dict[str, dict[LabelSet, float]],
-           info: dict[str, list[dict[str, str]]]) -> _Plan:
-        """The plan of a full parse's text (its line ``parts``) and what it filed where (``placed``)."""
+           sums: dict[str, dict[LabelSet, float]], counts: dict[str, dict[LabelSet, float]], laid: Snapshot) -> _Plan:
+        """The plan of a full parse's text (its line ``parts``), what it filed where (``placed``) and made of
+        it (``laid``: nothing dropped)."""
         at = {spot[:4]: spot[4] for spot in placed}
         kept = {spot[4] for spot in placed}
         numbers: list[int] = []
@@ -190,15 +198,21 @@ class _Plan:
             else:
                 tokens.append(line)
         slot = {line: i for i, line in enumerate(numbers)}
-        filed = []
-        for store, family_of in ((_VALUE, scalars), (_SUM, sums), (_COUNT, counts)):
-            filed.extend((store, family, tuple((key, slot[at[(store, family, key, None)]]) for key in series))
-                         for family, series in family_of.items())
-        finite = sorted(number for _, _, series in filed for _, number in series)
-        grouped = tuple((family, tuple(
-            (key, tuple(by_le), _picker([slot[at[(_BUCKET, family, key, le)]] for le in by_le]))
+        finite = sorted(slot[line] for (store, _, _, _), line in at.items() if store in (_VALUE, _SUM, _COUNT))
+        plain = tuple((family, tuple((key, slot[at[(_VALUE, family, key, None)]]) for key in series))
+                      for family, series in scalars.items())
+
+        def number(store: int, family: str, key: LabelSet) -> int | None:
+            line = at.get((store, family, key, None))
+            return None if line is None else slot[line]
+
+        histograms = tuple((family, tuple(
+            (key, laid.histograms[family][key].bounds,
+             _picker([slot[at[(_BUCKET, family, key, le)]] for le in sorted(by_le)]),
+             number(_SUM, family, key) if key in sums.get(family, {}) else None,
+             number(_COUNT, family, key) if key in counts.get(family, {}) else None)
             for key, by_le in series.items())) for family, series in buckets.items())
-        return cls(index, heads, numbers, tokens, blanks, tuple(words), finite, tuple(filed), grouped, info)
+        return cls(index, heads, numbers, tokens, blanks, tuple(words), finite, plain, histograms, laid.info)
 
     def read(self, values: list[str], timestamp: float) -> Snapshot | None:
         """The Snapshot of a scrape of this layout with these values (one a line); None when a value is one the
@@ -215,12 +229,25 @@ class _Plan:
                 return None
         if not all(map(math.isfinite, self.finite(numbers))):
             return None
-        stores: tuple[dict[str, dict[LabelSet, float]], ...] = ({}, {}, {})
-        for store, family, series in self.scalars:
-            stores[store][family] = {key: numbers[number] for key, number in series}
-        buckets = {family: {key: dict(zip(les, pick(numbers))) for key, les, pick in series}
-                   for family, series in self.buckets}
-        return snapshot(timestamp, stores[_VALUE], buckets, stores[_SUM], stores[_COUNT], self.info, 0)
+        dropped = 0
+        histograms: dict[str, MappingProxyType[LabelSet, HistogramSample]] = {}
+        for family, planned in self.histograms:
+            assembled: dict[LabelSet, HistogramSample] = {}
+            for key, bounds, pick, total, count in planned:
+                cumulative = pick(numbers)
+                # _assemble's checks, in bound order: finite, and not going down
+                if not all(map(math.isfinite, cumulative)) or not all(map(operator.le, cumulative, cumulative[1:])):
+                    dropped += 1
+                    continue
+                assembled[key] = HistogramSample(bounds, cumulative, math.nan if total is None else numbers[total],
+                                                 cumulative[-1] if count is None else numbers[count])
+            if assembled:
+                histograms[family] = MappingProxyType(assembled)
+        return Snapshot(
+            timestamp=timestamp,
+            scalars=MappingProxyType({family: MappingProxyType({key: numbers[number] for key, number in series})
+                                      for family, series in self.scalars if series}),
+            histograms=MappingProxyType(histograms), info=self.info, dropped_samples=dropped)
 
 
 def _shelve(plan: _Plan, lines: int, max_series: int) -> None:
@@ -423,8 +450,8 @@ def _parse(lines: list[str], parts: list[tuple[str, str, str]], line_heads: list
     laid = snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
     # NaN bounds are new keys at each line: no plan stands for them
     if (placed is not None and plain and not seen_eof and laid.dropped_samples == 0
-            and all(le == le for spot in placed if (le := spot[3]) is not None)):
-        _shelve(_Plan.of(index, line_heads, parts, placed, scalars, buckets, sums, counts, info), len(lines),
+            and all(spot[3] == spot[3] for spot in placed if spot[3] is not None)):
+        _shelve(_Plan.of(index, line_heads, parts, placed, scalars, buckets, sums, counts, laid), len(lines),
                 max_series_per_family)
     return laid
 
