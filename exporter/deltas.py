@@ -173,6 +173,11 @@ class _Counter:
         return self.values[max(lo - self.first, 0):max(hi - self.first, 0)]
 
 
+# Up to this many steps, a histogram's buckets are summed row by row (the same additions in the same order as
+# column by column, in half the time for the recent few steps the rules read most).
+_BY_ROW_MAX = 8
+
+
 class _Histogram:
     """One histogram series' deltas with one set of bounds: per step the count then the cumulative buckets
     (``counts``), and the sum (``sums``); ``present`` is 0 for a step that did not hold the series."""
@@ -238,10 +243,17 @@ class _Histogram:
             return HistogramDelta(self.bounds, tuple(map(float, self.running[1:])), math.fsum(self.sums),
                                   float(self.running[0]))
         counts = self.counts[a * k:b * k]
-        # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
-        add_up = _naive if counts.typecode == "d" else _whole
-        return HistogramDelta(self.bounds, tuple(add_up(counts[i::k]) for i in range(1, k)),
-                              math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
+        rows = len(counts) // k
+        if rows <= _BY_ROW_MAX:  # a few recent steps: added row by row, each bucket in step order from 0
+            running: list[float] | list[int] = [0.0 if counts.typecode == "d" else 0] * (k - 1)
+            for row in range(rows):
+                running = list(map(add, running, counts[row * k + 1:(row + 1) * k]))
+            buckets = tuple(map(float, running))
+        else:
+            # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
+            add_up = _naive if counts.typecode == "d" else _whole
+            buckets = tuple(add_up(counts[i::k]) for i in range(1, k))
+        return HistogramDelta(self.bounds, buckets, math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
 
     def at(self, seq: int) -> HistogramDelta | None:
         """The series' delta in one step, None when the step did not hold it."""
