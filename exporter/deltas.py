@@ -383,8 +383,9 @@ class StepDeltas:
         found = [(start, rows) for start, rows in found if rows]
         if not found:
             return 0.0
-        if len(found) == 1:
-            return _naive(found[0][1])
+        if len(found) == 1:  # whole numbers under 2**32 in an integer column: every order sums them exactly
+            rows = found[0][1]
+            return _naive(rows) if rows.typecode == "d" else _whole(rows)
         values = list(map(float, chain.from_iterable(rows for _, rows in found)))
         if all(map(float.is_integer, values)) and math.fsum(map(abs, values)) <= EXACT:
             return math.fsum(values)
