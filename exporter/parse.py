@@ -128,12 +128,13 @@ def _valid_tail(extra: list[str]) -> bool:
 # A scrape laid out as one parsed before (every line's head the same, only values moved: vLLM's usual next
 # scrape) is read by that layout's plan: where each kept value goes, checked against the full parse's rules, so
 # the Snapshot is the one the full parse makes of it. A plan is made by a full parse in which every sample line
-# was ``head value`` and nothing was dropped; its layout is the list of line heads (text before the last space).
+# was ``head value`` and nothing was dropped; its layout is its line heads (text before the last space) joined by
+# newlines: one string, not one object a line that would hold the parse's memory arenas for as long as it is kept.
 _Placed = tuple[int, str, LabelSet, float | None, int]  # (store, family, labels, le, line index)
 _VALUE, _SUM, _COUNT, _BUCKET, _INFO = range(5)
 _T = TypeVar("_T")
 _PLANS: dict[tuple[int, int], list[_Plan]] = {}  # (lines, max series per family) -> plans, newest first
-_SEEN: dict[tuple[int, int], list[list[str]]] = {}  # ... -> the layouts of the last full parses
+_SEEN: dict[tuple[int, int], list[str]] = {}  # ... -> the layouts of the last full parses
 _PLANS_PER_SHELF = 4
 _PLANS_MAX = 64
 
@@ -157,15 +158,15 @@ _PlannedHistogram = tuple[LabelSet, tuple[float, ...], Callable[[list[float]], t
 class _Plan:
     """How a scrape of one layout becomes its Snapshot, given its values."""
 
-    __slots__ = ("index", "heads", "numbers", "tokens", "blanks", "words", "finite", "scalars", "histograms", "info")
+    __slots__ = ("index", "layout", "numbers", "tokens", "blanks", "words", "finite", "scalars", "histograms", "info")
 
-    def __init__(self, index: object, heads: list[str], numbers: list[int], tokens: list[int], blanks: list[int],
+    def __init__(self, index: object, layout: str, numbers: list[int], tokens: list[int], blanks: list[int],
                  words: tuple[tuple[int, str], ...], finite: list[int],
                  scalars: tuple[tuple[str, tuple[tuple[LabelSet, int], ...]], ...],
                  histograms: tuple[tuple[str, tuple[_PlannedHistogram, ...]], ...],
                  info: Mapping[str, tuple[Mapping[str, str], ...]]) -> None:
         self.index = index
-        self.heads = heads
+        self.layout = layout
         self.numbers = _picker(numbers)  # every kept line's value: each must read as a number
         self.tokens = _picker(tokens)  # the values of lines of families not kept: one token each
         self.blanks = _picker(blanks)  # empty lines: still empty
@@ -176,7 +177,7 @@ class _Plan:
         self.info = info  # the Snapshot's info, as is (its lines' values are not read)
 
     @classmethod
-    def of(cls, index: object, heads: list[str], parts: list[tuple[str, str, str]], placed: list[_Placed],
+    def of(cls, index: object, layout: str, parts: list[tuple[str, str, str]], placed: list[_Placed],
            scalars: dict[str, dict[LabelSet, float]], buckets: dict[str, dict[LabelSet, dict[float, float]]],
            sums: dict[str, dict[LabelSet, float]], counts: dict[str, dict[LabelSet, float]], laid: Snapshot) -> _Plan:
         """The plan of a full parse's text (its line ``parts``), what it filed where (``placed``) and made of
@@ -212,7 +213,7 @@ class _Plan:
              number(_SUM, family, key) if key in sums.get(family, {}) else None,
              number(_COUNT, family, key) if key in counts.get(family, {}) else None)
             for key, by_le in series.items())) for family, series in buckets.items())
-        return cls(index, heads, numbers, tokens, blanks, tuple(words), finite, plain, histograms, laid.info)
+        return cls(index, layout, numbers, tokens, blanks, tuple(words), finite, plain, histograms, laid.info)
 
     def read(self, values: list[str], timestamp: float) -> Snapshot | None:
         """The Snapshot of a scrape of this layout with these values (one a line); None when a value is one the
@@ -275,11 +276,11 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     """
     lines = text.split("\n")
     parts = [line.rpartition(" ") for line in lines]
-    heads = [head for head, _, _ in parts]
+    layout = "\n".join([head for head, _, _ in parts])
     index = catalog.sample_index
     shelf = (len(lines), max_series_per_family)
     for plan in _PLANS.get(shelf, ()):
-        if plan.index is index and plan.heads == heads:
+        if plan.index is index and plan.layout == layout:
             laid = plan.read([value for _, _, value in parts], timestamp)
             if laid is not None:
                 return laid
@@ -291,15 +292,15 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             _SEEN.clear()
         seen = _SEEN[shelf] = []
     placed: list[_Placed] | None = None
-    if heads in seen:
-        placed, heads = [], seen[seen.index(heads)]  # the plan keeps the heads already kept (they are equal)
+    if layout in seen:
+        placed, layout = [], seen[seen.index(layout)]  # the plan keeps the copy already kept (they are equal)
     else:
-        seen.insert(0, heads)
+        seen.insert(0, layout)
         del seen[_PLANS_PER_SHELF:]
-    return _parse(lines, parts, heads, timestamp, max_series_per_family, catalog, placed)
+    return _parse(lines, parts, layout, timestamp, max_series_per_family, catalog, placed)
 
 
-def _parse(lines: list[str], parts: list[tuple[str, str, str]], line_heads: list[str], timestamp: float,
+def _parse(lines: list[str], parts: list[tuple[str, str, str]], layout: str, timestamp: float,
            max_series_per_family: int, catalog: Catalog,
            placed: list[_Placed] | None) -> Snapshot:
     """The full parse, line by line. ``placed``: where each kept value went (store, family, labels, le, line
@@ -451,7 +452,7 @@ def _parse(lines: list[str], parts: list[tuple[str, str, str]], line_heads: list
     # NaN bounds are new keys at each line: no plan stands for them
     if (placed is not None and plain and not seen_eof and laid.dropped_samples == 0
             and all(spot[3] == spot[3] for spot in placed if spot[3] is not None)):
-        _shelve(_Plan.of(index, line_heads, parts, placed, scalars, buckets, sums, counts, laid), len(lines),
+        _shelve(_Plan.of(index, layout, parts, placed, scalars, buckets, sums, counts, laid), len(lines),
                 max_series_per_family)
     return laid
 
