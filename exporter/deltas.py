@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import reduce
 from itertools import chain, repeat
-from operator import add, sub
+from operator import add, lt, sub
 
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 
@@ -116,8 +116,7 @@ class HistogramDelta:
 
 def went_down(old: HistogramSample, new: HistogramSample) -> bool:
     """A histogram series restarted: its count or a bucket decreased, or its bounds changed."""
-    return (new.count < old.count or old.bounds != new.bounds
-            or any(n < o for n, o in zip(new.cumulative, old.cumulative)))
+    return new.count < old.count or old.bounds != new.bounds or any(map(lt, new.cumulative, old.cumulative))
 
 
 def _naive(values: Iterable[float]) -> float:
@@ -172,6 +171,11 @@ class _Counter:
 
     def rows(self, lo: int, hi: int) -> array:
         return self.values[max(lo - self.first, 0):max(hi - self.first, 0)]
+
+
+# Up to this many steps, a histogram's buckets are summed row by row (the same additions in the same order as
+# column by column, in half the time for the recent few steps the rules read most).
+_BY_ROW_MAX = 8
 
 
 class _Histogram:
@@ -239,10 +243,17 @@ class _Histogram:
             return HistogramDelta(self.bounds, tuple(map(float, self.running[1:])), math.fsum(self.sums),
                                   float(self.running[0]))
         counts = self.counts[a * k:b * k]
-        # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
-        add_up = _naive if counts.typecode == "d" else _whole
-        return HistogramDelta(self.bounds, tuple(add_up(counts[i::k]) for i in range(1, k)),
-                              math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
+        rows = len(counts) // k
+        if rows <= _BY_ROW_MAX:  # a few recent steps: added row by row, each bucket in step order from 0
+            running: list[float] | list[int] = [0.0 if counts.typecode == "d" else 0] * (k - 1)
+            for row in range(rows):
+                running = list(map(add, running, counts[row * k + 1:(row + 1) * k]))
+            buckets = tuple(map(float, running))
+        else:
+            # Whole numbers under 2**32, 36 of them: their sum is exact, so the integer sum is the float one.
+            add_up = _naive if counts.typecode == "d" else _whole
+            buckets = tuple(add_up(counts[i::k]) for i in range(1, k))
+        return HistogramDelta(self.bounds, buckets, math.fsum(self.sums[a:b]), math.fsum(counts[0::k]))
 
     def at(self, seq: int) -> HistogramDelta | None:
         """The series' delta in one step, None when the step did not hold it."""
@@ -372,8 +383,9 @@ class StepDeltas:
         found = [(start, rows) for start, rows in found if rows]
         if not found:
             return 0.0
-        if len(found) == 1:
-            return _naive(found[0][1])
+        if len(found) == 1:  # whole numbers under 2**32 in an integer column: every order sums them exactly
+            rows = found[0][1]
+            return _naive(rows) if rows.typecode == "d" else _whole(rows)
         values = list(map(float, chain.from_iterable(rows for _, rows in found)))
         if all(map(float.is_integer, values)) and math.fsum(map(abs, values)) <= EXACT:
             return math.fsum(values)

@@ -8,6 +8,7 @@ rates with thousands separators and a few significant digits, never exponent not
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from collections.abc import Callable
 SIGNIFICANT = 3  # digits a reader can compare at a glance; more is noise in a window statistic
 
 
+# Cached: each evaluation words its objectives' thresholds and targets (the same few numbers) in its evidence.
+@functools.lru_cache(maxsize=1024, typed=True)
 def number(value: float | None) -> str:
     """A count or rate: three significant digits, thousands separators, no exponent."""
     if value is None or not math.isfinite(value):

@@ -72,17 +72,30 @@ def bad_share(hist: HistogramDelta, threshold: float) -> BadShare | None:
     events = hist.cumulative[-1] if hist.cumulative else 0.0
     if events <= 0:
         return None
-    for i, (bound, cum) in enumerate(zip(hist.bounds, hist.cumulative)):
+    i, on_edge = _position(hist.bounds, threshold)
+    if i == len(hist.bounds):
+        return BadShare(events, 0.0, False)  # above every edge, +Inf included: nothing is over it
+    bound, cum = hist.bounds[i], hist.cumulative[i]
+    if on_edge:
+        return BadShare(events, max(0.0, events - cum), False)
+    below = hist.cumulative[i - 1] if i > 0 else 0.0
+    if math.isinf(bound):
+        return BadShare(events, max(0.0, events - below), True)
+    lower = hist.bounds[i - 1] if i > 0 else min(0.0, bound)
+    good = below + (cum - below) * (threshold - lower) / (bound - lower)
+    return BadShare(events, max(0.0, events - good), True)
+
+
+@lru_cache(maxsize=1024)  # the same few bound sets and thresholds in every evaluation
+def _position(bounds: tuple[float, ...], threshold: float) -> tuple[int, bool]:
+    """(index of the edge ``threshold`` is on, True), else (index of the first bound above it, False), else
+    (len(bounds), False): the first of these in ascending order."""
+    for i, bound in enumerate(bounds):
         if math.isclose(bound, threshold, rel_tol=1e-9, abs_tol=1e-12):
-            return BadShare(events, max(0.0, events - cum), False)
+            return i, True
         if bound > threshold:
-            below = hist.cumulative[i - 1] if i > 0 else 0.0
-            if math.isinf(bound):
-                return BadShare(events, max(0.0, events - below), True)
-            lower = hist.bounds[i - 1] if i > 0 else min(0.0, bound)
-            good = below + (cum - below) * (threshold - lower) / (bound - lower)
-            return BadShare(events, max(0.0, events - good), True)
-    return BadShare(events, 0.0, False)  # above every edge, +Inf included: nothing is over it
+            return i, False
+    return len(bounds), False
 
 
 @dataclass(frozen=True, slots=True)

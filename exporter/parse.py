@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 import operator
 import re
+from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
+from typing import TypeVar
 
 from exporter.catalog.metrics import VLLM, Catalog, Kind
 from exporter.snapshot import HistogramSample, LabelSet, Snapshot
@@ -123,6 +125,140 @@ def _valid_tail(extra: list[str]) -> bool:
     return not extra or extra[0] == "#"
 
 
+# A scrape laid out as one parsed before (every line's head the same, only values moved: vLLM's usual next
+# scrape) is read by that layout's plan: where each kept value goes, checked against the full parse's rules, so
+# the Snapshot is the one the full parse makes of it. A plan is made by a full parse in which every sample line
+# was ``head value`` and nothing was dropped; its layout is its line heads (text before the last space) joined by
+# newlines: one string, not one object a line that would hold the parse's memory arenas for as long as it is kept.
+_Placed = tuple[int, str, LabelSet, float | None, int]  # (store, family, labels, le, line index)
+_VALUE, _SUM, _COUNT, _BUCKET, _INFO = range(5)
+_T = TypeVar("_T")
+_PLANS: dict[tuple[int, int], list[_Plan]] = {}  # (lines, max series per family) -> plans, newest first
+_SEEN: dict[tuple[int, int], list[str]] = {}  # ... -> the layouts of the last full parses
+_PLANS_PER_SHELF = 4
+_PLANS_MAX = 64
+
+
+def _picker(positions: list[int]) -> Callable[[Sequence[_T]], tuple[_T, ...]]:
+    """The items at ``positions``, as a tuple (itemgetter of one position returns the item alone)."""
+    if not positions:
+        return lambda items: ()
+    if len(positions) == 1:
+        only = positions[0]
+        return lambda items: (items[only],)
+    return operator.itemgetter(*positions)
+
+
+# One histogram series of a plan: its labels, its shared bounds, the pick of its buckets' numbers in bound order,
+# and the number of its sum and of its count (None: the series has none)
+_PlannedHistogram = tuple[LabelSet, tuple[float, ...], Callable[[list[float]], tuple[float, ...]], int | None,
+                          int | None]
+
+
+class _Plan:
+    """How a scrape of one layout becomes its Snapshot, given its values."""
+
+    __slots__ = ("index", "layout", "numbers", "tokens", "blanks", "words", "finite", "scalars", "histograms", "info")
+
+    def __init__(self, index: object, layout: str, numbers: list[int], tokens: list[int], blanks: list[int],
+                 words: tuple[tuple[int, str], ...], finite: list[int],
+                 scalars: tuple[tuple[str, tuple[tuple[LabelSet, int], ...]], ...],
+                 histograms: tuple[tuple[str, tuple[_PlannedHistogram, ...]], ...],
+                 info: Mapping[str, tuple[Mapping[str, str], ...]]) -> None:
+        self.index = index
+        self.layout = layout
+        self.numbers = _picker(numbers)  # every kept line's value: each must read as a number
+        self.tokens = _picker(tokens)  # the values of lines of families not kept: one token each
+        self.blanks = _picker(blanks)  # empty lines: still empty
+        self.words = words  # comments of one word ("# EOF" ends the text): the same word
+        self.finite = _picker(finite)  # among the numbers, the scalars, sums and counts: NaN or Inf is dropped
+        self.scalars = scalars  # (family, ((labels, number), ...))
+        self.histograms = histograms  # (family, (series, ...))
+        self.info = info  # the Snapshot's info, as is (its lines' values are not read)
+
+    @classmethod
+    def of(cls, index: object, layout: str, parts: list[tuple[str, str, str]], placed: list[_Placed],
+           scalars: dict[str, dict[LabelSet, float]], buckets: dict[str, dict[LabelSet, dict[float, float]]],
+           sums: dict[str, dict[LabelSet, float]], counts: dict[str, dict[LabelSet, float]], laid: Snapshot) -> _Plan:
+        """The plan of a full parse's text (its line ``parts``), what it filed where (``placed``) and made of
+        it (``laid``: nothing dropped)."""
+        at = {spot[:4]: spot[4] for spot in placed}
+        kept = {spot[4] for spot in placed}
+        numbers: list[int] = []
+        tokens: list[int] = []
+        blanks: list[int] = []
+        words: list[tuple[int, str]] = []
+        for line, (head, space, value) in enumerate(parts):
+            if line in kept:
+                numbers.append(line)
+            elif not head and not space and not value:
+                blanks.append(line)
+            elif head.startswith("#") or (not head and value.startswith("#")):
+                if head.rstrip() == "#" or not head:
+                    words.append((line, value))
+            else:
+                tokens.append(line)
+        slot = {line: i for i, line in enumerate(numbers)}
+        finite = sorted(slot[line] for (store, _, _, _), line in at.items() if store in (_VALUE, _SUM, _COUNT))
+        plain = tuple((family, tuple((key, slot[at[(_VALUE, family, key, None)]]) for key in series))
+                      for family, series in scalars.items())
+
+        def number(store: int, family: str, key: LabelSet) -> int | None:
+            line = at.get((store, family, key, None))
+            return None if line is None else slot[line]
+
+        histograms = tuple((family, tuple(
+            (key, laid.histograms[family][key].bounds,
+             _picker([slot[at[(_BUCKET, family, key, le)]] for le in sorted(by_le)]),
+             number(_SUM, family, key) if key in sums.get(family, {}) else None,
+             number(_COUNT, family, key) if key in counts.get(family, {}) else None)
+            for key, by_le in series.items())) for family, series in buckets.items())
+        return cls(index, layout, numbers, tokens, blanks, tuple(words), finite, plain, histograms, laid.info)
+
+    def read(self, values: list[str], timestamp: float) -> Snapshot | None:
+        """The Snapshot of a scrape of this layout with these values (one a line); None when a value is one the
+        full parse must judge (not a number, NaN or Inf in a scalar, a token that is not one, # EOF)."""
+        try:
+            numbers = list(map(float, self.numbers(values)))
+        except ValueError:
+            return None
+        tokens = self.tokens(values)
+        if len(" ".join(tokens).split()) != len(tokens) or any(self.blanks(values)):
+            return None
+        for line, word in self.words:
+            if values[line] != word:
+                return None
+        if not all(map(math.isfinite, self.finite(numbers))):
+            return None
+        dropped = 0
+        histograms: dict[str, MappingProxyType[LabelSet, HistogramSample]] = {}
+        for family, planned in self.histograms:
+            assembled: dict[LabelSet, HistogramSample] = {}
+            for key, bounds, pick, total, count in planned:
+                cumulative = pick(numbers)
+                # _assemble's checks, in bound order: finite, and not going down
+                if not all(map(math.isfinite, cumulative)) or not all(map(operator.le, cumulative, cumulative[1:])):
+                    dropped += 1
+                    continue
+                assembled[key] = HistogramSample(bounds, cumulative, math.nan if total is None else numbers[total],
+                                                 cumulative[-1] if count is None else numbers[count])
+            if assembled:
+                histograms[family] = MappingProxyType(assembled)
+        return Snapshot(
+            timestamp=timestamp,
+            scalars=MappingProxyType({family: MappingProxyType({key: numbers[number] for key, number in series})
+                                      for family, series in self.scalars if series}),
+            histograms=MappingProxyType(histograms), info=self.info, dropped_samples=dropped)
+
+
+def _shelve(plan: _Plan, lines: int, max_series: int) -> None:
+    if sum(map(len, _PLANS.values())) >= _PLANS_MAX:
+        _PLANS.clear()
+    shelf = _PLANS.setdefault((lines, max_series), [])
+    shelf.insert(0, plan)
+    del shelf[_PLANS_PER_SHELF:]
+
+
 def _value(text: str, lineno: int) -> float:
     try:
         return float(text)
@@ -138,6 +274,37 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     those scrapes too). Non-finite values and series over ``max_series_per_family`` are
     dropped and counted in ``Snapshot.dropped_samples``.
     """
+    lines = text.split("\n")
+    parts = [line.rpartition(" ") for line in lines]
+    layout = "\n".join([head for head, _, _ in parts])
+    index = catalog.sample_index
+    shelf = (len(lines), max_series_per_family)
+    for plan in _PLANS.get(shelf, ()):
+        if plan.index is index and plan.layout == layout:
+            laid = plan.read([value for _, _, value in parts], timestamp)
+            if laid is not None:
+                return laid
+            break  # a value the plan cannot vouch for: the full parse says what it is
+    # A layout seen before gets its plan (making one costs about half a parse: not for a one-off layout)
+    seen = _SEEN.get(shelf)
+    if seen is None:
+        if len(_SEEN) >= _PLANS_MAX:
+            _SEEN.clear()
+        seen = _SEEN[shelf] = []
+    placed: list[_Placed] | None = None
+    if layout in seen:
+        placed, layout = [], seen[seen.index(layout)]  # the plan keeps the copy already kept (they are equal)
+    else:
+        seen.insert(0, layout)
+        del seen[_PLANS_PER_SHELF:]
+    return _parse(lines, parts, layout, timestamp, max_series_per_family, catalog, placed)
+
+
+def _parse(lines: list[str], parts: list[tuple[str, str, str]], layout: str, timestamp: float,
+           max_series_per_family: int, catalog: Catalog,
+           placed: list[_Placed] | None) -> Snapshot:
+    """The full parse, line by line. ``placed``: where each kept value went (store, family, labels, le, line
+    index) is recorded there, and a plan made of it when every line allows one (see :class:`_Plan`)."""
     # wire family -> labelset -> value; histograms collect parts before they are assembled
     scalars: dict[str, dict[LabelSet, float]] = {}
     buckets: dict[str, dict[LabelSet, dict[float, float]]] = {}
@@ -150,8 +317,9 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
     index = catalog.sample_index
     kinds = {name: metric.kind for name, metric in catalog.by_name.items()}
     heads = _HEADS
+    plain = True  # every sample line is ``head value``: a plan can read the next scrape laid out alike
 
-    for lineno, line in enumerate(text.split("\n"), 1):
+    for lineno, line in enumerate(lines, 1):
         if not line:
             continue
         first = line[0]
@@ -165,7 +333,7 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             if line.isspace():
                 continue
             raise ParseError(f"line {lineno}: content after # EOF")
-        head, _, value_text = line.rpartition(" ")
+        head, _, value_text = parts[lineno - 1]
         known = heads.get(head)
         fast: _Head | None = None
         if known is not None and known[0] is index:
@@ -196,6 +364,8 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                     raise ParseError(f"line {lineno}: not a sample line: {line[:80]!r}")
                 if _TOKEN.fullmatch(value_text) is not None and _NAME_AND_BLOCK.fullmatch(head) is not None:
                     _remember(head, index, None, _NO_LABELS)
+                else:
+                    plain = False
                 continue
             canonical, part, rank = entry
             best = alias_rank.get(canonical)
@@ -228,13 +398,19 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
                 raise ParseError(f"line {lineno}: value {fields[0][:40]!r} is not a number") from None
             if len(fields) == 1 and rest == " " + fields[0] and " # " not in line:
                 _remember(head, index, entry, block)
+            else:
+                plain = False
         if best is None or rank < best:
             alias_rank[canonical] = rank
             for store in (scalars, buckets, sums, counts, info):
                 store.pop(canonical, None)
+            if placed and best is not None:  # what the older alias placed is gone too
+                placed[:] = [spot for spot in placed if spot[1] != canonical]
 
         if kinds[canonical] is Kind.INFO:
             info.setdefault(canonical, []).append(dict(everything))
+            if placed is not None:
+                placed.append((_INFO, canonical, (), None, lineno - 1))
             continue
         if part == "bucket":
             if le_text is None:
@@ -252,6 +428,8 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             if le in series:
                 raise ParseError(f"line {lineno}: duplicate bucket le={le_text}")
             series[le] = value
+            if placed is not None:
+                placed.append((_BUCKET, canonical, key, le, lineno - 1))
             continue
         if le_text is not None:
             key = tuple(sorted((*key, ("le", le_text))))
@@ -266,8 +444,17 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             dropped += 1
             continue
         family_values[key] = value
+        if placed is not None:
+            placed.append((_VALUE if part == "value" else _SUM if part == "sum" else _COUNT, canonical, key, None,
+                           lineno - 1))
 
-    return snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
+    laid = snapshot(timestamp, scalars, buckets, sums, counts, info, dropped)
+    # NaN bounds are new keys at each line: no plan stands for them
+    if (placed is not None and plain and not seen_eof and laid.dropped_samples == 0
+            and all(spot[3] == spot[3] for spot in placed if spot[3] is not None)):
+        _shelve(_Plan.of(index, layout, parts, placed, scalars, buckets, sums, counts, laid), len(lines),
+                max_series_per_family)
+    return laid
 
 
 def snapshot(timestamp: float, scalars: dict[str, dict[LabelSet, float]],

@@ -44,13 +44,8 @@ class Snapshot:
         return frozenset((*self.scalars, *self.histograms, *self.info))
 
     def model_names(self) -> tuple[str, ...]:
-        names: set[str] = set()
-        for series in (*self.scalars.values(), *self.histograms.values()):
-            for labels in series:
-                for key, value in labels:
-                    if key == "model_name":
-                        names.add(value)
-        return tuple(sorted(names))
+        return tuple(sorted({value for series in (*self.scalars.values(), *self.histograms.values())
+                             for labels in series for key, value in labels if key == "model_name"}))
 
 
 def label_value(labels: LabelSet, name: str) -> str | None:
