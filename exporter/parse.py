@@ -292,8 +292,11 @@ def parse(text: str, timestamp: float, *, max_series_per_family: int = DEFAULT_M
             _SEEN.clear()
         seen = _SEEN[shelf] = []
     placed: list[_Placed] | None = None
-    if layout in seen:
-        placed, layout = [], seen[seen.index(layout)]  # the plan keeps the copy already kept (they are equal)
+    # The copy already kept, if any (the plan keeps it: they are equal). One pass, no index: a large payload is
+    # parsed in a worker thread, and the loop's parse may trim this list between a check and a lookup.
+    kept = next((known for known in seen if known == layout), None)
+    if kept is not None:
+        placed, layout = [], kept
     else:
         seen.insert(0, layout)
         del seen[_PLANS_PER_SHELF:]

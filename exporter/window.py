@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from itertools import chain, islice
 from types import MappingProxyType
@@ -223,10 +223,13 @@ class Window:
         """Whether the newest scrape carries the family."""
         return name in self._present
 
+    def _first_of(self, steps: Sequence[Step]) -> int:
+        """The sequence number of the oldest of ``steps`` (the window's next one when there are none)."""
+        return steps[0].seq if steps else self._deltas.next
+
     def _recent(self, steps: int) -> int:
         """The sequence number of the oldest of the newest ``steps`` steps (``steps[-n:]``, as a list slices)."""
-        recent = self.steps_view[-steps:]
-        return recent[0].seq if recent else self._deltas.next
+        return self._first_of(self.steps_view[-steps:])
 
     def _summed(self, kind: Literal["increase", "histogram"], name: str, match: LabelFilter, lo: int) -> Any:
         """The family's increase or histogram over the steps from ``lo`` to the newest, read once a push
@@ -295,8 +298,7 @@ class Window:
             return None
         steps = self.steps_view
         first = next((i for i, step in enumerate(steps) if step.end >= since), len(steps))
-        earliest = steps[max(0, first - earlier_steps):]
-        return self._summed("histogram", name, match, earliest[0].seq if earliest else self._deltas.next)
+        return self._summed("histogram", name, match, self._first_of(steps[max(0, first - earlier_steps):]))
 
     def histogram_by_step(self, name: str, match: LabelFilter = None) -> list[tuple[float, HistogramDelta]]:
         """Each step's observations as (the step's end, delta), oldest first; steps with none are left out."""
