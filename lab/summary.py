@@ -62,6 +62,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-13", "252d425", "advisor-pairs-252d425-validation-13.txt"),
     ("validation-14", "8c1939b", "advisor-pairs-8c1939b-validation-14.txt"),
     ("validation-15", "eb12242", "advisor-pairs-eb12242-validation-15.txt"),
+    ("validation-16", "66adf53", "advisor-pairs-66adf53-validation-16.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
