@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from exporter import numbers
+from exporter.advisor.arrival import chi_square
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.model import Clients, OpenArrivals
 from exporter.catalog.thresholds import Thresholds
@@ -80,17 +81,13 @@ def count_band(count: float, seconds: float, confidence: float) -> tuple[float, 
     A relative error against a rate read from a handful of events means little, and against none it is
     infinite: no preemption in 36 s is what a process preempting 0.1/s leaves one time in forty. The band
     is the exact one of a Poisson mean (Garwood: chi-square quantiles with 2k and 2k + 2 degrees of freedom,
-    here by Wilson-Hilferty's cube), over the window's seconds: for 0 events at 95 %, up to 3.7 / seconds."""
+    here by Wilson-Hilferty), over the window's seconds: for 0 events at 95 %, up to 3.7 / seconds."""
     if seconds <= 0 or confidence <= 0:
         return None
     k = max(round(count), 0)
     z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
-
-    def chi2(df: int, sign: float) -> float:
-        return df * max(1.0 - 2.0 / (9 * df) + sign * z * math.sqrt(2.0 / (9 * df)), 0.0) ** 3
-
-    low = chi2(2 * k, -1.0) / 2 if k > 0 else 0.0
-    return low / seconds, chi2(2 * k + 2, 1.0) / 2 / seconds
+    low = chi_square(2 * k, -z) / 2 if k > 0 else 0.0
+    return low / seconds, chi_square(2 * k + 2, z) / 2 / seconds
 
 
 def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
