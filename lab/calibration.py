@@ -45,7 +45,7 @@ def row(name: str, duration: float, interval: float) -> tuple[str, bool]:
         except CannotCalibrate as exc:
             return f"| {name} | - | {' | '.join('-' for _ in METRIC_KEYS)} | no: {exc} | " \
                    f"{time.process_time() - started:.1f} |", False
-        kind, checks = checked(cal, observe(pipeline.window), pipeline.thresholds)
+        kind, checks = checked(cal, observe(pipeline.window), pipeline.thresholds, pipeline.window.duration)
         result = checks[kind]
         cpu = time.process_time() - started
     errors = " | ".join(_pct(result.errors[k]) for k in METRIC_KEYS)

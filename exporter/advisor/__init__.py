@@ -52,10 +52,12 @@ def _report(result: Check) -> CheckReport:
     return CheckReport(dict(result.errors), {k: result.simulated.get(k) for k in METRIC_KEYS}, dict(result.bands))
 
 
-def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds) -> tuple[str, dict[str, Check]]:
-    """The calibrated model against the window for each arrival reading; known traffic is what it is,
-    unclear traffic is read the way that reproduces the window better."""
-    checks = {kind: check(cal, observed, thresholds, t) for kind, t in cal.arrivals.alternatives().items()}
+def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds,
+            window_seconds: float = 0.0) -> tuple[str, dict[str, Check]]:
+    """The calibrated model against the window (of ``window_seconds``) for each arrival reading; known traffic is
+    what it is, unclear traffic is read the way that reproduces the window better."""
+    checks = {kind: check(cal, observed, thresholds, t, window_seconds)
+              for kind, t in cal.arrivals.alternatives().items()}
     primary = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: worst(checks[k]))
     return primary, checks
 
@@ -97,18 +99,18 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         return AdviceResult(observed, (), f"cannot calibrate: {exc}"), None
     traffic = cal.arrivals.alternatives()
     checking = time.thread_time()
-    primary_kind, checks = checked(cal, observed, thresholds)
+    primary_kind, checks = checked(cal, observed, thresholds, window.duration)
     reused = prior is not None
     if reused and not checks[primary_kind].ok:  # the engine or the machine changed: fit afresh
         cal = calibrate(window, facts, thresholds, profile=profile)
         checking = time.thread_time()
-        primary_kind, checks = checked(cal, observed, thresholds)
+        primary_kind, checks = checked(cal, observed, thresholds, window.duration)
         reused = False
     if not checks[primary_kind].ok:
         cal, (primary_kind, checks) = searched(
             cal, (primary_kind, checks),
             lambda weight: calibrate(window, facts, thresholds, profile=profile, weight=weight),
-            lambda trial: checked(trial, observed, thresholds), thresholds)
+            lambda trial: checked(trial, observed, thresholds, window.duration), thresholds)
     # What one candidate costs, to stay within a budget: a check is the same seeds on one reading.
     per_candidate = (time.thread_time() - checking) / len(checks)
     primary = checks[primary_kind]

@@ -65,11 +65,12 @@ def poisson_band(intervals: int, confidence: float) -> tuple[float, float]:
     if k < 1:
         return 1.0, 1.0
     z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    return chi_square(k, -z) / intervals, chi_square(k, z) / intervals
 
-    def quantile(sign: float) -> float:
-        return k * max(1.0 - 2.0 / (9 * k) + sign * z * math.sqrt(2.0 / (9 * k)), 0.0) ** 3
 
-    return quantile(-1.0) / intervals, quantile(1.0) / intervals
+def chi_square(df: int, z: float) -> float:
+    """The chi-square quantile with ``df`` degrees of freedom at the standard normal's ``z`` (Wilson-Hilferty)."""
+    return df * max(1.0 - 2.0 / (9 * df) + z * math.sqrt(2.0 / (9 * df)), 0.0) ** 3
 
 
 def _arrived_per_step(window: Window, occupancy: list[float]) -> list[float]:

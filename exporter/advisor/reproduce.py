@@ -10,6 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from exporter import numbers
+from exporter.advisor.arrival import chi_square
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.model import Clients, OpenArrivals
 from exporter.catalog.thresholds import Thresholds
@@ -74,14 +75,30 @@ class Check:
 PREEMPTION_SLACK = 1.4
 
 
+def count_band(count: float, seconds: float, confidence: float) -> tuple[float, float] | None:
+    """The rates between which a Poisson process that left ``count`` events in ``seconds`` runs, at ``confidence``.
+
+    A relative error against a rate read from a handful of events means little, and against none it is
+    infinite: no preemption in 36 s is what a process preempting 0.1/s leaves one time in forty. The band
+    is the exact one of a Poisson mean (Garwood: chi-square quantiles with 2k and 2k + 2 degrees of freedom,
+    here by Wilson-Hilferty), over the window's seconds: for 0 events at 95 %, up to 3.7 / seconds."""
+    if seconds <= 0 or confidence <= 0:
+        return None
+    k = max(round(count), 0)
+    z = statistics.NormalDist().inv_cdf(0.5 + confidence / 2)
+    low = chi_square(2 * k, -z) / 2 if k > 0 else 0.0
+    return low / seconds, chi_square(2 * k + 2, z) / 2 / seconds
+
+
 def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
-          traffic: OpenArrivals | Clients | None = None) -> Check:
+          traffic: OpenArrivals | Clients | None = None, window_seconds: float = 0.0) -> Check:
     """Run the calibrated model with every seed and compare it with the window.
 
     A metric fails when its relative error is over ``advice_max_calibration_error`` and, for the
     latency p95s, the model's value also lies outside the window's sampling band: a p95 the window
     itself could have read 50 % higher with a few requests more above a bucket bound is not a
-    miss the model can be blamed for.
+    miss the model can be blamed for. Likewise a preemption rate inside the Poisson band of the count the
+    window's ``window_seconds`` held (``count_band``).
     """
     traffic = traffic or cal.arrivals.primary()
     config, workload = cal.engine_config(), cal.workload()
@@ -104,10 +121,15 @@ def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
         where = (f" (outside {numbers.seconds(band[0])}-{numbers.seconds(band[1])}, what the window's p95 could read "
                  "by chance)") if band is not None else ""
         bad.append(f"{key} off by {err:+.0%}{where}")
-    pre_err = errors["preemption_rate"]
+    pre_err, pre_sim = errors["preemption_rate"], simulated.preemption_rate
+    pre_band = count_band((observed.preemption_rate or 0.0) * window_seconds, window_seconds,
+                          thresholds.advice_calibration_confidence) if observed.preemption_rate is not None else None
+    counted = pre_band is not None and pre_sim is not None and pre_band[0] <= pre_sim <= pre_band[1]
     # Preemption counts are small and bursty: more slack, but a model without any is never a match.
-    if pre_err is not None and (abs(pre_err) > PREEMPTION_SLACK * limit or pre_err <= -1.0):
-        bad.append(f"preemption_rate off by {pre_err:+.0%}")
+    if pre_err is not None and not counted and (abs(pre_err) > PREEMPTION_SLACK * limit or pre_err <= -1.0):
+        where = (f" (outside {pre_band[0]:.3g}-{pre_band[1]:.3g}/s, what the window's count of preemptions could "
+                 "read by chance)") if pre_band is not None else ""
+        bad.append(f"preemption_rate off by {pre_err:+.0%}{where}")
     reason = ("the calibrated model does not reproduce the window (" + ", ".join(bad) +
               f"; limit {limit:.0%}, advice_max_calibration_error)") if bad else ""
     return Check(simulated, errors, tuple(r.outcome for r in seeded), not bad, reason, bands)

@@ -393,8 +393,9 @@ class Thresholds:
         "Confidence of the band within which the calibrated model's TTFT and ITL p95 count as reproducing the "
         "window's whatever their relative error: a p95 read from n observations could have been read at "
         "ranks 0.95 -/+ z sqrt(0.05 x 0.95 / n) by chance (binomial), and on coarse buckets that moves it by "
-        "half. Also the band within which the arrivals' variance / mean per scrape interval reads as Poisson "
-        "(exporter/advisor/arrival.py). 0 turns both bands off.", 0, 0.999)
+        "half; its preemption rate, within the Poisson band of the window's count (0 in T s: up to 3.7 / T). "
+        "Also the band within which the arrivals' variance / mean per scrape interval reads as Poisson "
+        "(exporter/advisor/arrival.py). 0 turns the bands off.", 0, 0.999)
     advice_preemption_floor: float = threshold(0.05, "1/s",
         "Preemption rate below which observed and predicted rates count as the same (none to speak of): "
         "relative errors between two near-zero rates mean nothing.", 0)

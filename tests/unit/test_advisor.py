@@ -227,6 +227,19 @@ def test_an_unexplained_tail_does_not_grow_with_a_longer_prefill() -> None:
     assert _ttft_p95(shorter, observed, baseline) == pytest.approx(0.090)
 
 
+def test_a_tail_without_a_queue_follows_the_prefill_not_a_ratio_of_near_zero_queues() -> None:
+    # The model makes a tail the window has not (its p95 34 ms, the window's 19.5 ms), with 0.2 ms of queue
+    # and none in a what-if that changes nothing else: the window's p95 stays, not the model's.
+    observed, baseline = _ttft(0.0195, 0.0126, 0.0), _ttft(0.0338, 0.0136, 0.0002)
+    same_prefill = _ttft(0.0332, 0.0134, 0.0)
+    assert _ttft_p95(same_prefill, observed, baseline) == pytest.approx(0.0194, rel=0.02)
+    # A larger budget shortens the prefill a quarter: a quarter of the tail's excess goes with it.
+    observed, baseline = _ttft(0.086, 0.0517, 0.0011), _ttft(0.193, 0.0596, 0.0009)
+    shorter = _ttft(0.0893, 0.0446, 0.0)
+    rest = 0.0446 / (0.0596 - 0.0009)
+    assert _ttft_p95(shorter, observed, baseline) == pytest.approx(0.0893 - 0.107 * rest * 0.0893 / 0.193, rel=0.01)
+
+
 def test_a_decoding_sequence_weighs_more_than_a_prefill_token() -> None:
     from exporter.advisor.model import StepCost
 
