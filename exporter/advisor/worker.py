@@ -126,6 +126,10 @@ class AdvisorWorker:
 
     def _executor_now(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            # The answers are unpickled on the executor's own thread, which would import the model's and the
+            # simulator's modules for their classes into a malloc arena of its own: imported here, on the loop's.
+            import exporter.advisor.result  # noqa: F401
+
             self._executor = _new_executor()
         return self._executor
 
