@@ -90,3 +90,15 @@ def test_a_sidecar_imports_neither_the_advisors_model_nor_what_it_does_not_use()
                 "exporter.offline", "exporter.promsource.central", "isal", "bcrypt", "jinja2")
     assert not {m for m in loaded if m.split(".")[0] in left_out or m in left_out or
                 any(m.startswith(p + ".") for p in left_out)}
+
+
+def test_the_advisors_first_answer_brings_the_engine_model_alone() -> None:
+    """Unpickling an answer in the sidecar imports the model's classes, and through them the simulator's engine;
+    the simulator's scenarios, wire format and capture writer stay out (exporter/simulator/__init__.py)."""
+    code = ("import sys, exporter.server, exporter.advisor.result\n"
+            "print('\\n'.join(sorted(sys.modules)))")
+    loaded = set(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                text=True).stdout.split())
+    assert {"exporter.advisor.calibrate", "exporter.simulator.engine"} <= loaded
+    assert not loaded & {"exporter.simulator.scenarios", "exporter.simulator.exposition", "exporter.simulator.capture",
+                         "exporter.simulator.dcgm", "exporter.simulator.dataparallel", "prometheus_client"}
