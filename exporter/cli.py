@@ -23,7 +23,6 @@ from exporter import __version__
 from exporter.argtypes import positive
 from exporter.config import ConfigError, Settings, load_settings, target_from_url
 from exporter.facts.discovery import FactDiscovery
-from exporter.offline import CaptureError, CaptureSet, Skipped, resolve
 from exporter.pipeline import TargetPipeline, replay
 from exporter.poll import fetch
 from exporter.promsource import flags as source_flags
@@ -32,6 +31,7 @@ from exporter.render import cli as render
 
 if TYPE_CHECKING:
     from exporter.advisor.stepcost import StepEvidence
+    from exporter.offline import CaptureSet, Skipped
 
 EXIT_BAD_INPUT = 2
 DEFAULT_INTERVAL = 15.0  # seconds between plain captures when nothing says otherwise
@@ -181,6 +181,8 @@ def _diagnosed(args: argparse.Namespace) -> TargetPipeline:
 
 def _diagnosed_and_skipped(args: argparse.Namespace) -> tuple[TargetPipeline, tuple[Skipped, ...]]:
     """The same, and the damaged or unreadable captures left out (each warned about on stderr)."""
+    from exporter.offline import CaptureError, resolve  # reading captures: not the sidecar's path
+
     if bool(args.files) == bool(args.url):
         raise BadInput("give capture FILEs, a folder of captures, or --url URL (not both)")
     overrides: dict[str, Any] = {}

@@ -14,13 +14,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
-from prometheus_client import CollectorRegistry, ProcessCollector
-from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 from exporter import __version__
 from exporter.config import ADVISOR_TICK_SECONDS, Settings, Target
@@ -30,12 +29,19 @@ from exporter.pipeline import HostProbe, TargetPipeline
 from exporter.poll import fetch
 from exporter.publish import document, html, text, timeline
 from exporter.publish.exposition import Exposition
+from exporter.publish.process import ProcessMetrics
 from exporter.publish.timeline import VerdictHistory
 from exporter.record import Recorder, recorded_config
 from exporter.state import TargetState
 from exporter.webconfig import load_web_config
 
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+
 log = logging.getLogger(__name__)
+
+# What prometheus_client's generate_latest writes (tests/unit/test_process_metrics.py checks they agree).
+CONTENT_TYPE_LATEST = "text/plain; version=1.0.0; charset=utf-8"
 
 # (target, window seconds, the rules' recent horizon in evaluations) -> the target's host probe, or None
 HostProbeFactory = Callable[[Target, float, int], HostProbe | None]
@@ -79,10 +85,10 @@ class Sidecar:
                             for t in settings.targets}
         self.attempted: set[str] = set()
         # /metrics = the vllm_diag_* families, each target's lines rendered once per published state that a
-        # request reads (``exposition``), then whatever else is registered (process metrics, a subclass' own).
+        # request reads (``exposition``), the process metrics, then whatever a subclass registers (``registry``).
         self.exposition = Exposition(settings)
-        self.registry = CollectorRegistry(auto_describe=True)
-        ProcessCollector(namespace="vllm_diag", registry=self.registry)
+        self.process = ProcessMetrics(namespace="vllm_diag")
+        self._registry: CollectorRegistry | None = None
         self.session: aiohttp.ClientSession | None = None
         self.histories: dict[str, VerdictHistory] = {}  # the page's verdict timelines, bounded per target
 
@@ -136,9 +142,24 @@ class Sidecar:
         self.states = {**self.states, name: state}
         return state
 
+    @property
+    def registry(self) -> CollectorRegistry:
+        """prometheus_client collectors served after the process metrics (the central mode's); the library loads
+        with the first: a sidecar that scrapes vLLM never imports it."""
+        if self._registry is None:
+            from prometheus_client import CollectorRegistry
+
+            self._registry = CollectorRegistry(auto_describe=True)
+        return self._registry
+
     def metrics(self) -> bytes:
         """The body of ``/metrics``."""
-        return self.exposition.render(self.states.values()) + generate_latest(self.registry)
+        body = self.exposition.render(self.states.values()) + self.process.render()
+        if self._registry is None:
+            return body
+        from prometheus_client.exposition import generate_latest
+
+        return body + generate_latest(self._registry)
 
     def recorders(self) -> list[Recorder]:
         return [p.recorder for p in self.pipelines.values() if p.recorder is not None]

@@ -9,37 +9,36 @@ them. Open or closed traffic is inferred (``arrival``); when unclear, both are p
 
 from __future__ import annotations
 
+import importlib
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
-from exporter.advisor.calibrate import (
-    METRIC_KEYS,
-    Calibration,
-    CannotCalibrate,
-    Fitted,
-    Outcome,
-    brackets,
-    calibrate,
-    observe,
-)
-from exporter.advisor.candidates import (
-    BadQuestion,
-    Candidate,
-    derived,
-    from_questions,
-    parse_question,
-    step_extrapolation,
-)
-from exporter.advisor.predict import predict, score
-from exporter.advisor.reproduce import Check, check
-from exporter.advisor.result import AdviceResult, CalibrationReport, CheckReport, Prediction, Recommendation
-from exporter.advisor.search import searched, worst
-from exporter.advisor.stepcost import StepEvidence
 from exporter.catalog import metrics as vllm
-from exporter.catalog.thresholds import Thresholds
-from exporter.config import EngineFacts
-from exporter.window import Window
+
+if TYPE_CHECKING:
+    from exporter.advisor.calibrate import Calibration, Fitted, Outcome
+    from exporter.advisor.candidates import BadQuestion, Candidate, parse_question
+    from exporter.advisor.reproduce import Check
+    from exporter.advisor.result import AdviceResult, CheckReport
+    from exporter.advisor.stepcost import StepEvidence
+    from exporter.catalog.thresholds import Thresholds
+    from exporter.config import EngineFacts
+    from exporter.window import Window
+
+# The sidecar imports this package for its worker's bookkeeping (exporter/advisor/worker.py, track.py) on every
+# tick; the model and the simulator load with the first calibration (in the worker process), not with it.
+_LAZY = {"AdviceResult": "exporter.advisor.result", "BadQuestion": "exporter.advisor.candidates",
+         "Calibration": "exporter.advisor.calibrate", "Fitted": "exporter.advisor.calibrate",
+         "parse_question": "exporter.advisor.candidates"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["AdviceResult", "BadQuestion", "Calibration", "Fitted", "advise", "advise_calibrated", "parse_question"]
 
@@ -49,6 +48,9 @@ def _round(value: float | None, digits: int = 4) -> float | None:
 
 
 def _report(result: Check) -> CheckReport:
+    from exporter.advisor.calibrate import METRIC_KEYS
+    from exporter.advisor.result import CheckReport
+
     return CheckReport(dict(result.errors), {k: result.simulated.get(k) for k in METRIC_KEYS}, dict(result.bands))
 
 
@@ -56,6 +58,9 @@ def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds,
             window_seconds: float = 0.0) -> tuple[str, dict[str, Check]]:
     """The calibrated model against the window (of ``window_seconds``) for each arrival reading; known traffic is
     what it is, unclear traffic is read the way that reproduces the window better."""
+    from exporter.advisor.reproduce import check
+    from exporter.advisor.search import worst
+
     checks = {kind: check(cal, observed, thresholds, t, window_seconds)
               for kind, t in cal.arrivals.alternatives().items()}
     primary = cal.arrivals.kind if cal.arrivals.kind != "unclear" else min(checks, key=lambda k: worst(checks[k]))
@@ -90,6 +95,12 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     where the window does not identify the split itself. ``cpu_budget_s``: candidates beyond it are left out, those
     answering an active cause evaluated first, and always one.
     """
+    from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe
+    from exporter.advisor.candidates import BadQuestion, derived, from_questions, step_extrapolation
+    from exporter.advisor.predict import predict, score
+    from exporter.advisor.result import AdviceResult, CalibrationReport, Prediction, Recommendation
+    from exporter.advisor.search import searched
+
     started = time.thread_time()
     active = set(active_causes)
     observed = observe(window)

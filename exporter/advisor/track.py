@@ -29,18 +29,16 @@ from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporter.advisor.arrival import ArrivalModel
-from exporter.advisor.calibrate import Calibration, Empirical, Fitted, Outcome
-from exporter.advisor.candidates import Candidate, Change
-from exporter.advisor.model import Clients, OpenArrivals, StepCost
-from exporter.advisor.predict import predict
-from exporter.advisor.stepcost import StepEvidence
-from exporter.catalog.thresholds import Thresholds
 from exporter.facts.base import FactValue
 from exporter.record import write_atomically
-from exporter.window import Window
+
+if TYPE_CHECKING:  # the model and the simulator load with the first calibration, not with the sidecar
+    from exporter.advisor.calibrate import Empirical, Fitted, Outcome
+    from exporter.advisor.candidates import Candidate, Change
+    from exporter.catalog.thresholds import Thresholds
+    from exporter.window import Window
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +100,11 @@ class Summary:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Summary:
+        from exporter.advisor.arrival import ArrivalModel
+        from exporter.advisor.calibrate import Calibration, Fitted, Outcome
+        from exporter.advisor.model import Clients, OpenArrivals, StepCost
+        from exporter.advisor.stepcost import StepEvidence
+
         c = dict(data["calibration"])
         arrivals = dict(c["arrivals"])
         cal = Calibration(**{
@@ -126,6 +129,8 @@ def _outcome_dict(outcome: Outcome) -> dict[str, float | None]:
 
 
 def _empirical(data: Mapping[str, Any]) -> Empirical:
+    from exporter.advisor.calibrate import Empirical
+
     return Empirical(values=tuple(data["values"]), weights=tuple(data["weights"]), spreads=tuple(data["spreads"]),
                      jitter=data["jitter"], cap=data["cap"])
 
@@ -191,6 +196,8 @@ class Move:
 
     @property
     def candidate(self) -> Candidate:
+        from exporter.advisor.candidates import Candidate
+
         return Candidate(self.changes, "a knob change the sidecar saw")
 
 
@@ -258,6 +265,8 @@ class TrackRecord:
         summary = self.summary
         if summary is None:
             return None
+        from exporter.advisor.candidates import Change
+
         changes = tuple(
             Change(KNOB_FACTS[name], _number(summary.knobs[name]), _number(value))
             for name, value in now_knobs.items()
@@ -312,6 +321,8 @@ class TrackRecord:
 def predict_move(summary: Summary, move: Move, thresholds: Thresholds) -> tuple[dict[str, float | None], str]:
     """What the advisor predicts for ``move`` from the kept window (the worker process runs this: it
     simulates), and "" or why it cannot."""
+    from exporter.advisor.predict import predict
+
     fitted = summary.fitted
     traffic = fitted.calibration.arrivals.alternatives().get(fitted.kind, fitted.calibration.arrivals.primary())
     try:

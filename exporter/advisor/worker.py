@@ -40,13 +40,8 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from exporter.advisor import Calibration, Fitted, advise_calibrated
-from exporter.advisor.calibrate import observe
-from exporter.advisor.profile import ProfileError
-from exporter.advisor.profile import load as load_profile
-from exporter.advisor.result import AdviceResult
 from exporter.advisor.track import Summary, TrackRecord, file_path, knobs, predict_move
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
@@ -54,6 +49,10 @@ from exporter.config import ADVICE_MAX_AGE_SECONDS, Advisor, EngineFacts
 from exporter.facts.resolve import engine_facts
 from exporter.pipeline import TargetPipeline
 from exporter.window import Window
+
+if TYPE_CHECKING:  # the model and the simulator load in the worker process, or with the first comparison
+    from exporter.advisor import Calibration, Fitted
+    from exporter.advisor.result import AdviceResult
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +75,10 @@ def advise_window(window: Window, facts: EngineFacts, thresholds: Thresholds, ac
     """What the worker process runs: everything it needs comes in as (picklable) arguments; the advice,
     and the calibration it rests on (for the track record). ``profile``: the target's ``step_profile``
     file, read here (a file that is not one is logged and left out: the prior stands in)."""
+    from exporter.advisor import advise_calibrated
+    from exporter.advisor.profile import ProfileError
+    from exporter.advisor.profile import load as load_profile
+
     evidence = None
     if profile is not None:
         try:
@@ -123,6 +126,10 @@ class AdvisorWorker:
 
     def _executor_now(self) -> ProcessPoolExecutor:
         if self._executor is None:
+            # The answers are unpickled on the executor's own thread, which would import the model's and the
+            # simulator's modules for their classes into a malloc arena of its own: imported here, on the loop's.
+            import exporter.advisor.result  # noqa: F401
+
             self._executor = _new_executor()
         return self._executor
 
@@ -149,6 +156,8 @@ class AdvisorWorker:
             pipeline.advice_track = record.report()
         if move is None or not record.ready(window, _filled(pipeline)):
             return
+        from exporter.advisor.calibrate import observe
+
         summary, measured, end = record.summary, observe(window), latest.timestamp
         loop = asyncio.get_running_loop()
         try:

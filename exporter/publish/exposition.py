@@ -14,15 +14,32 @@ scenarios; tests/golden pins them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from math import copysign
-
-from prometheus_client.utils import floatToGoString
+from math import copysign, inf, isnan
 
 from exporter.config import Settings
 from exporter.publish.exported import EXPORTED, ExportedMetric, Sample, Source
 from exporter.state import TargetState
 
 Fragment = tuple[bytes, ...]  # one target's sample lines, per family of the catalog (b"" for none)
+
+
+def go_float(value: float) -> str:
+    """A sample value as Go (and prometheus_client's ``floatToGoString``) writes it: ``+Inf``, ``NaN``, and
+    exponents from 1e+07 on. The same rule, not the library's function: importing prometheus_client loads its
+    servers, push gateway and multiprocess mode, which a sidecar never uses (exporter/publish/process.py)."""
+    value = float(value)
+    if value == inf:
+        return "+Inf"
+    if value == -inf:
+        return "-Inf"
+    if isnan(value):
+        return "NaN"
+    text = repr(value)
+    dot = text.find(".")
+    if value > 0 and dot > 6:  # Go switches to exponents sooner than Python
+        mantissa = f"{text[0]}.{text[1:dot]}{text[dot + 1:]}".rstrip("0.")
+        return f"{mantissa}e+{dot - 1:02d}"
+    return text
 
 
 def _label_value(value: str) -> str:
@@ -52,7 +69,7 @@ class _Family:
         for values, value in samples:
             # Most samples are flags: 1.0 and 0.0 (not -0.0) are written without formatting.
             text = ("1.0" if value == 1.0 else "0.0" if value == 0.0 and copysign(1.0, value) > 0
-                    else floatToGoString(value))
+                    else go_float(value))
             if len(values) != arity:  # label values not matching the names: paired as the client pairs them
                 out.append(self._unmatched(values, text))
                 continue

@@ -15,12 +15,28 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from exporter.argtypes import port, positive
-from exporter.simulator.capture import write_captures
-from exporter.simulator.scenarios import SCENARIOS, Expected, Scenario, get_scenario, scenario_names
+
+if TYPE_CHECKING:
+    from exporter.simulator.capture import write_captures
+    from exporter.simulator.scenarios import SCENARIOS, Expected, Scenario, get_scenario, scenario_names
+
+# The advisor in the sidecar reads the engine model (``engine``, ``workload``) through this package: the scenarios,
+# the wire format and the capture writer load when a name of theirs is first read, not with it.
+_LAZY = {"write_captures": "exporter.simulator.capture", "SCENARIOS": "exporter.simulator.scenarios",
+         "Expected": "exporter.simulator.scenarios", "Scenario": "exporter.simulator.scenarios",
+         "get_scenario": "exporter.simulator.scenarios", "scenario_names": "exporter.simulator.scenarios"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "SCENARIOS",
@@ -54,6 +70,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> argparse.ArgumentParser
 
 def run(args: argparse.Namespace) -> int:
     """Execute parsed ``simulate`` options; returns the process exit code."""
+    from exporter.simulator.capture import write_captures
+    from exporter.simulator.scenarios import SCENARIOS, get_scenario
+
     if args.list:
         for sc in SCENARIOS.values():
             print(f"{sc.name:24s} {sc.case:8s} expect {sc.expected.verdict:11s} {sc.description}")
