@@ -34,7 +34,7 @@ def _plan(cls: type) -> _Plan | None:
     initvars = [f for f in declared.values() if repr(getattr(f, "_field_type", None)) == "_FIELD_INITVAR"]
     if len(names) < 2 or initvars or not all(f.init for f in dataclasses.fields(cls)):
         return None  # one field: attrgetter gives it bare; an InitVar or a field __init__ sets: the generic path
-    members = [cls.__dict__.get(name) for name in names]
+    members: list[Any] = [cls.__dict__.get(name) for name in names]
     if not all(type(member).__name__ == "member_descriptor" for member in members):
         return None  # a field not in this class's own slots
     setters = tuple(member.__set__ for member in members)
