@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import replace
 from pathlib import Path
 
 from exporter import inputs, objectives
@@ -23,6 +22,7 @@ from exporter.facts import cache_info
 from exporter.facts.base import METRICS as METRICS_SOURCE
 from exporter.facts.base import Fact, FactValue
 from exporter.facts.resolve import engine_facts, resolve
+from exporter.frozen import replace
 from exporter.parse import ParseError, parse
 from exporter.poll import ScrapeResult
 from exporter.record import CAPTURE_HEADER, Recorder, RecordStatus, capture_timestamp, read_capture, recorded_config

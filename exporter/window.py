@@ -15,12 +15,13 @@ from __future__ import annotations
 import math
 from array import array
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import chain, islice
 from types import MappingProxyType
 from typing import Any, Literal, TypeVar
 
 from exporter.deltas import HistogramDelta, LabelFilter, StepDeltas
+from exporter.frozen import replace
 from exporter.snapshot import LabelIs, LabelSet, Snapshot
 from exporter.timebuffer import TimeBuffer
 

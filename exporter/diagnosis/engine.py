@@ -18,12 +18,13 @@ verdict that neither flaps nor locks in.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from exporter.catalog.symptoms import CAUSE_BY_ID, EFFECT_WITHOUT_CAUSE, LAYERS, SYMPTOMS, Action
 from exporter.catalog.thresholds import Thresholds
 from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context, Finding, unknown_fact
 from exporter.diagnosis.witnesses import corroborate
+from exporter.frozen import replace
 from exporter.state import CauseResult, Diagnosis, SymptomResult, Verdict
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,6 @@ which would otherwise read as an effect without a known cause (A0, B0). Every wi
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import replace
 
 from exporter.catalog.symptoms import CAUSE_BY_ID, EXPLAINED_BY
 from exporter.diagnosis.rules.conditions import queue_sustained
@@ -20,6 +19,7 @@ from exporter.diagnosis.rules.effects import itl_breach, ttft_breach
 from exporter.diagnosis.rules.f_prefix_cache import POOL_RAN_OUT, POOL_ROOM, PREFIX_CAUSES, SHARED_BUT_BROKEN
 from exporter.diagnosis.rules.finding import Context, Finding, clear, fired
 from exporter.diagnosis.rules.prefix import blocks_reused
+from exporter.frozen import replace
 from exporter.signals.model import Witnesses
 from exporter.signals.witnesses import render_share, steps_over
 

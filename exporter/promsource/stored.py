@@ -18,13 +18,14 @@ import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from operator import itemgetter
+from operator import itemgetter, le
+from types import MappingProxyType
 from typing import Any
 
 from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
 from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, snapshot
 from exporter.promsource.rebuild import KEEP_LABELS, scrapes
-from exporter.snapshot import LabelSet, Snapshot
+from exporter.snapshot import HistogramSample, LabelSet, Snapshot
 
 _INFO = frozenset(name for name, metric in BY_NAME.items() if metric.kind is Kind.INFO)
 
@@ -325,7 +326,7 @@ class _Assembly:
     """How one layout's values (a steady scrape's, in series order) fill parse()'s stores, worked out once from
     ``_add`` run over the layout: each family's keys (buckets: bounds) and which values are theirs."""
 
-    __slots__ = ("scalars", "sums", "counts", "buckets", "info")
+    __slots__ = ("scalars", "sums", "counts", "buckets", "info", "histograms", "direct")
 
     def __init__(self, plans: Sequence[_Plan], cap: int) -> None:
         trial = _Scrape()
@@ -347,8 +348,32 @@ class _Assembly:
                                       for key, bounds in series.items())
                         for family, series in trial.buckets.items()}
         self.info = trial.info
+        # Each histogram series as parse()'s assembly reads it (exporter/parse.py, _assemble): its bounds
+        # ascending, its buckets' values in that order, its sum's and count's positions (None: not in the layout).
+        self.histograms: list[tuple[str, list[tuple[LabelSet, tuple[float, ...], Pick, int | None, int | None]]]] = []
+        for family, series in trial.buckets.items():
+            assembled = []
+            for key, by_bound in series.items():
+                bounds = tuple(sorted(by_bound))
+                if bounds[-1] != math.inf:
+                    self.histograms = []  # a series parse() drops: the general assembly decides
+                    break
+                where = at[("bucket", family, key)]
+                position = dict(zip(by_bound, where, strict=True))
+                total, count = at.get(("sum", family, key)), at.get(("count", family, key))
+                assembled.append((key, bounds, picker([position[bound] for bound in bounds]),
+                                  total[0] if total else None, count[0] if count else None))
+            else:
+                self.histograms.append((family, assembled))
+                continue
+            break
+        self.direct = len(self.histograms) == len(trial.buckets)
 
     def snapshot(self, at: float, values: Sequence[float]) -> Snapshot:
+        if self.direct:
+            direct = self._direct(at, values)
+            if direct is not None:
+                return direct
         scalars = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.scalars.items()}
         sums = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.sums.items()}
         counts = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.counts.items()}
@@ -356,6 +381,27 @@ class _Assembly:
                    for family, series in self.buckets.items()}
         info = {family: [dict(labels) for labels in found] for family, found in self.info.items()}
         return snapshot(at, scalars, buckets, sums, counts, info, 0)
+
+    def _direct(self, at: float, values: Sequence[float]) -> Snapshot | None:
+        """The snapshot parse.snapshot() assembles from these values (all finite: ``_steady`` checked), its
+        histograms made here without the dicts by bound; None: a series whose buckets go down, which parse()
+        drops and counts (the general assembly then decides)."""
+        histograms = {}
+        for family, series in self.histograms:
+            assembled = {}
+            for key, bounds, pick, total, count in series:
+                cumulative = pick(values)
+                if not all(map(le, cumulative, cumulative[1:])):
+                    return None
+                assembled[key] = HistogramSample(bounds, cumulative, values[total] if total is not None else math.nan,
+                                                 values[count] if count is not None else cumulative[-1])
+            histograms[family] = MappingProxyType(assembled)
+        scalars = {family: MappingProxyType(dict(zip(keys, pick(values), strict=True)))
+                   for family, (keys, pick) in self.scalars.items() if keys}
+        info = {family: tuple(MappingProxyType(dict(labels)) for labels in found)
+                for family, found in self.info.items()}
+        return Snapshot(timestamp=at, scalars=MappingProxyType(scalars), histograms=MappingProxyType(histograms),
+                        info=MappingProxyType(info), dropped_samples=0)
 
 
 _ASSEMBLIES: dict[tuple[tuple[tuple[Known, ...], ...], LabelPairs, int], _Assembly | None] = {}  # by layout

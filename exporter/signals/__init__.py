@@ -14,10 +14,9 @@ each filled by its own function over the window with the readers of ``common``; 
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import Thresholds
+from exporter.frozen import replace
 from exporter.signals.common import (
     API_SERVER_CPU_ABSENT,
     _hist_mean,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 from pathlib import Path
 from typing import Any, cast
 
@@ -215,3 +216,53 @@ def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: P
     fields = ("digest", "canonical", "series", "owners", "targets", "knowns")
     assert [getattr(seen[1], f) for f in fields] == [getattr(again["q"], f) for f in fields]
     assert seen[1] is not seen[0] and seen[0].sorting is not None
+
+
+def test_a_sorted_layout_finds_each_answers_blocks_by_their_hashes(tmp_path: Path) -> None:
+    """Once a reordered answer's layout is sorted, the next answers' blocks are found by their hashes (no sort);
+    blocks the layout does not hold, or a hash two blocks share, go back to the sort and the digest, and each
+    answer is still filed as json files it."""
+    write_captures("healthy", tmp_path, 75.0, 15.0)
+    captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
+    result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+
+    def answer(step: int, seed: int, series: list[dict[str, Any]] = result) -> bytes:
+        one = [{**s, "values": cast(list[Any], s["values"])[step:step + 1]} for s in series]
+        random.Random(seed).shuffle(one)
+        return body(one, VICTORIA)
+
+    layouts = Layouts()
+    split = Split(("instance",), keys(*TARGETS[:2]), layouts)
+
+    def read(answer: bytes) -> dict[str, list[tuple[Any, ...]]]:
+        into: dict[TargetKey, list[StoredSeries | Steady]] = {}
+        assert split.scanned(answer, into, "q")
+        mine, theirs = filed(into), both([answer])[2]
+        assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
+        return mine
+
+    read(answer(0, 1))
+    first = read(answer(1, 2))  # the same blocks in another order: the layout put in sorted order
+    layout = layouts["q"]
+    assert layout.digest == layout.canonical and layout.keys is None
+    orders = [first, read(answer(2, 3))]  # sorted once more, its blocks' hashes kept
+    assert layout.keys is not None and len(layout.keys) == layout.series
+    orders.append(read(answer(2, 4)))
+    assert layouts["q"] is layout  # found by the hashes: the same layout, each target's series in one order
+    assert [{k: [s[:2] for s in v] for k, v in o.items()} for o in orders] == [
+        {k: [s[:2] for s in v] for k, v in first.items()}] * 3
+    # A label changed on one series (as many blocks as the layout, one of them new): worked out again.
+    renamed = [dict(s) for s in result]
+    renamed[0] = {**renamed[0], "metric": {**renamed[0]["metric"], "extra": "1"}}
+    read(answer(3, 5, renamed))
+    assert layouts["q"] is not layout
+    read(answer(3, 6, renamed))  # sorted
+    again = layouts["q"]
+    read(answer(3, 8, renamed))  # found by the hashes
+    assert layouts["q"] is again and again.keys is not None
+    # Keys that do not fit the blocks (as two blocks alike in hash would leave them): sorted, the digest decides,
+    # and the blocks' hashes kept again.
+    kept = again.keys
+    again.keys = array("q", [0] * len(kept))
+    read(answer(4, 7, renamed))
+    assert layouts["q"] is again and again.keys == kept

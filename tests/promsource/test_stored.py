@@ -10,6 +10,7 @@ import pytest
 
 from exporter.parse import ParseError, parse
 from exporter.promsource import backfill
+from exporter.promsource import stored as stored_module
 from exporter.promsource.rebuild import scrapes
 from exporter.promsource.stored import Steady, StoredSeries, snapshots
 from exporter.simulator import scenario_names, write_captures
@@ -164,3 +165,40 @@ def test_a_steady_scrape_the_layout_cannot_vouch_for_takes_the_general_path() ->
     for (_, mine), (_, theirs) in zip(got, want, strict=True):
         assert isinstance(mine, Snapshot)
         same(mine, theirs)
+
+
+def test_a_steady_histogram_is_assembled_as_the_parser_assembles_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The layout's own assembly of histograms (bounds in order, the sum and the count found by position) gives the
+    parser's samples, its default count and sum where the series has none, and a series the parser drops (buckets
+    that go down, no +Inf bucket) leaves the scrape to the parser's assembly, which drops it and counts it."""
+    def histogram(values: dict[str, str], sum_and_count: bool = True) -> list[dict[str, Any]]:
+        name = "vllm:e2e_request_latency_seconds"
+        out = [series(f"{name}_bucket", [[10.0, value]], le=le) for le, value in values.items()]
+        if sum_and_count:
+            out += [series(f"{name}_sum", [[10.0, "4.5"]]), series(f"{name}_count", [[10.0, "3"]])]
+        return [series("vllm:num_requests_running", [[10.0, "2"]]), *out]
+
+    cases = [
+        (histogram({"10": "3", "0.5": "1", "+Inf": "3", "2.5": "2"}), 0),  # bounds out of order in the answer
+        (histogram({"0.5": "1", "+Inf": "3"}, sum_and_count=False), 0),  # the count from +Inf, the sum NaN
+        (histogram({"0.5": "2", "2.5": "1", "+Inf": "3"}), 1),  # goes down: dropped and counted
+        (histogram({"0.5": "1", "2.5": "2"}), 1),  # no +Inf bucket: dropped and counted
+    ]
+    direct = stored_module._Assembly._direct
+    made: list[bool] = []
+
+    def counted(self: Any, at: float, values: Any) -> Snapshot | None:
+        found = direct(self, at, values)
+        made.append(found is not None)
+        return found
+
+    monkeypatch.setattr(stored_module._Assembly, "_direct", counted)
+    for matrix, dropped in cases:
+        for sizes in ((1,), (len(matrix),)):
+            made.clear()
+            (_, mine), = snapshots(steady(matrix, sizes), TARGET)
+            (_, theirs), = through_the_parser(matrix)
+            assert isinstance(mine, Snapshot) and theirs.dropped_samples == dropped
+            same(mine, theirs)
+            assert mine.dropped_samples == dropped
+            assert made == ([True] if not dropped else [False] if "+Inf" in str(matrix) else [])

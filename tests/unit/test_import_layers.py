@@ -57,7 +57,7 @@ class Layer:
 LAYERS: Mapping[str, Layer] = {
     "catalog": Layer(("exporter.catalog.*",), (),
                      "facts and numbers: vLLM's metric names, thresholds, symptoms; stdlib only"),
-    "foundation": Layer(("exporter", "exporter.argtypes", "exporter.shutdown", "exporter.numbers",
+    "foundation": Layer(("exporter", "exporter.argtypes", "exporter.shutdown", "exporter.numbers", "exporter.frozen",
                          "exporter.snapshot", "exporter.timebuffer", "exporter.webconfig", "exporter.config",
                          "exporter.promsource.settings"),
                         ("catalog",),

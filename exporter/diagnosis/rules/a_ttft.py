@@ -3,8 +3,6 @@ prefix-cache misses (A5), LoRA adapter slots (A6), KV transfer slow or failing (
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from exporter.catalog import metrics as vllm
 from exporter.diagnosis.rules.conditions import (
     cpu_starved_in_window,
@@ -42,6 +40,7 @@ from exporter.diagnosis.rules.prefix import (
     prefix_low_now,
     ttft_breach_since_prefix_low,
 )
+from exporter.frozen import replace
 from exporter.signals import Signals
 
 

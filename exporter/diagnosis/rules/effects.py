@@ -7,11 +7,12 @@ recent horizon).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from exporter import objectives
 from exporter.catalog import metrics as vllm
 from exporter.diagnosis.rules.finding import Context, Finding, abstain, clear, per_context, recent_horizon
+from exporter.frozen import replace
 from exporter.objectives import ObjectiveStatus
 from exporter.window import HistogramDelta
 

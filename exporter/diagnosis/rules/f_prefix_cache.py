@@ -11,11 +11,10 @@ With --kv-cache-metrics the block witness names F1 or F6 whatever the shares say
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from exporter.diagnosis.rules.conditions import kv_evidence
 from exporter.diagnosis.rules.finding import Context, Finding, clear, info, rule
 from exporter.diagnosis.rules.prefix import eviction_shaped, hit_at_all, low_prefix_hit, pool_ran_out, with_costs
+from exporter.frozen import replace
 
 # The template signal the shares give, as F1's and F's evidence quote it (dropped when the block witness names F6).
 SHARED_BUT_BROKEN = "some blocks hit, so prompts do share a prefix that breaks early (template, timestamps, order)"

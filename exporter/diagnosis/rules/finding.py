@@ -9,13 +9,14 @@ them in the catalog's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import wraps
 from typing import Any, Literal, TypeVar
 
 from exporter.catalog.symptoms import CAUSE_BY_ID
 from exporter.catalog.thresholds import Thresholds
 from exporter.config import EngineFacts, Slo
+from exporter.frozen import replace
 from exporter.signals import Signals
 
 _F = TypeVar("_F", bound=Callable[..., "Finding"])

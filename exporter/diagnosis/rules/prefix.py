@@ -3,8 +3,6 @@ cost users (first tokens, token gaps); and what a stutter owes to the prefill of
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from exporter.catalog import metrics as vllm
 from exporter.diagnosis.rules.conditions import (
     kv_full,
@@ -26,6 +24,7 @@ from exporter.diagnosis.rules.finding import (
     recent_horizon,
     recovering,
 )
+from exporter.frozen import replace
 from exporter.signals import Signals
 
 
