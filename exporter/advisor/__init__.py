@@ -55,7 +55,7 @@ def _report(result: Check) -> CheckReport:
 
 
 def checked(cal: Calibration, observed: Outcome, thresholds: Thresholds,
-            window_seconds: float = 0.0) -> tuple[str, dict[str, Check]]:
+            window_seconds: float) -> tuple[str, dict[str, Check]]:
     """The calibrated model against the window (of ``window_seconds``) for each arrival reading; known traffic is
     what it is, unclear traffic is read the way that reproduces the window better."""
     from exporter.advisor.reproduce import check

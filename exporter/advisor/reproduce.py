@@ -91,7 +91,7 @@ def count_band(count: float, seconds: float, confidence: float) -> tuple[float, 
 
 
 def check(cal: Calibration, observed: Outcome, thresholds: Thresholds,
-          traffic: OpenArrivals | Clients | None = None, window_seconds: float = 0.0) -> Check:
+          traffic: OpenArrivals | Clients | None, window_seconds: float) -> Check:
     """Run the calibrated model with every seed and compare it with the window.
 
     A metric fails when its relative error is over ``advice_max_calibration_error`` and, for the

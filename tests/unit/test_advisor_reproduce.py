@@ -39,7 +39,7 @@ def _checked(monkeypatch: pytest.MonkeyPatch, simulated_rate: float, observed_ra
     monkeypatch.setattr(reproduce, "pooled", lambda runs: out)
     monkeypatch.setattr(reproduce, "sampling_band", lambda *args: None)
     monkeypatch.setattr(reproduce, "SEEDS", ())
-    return check(_cal(), Outcome(1.0, 0.02, observed_rate, 100.0, 0.5, 0.2), TH, window_seconds=seconds)
+    return check(_cal(), Outcome(1.0, 0.02, observed_rate, 100.0, 0.5, 0.2), TH, None, window_seconds=seconds)
 
 
 def test_no_preemption_in_a_short_window_is_not_an_infinite_error(monkeypatch: pytest.MonkeyPatch) -> None:
