@@ -136,7 +136,8 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11",
                                         "validation-12", "validation-13", "validation-14",
                                         "validation-15", "validation-16", "validation-17",
-                                        "validation-18", "validation-19", "validation-20"}
+                                        "validation-18", "validation-19", "validation-20",
+                                        "validation-21"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -166,8 +167,8 @@ def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str,
 
 @pytest.mark.parametrize("split", ["validation-13", "validation-14", "validation-15", "validation-16",
                                    "validation-17", "validation-18", "validation-19",
-                                   "validation-20"])
-def test_rounds_13_to_20_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
+                                   "validation-20", "validation-21"])
+def test_rounds_13_to_21_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
     _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
     half = [p for p in pairs if p.split == split]
     assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab", "cpu-quota"}
