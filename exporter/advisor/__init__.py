@@ -137,6 +137,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         step_evidence={**(cal.evidence.to_dict() if cal.evidence is not None else {}),
                        "decode_token_weight_used_from": cal.weight_source,
                        "step_cost_scaled_by": round(cal.cost_scale, 3)},
+        output_tail=cal.tail.to_dict() if cal.tail is not None else None,
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),

@@ -37,6 +37,7 @@ from typing import Any, cast
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
+from exporter.advisor.tail import Buckets, TailPlacement, matched
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -156,25 +157,11 @@ class Empirical:
 
 def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
     """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean."""
-    bounds = hist.bounds
-    counts: list[tuple[float, float, float]] = []  # (lower, upper, count)
-    below = 0.0
-    for i, (bound, cum) in enumerate(zip(bounds, hist.cumulative)):
-        lower = bounds[i - 1] if i > 0 else 0.0
-        n = cum - below
-        below = cum
-        if n > 0:
-            upper = bound if math.isfinite(bound) else lower * 2.0
-            counts.append((max(lower, 1.0), max(upper, 1.0), n))
-    if not counts:
+    buckets = Buckets.of(hist)
+    if buckets is None:
         raise CannotCalibrate("a token-length histogram holds no observation in the window")
-    mean = hist.mean() or sum(0.5 * (lo + hi) * n for lo, hi, n in counts) / sum(n for _, _, n in counts)
-    lo_mean = sum(lo * n for lo, _, n in counts) / sum(n for _, _, n in counts)
-    hi_mean = sum(hi * n for _, hi, n in counts) / sum(n for _, _, n in counts)
-    theta = 0.5 if hi_mean <= lo_mean else min(1.0, max(0.0, (mean - lo_mean) / (hi_mean - lo_mean)))
-    values = tuple(lo + theta * (hi - lo) for lo, hi, _ in counts)
-    spreads = tuple(min(v - lo, hi - v) for v, (lo, hi, _) in zip(values, counts))
-    return Empirical(values=values, weights=tuple(n for _, _, n in counts), spreads=spreads)
+    values, spreads = buckets.placed() or ((), ())
+    return Empirical(values=values, weights=tuple(n for _, _, n in buckets.ranges), spreads=spreads)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +196,7 @@ class Calibration:
     weight_source: str = "prior"  # where the decode weight came from: window, profile, prior or search
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
     cost_scale: float = 1.0  # the fitted cost times this, where only a scaled cost reproduced the window (search)
+    tail: TailPlacement | None = None  # where the output tail sits in its bucket: by the KV usage, or why not
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -432,9 +420,11 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
                   evidence=evidence, weight_sigma=sigma, weight_source=source,
                   fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
-        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
-                       weight_source=prior.weight_source)
-    return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
+        return matched(replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
+                               weight_source=prior.weight_source), window, output_hist, SEEDS[0], None)
+    # The output tail placed by the KV the batch held changes the steps' sizes: the means are fitted again.
+    return matched(_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist), window, output_hist, SEEDS[0],
+                   lambda moved: _fit_means(moved, moved.cost, itl_hist.mean() or 0.0, prefill_mean, 2)[0])
 
 
 # advice_decode_token_weight's declared range, read from its one entry: a reading outside it is clamped to it.
