@@ -415,8 +415,9 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
             weight = min(max(reading.decode_weight, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
             sigma, source = reading.decode_weight_sigma, name
             break
+    cached = thresholds.advice_cached_token_weight if cal.enable_prefix_caching else 0.0
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
-                                    decode_weight=weight),
+                                    decode_weight=weight, cached_weight=cached),
                   evidence=evidence, weight_sigma=sigma, weight_source=source,
                   fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
@@ -521,7 +522,7 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
         new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
-                      decode_weight=cost.decode_weight)
+                      decode_weight=cost.decode_weight, cached_weight=cost.cached_weight)
         frontend = max(0.0, cal.frontend_observed_s - run.step_wait_s)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
                      and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9)

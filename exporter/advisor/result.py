@@ -117,7 +117,7 @@ class CalibrationReport:
     left_out: str = ""  # why candidates were not evaluated (the sidecar's CPU budget)
     window_end: float | None = None  # when the window ended (the sidecar's worker stamps it)
     step_evidence: dict[str, Any] | None = None  # stepcost.StepEvidence.to_dict(): the split identified, or why not
-    output_tail: dict[str, Any] | None = None  # tail.TailPlacement.to_dict(): the output tail placed by KV usage, or why not
+    output_tail: dict[str, Any] | None = None  # tail.TailPlacement.to_dict(): placed by KV usage, or why not
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
