@@ -31,25 +31,18 @@ def brackets(cal: Calibration, baseline: Outcome) -> tuple[tuple[Calibration, Ou
     """The calibration at both ends of the cached-token weight's range, with its own simulated window:
     refitted where the window held prefix hits (their cost is part of its steps), else the same fit, whose window
     the weight does not touch (``baseline``). Empty without prefix caching."""
-    from exporter.advisor.calibrate import SEEDS, CannotCalibrate, _fit_means, simulate
+    from exporter.advisor.calibrate import CannotCalibrate, refit
 
     if not cal.enable_prefix_caching:
         return ()
     out = []
-    itl_mean, prefill_mean = cal.fit_means
     for weight in RANGE:
         cost = replace(cal.cost, cached_weight=weight)
         if not cal.shared_prefix_tokens:
             out.append((replace(cal, cost=cost), baseline))
             continue
         try:
-            moved, run = _fit_means(cal, cost, itl_mean, prefill_mean, 2)
+            out.append(refit(cal, cost))
         except CannotCalibrate:
             return ()
-        if cal.cost_scale != 1.0:  # the refit solves to the means again: the scale that reproduced the window
-            moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
-                                                per_token_s=moved.cost.per_token_s * cal.cost_scale))
-            run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost,
-                           SEEDS[0])
-        out.append((moved, run.outcome))
     return tuple(out)

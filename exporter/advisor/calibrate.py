@@ -440,22 +440,27 @@ def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:
     if cal.weight_sigma <= 0:
         return ()
     out = []
-    itl_mean, prefill_mean = cal.fit_means
     for factor in (math.exp(-cal.weight_sigma), math.exp(cal.weight_sigma)):
         weight = min(max(cal.cost.decode_weight * factor, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
         if weight == cal.cost.decode_weight:
             continue
         try:
-            moved, run = _fit_means(cal, replace(cal.cost, decode_weight=weight), itl_mean, prefill_mean, 2)
+            out.append(refit(cal, replace(cal.cost, decode_weight=weight)))
         except CannotCalibrate:
             continue
-        if cal.cost_scale != 1.0:  # the refit solves to the means again: the scale that reproduced the window
-            moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
-                                                per_token_s=moved.cost.per_token_s * cal.cost_scale))
-            run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost,
-                           SEEDS[0])
-        out.append((moved, run.outcome))
     return tuple(out)
+
+
+def refit(cal: Calibration, cost: StepCost) -> tuple[Calibration, Outcome]:
+    """``cal`` with another of its cost's parameters, the fixed and per-token parts re-solved to the same window's means
+    (times the scale that reproduced the window, where the search scaled it), and its own simulated window."""
+    itl_mean, prefill_mean = cal.fit_means
+    moved, run = _fit_means(cal, cost, itl_mean, prefill_mean, 2)
+    if cal.cost_scale != 1.0:
+        moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
+                                            per_token_s=moved.cost.per_token_s * cal.cost_scale))
+        run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost, SEEDS[0])
+    return moved, run.outcome
 
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2, "fp8": 1, "int8": 1}
