@@ -6,8 +6,10 @@ import math
 
 import pytest
 
-from exporter.advisor.calibrate import lengths_from_histogram
-from exporter.advisor.tail import Buckets, place, usage_reading
+from exporter.advisor.arrival import ArrivalModel
+from exporter.advisor.calibrate import Calibration, Empirical, lengths_from_histogram
+from exporter.advisor.model import Clients, OpenArrivals, StepCost
+from exporter.advisor.tail import Buckets, matched, place, simulated_usage, usage_reading
 from exporter.parse import parse
 from exporter.window import HistogramDelta, Window
 
@@ -107,3 +109,34 @@ def test_the_usage_reading_is_the_gauges_mean_and_its_error_unless_the_window_pr
     assert reading[1] == pytest.approx(0.0816497 / 2.0, rel=1e-4)
     assert "preempted" in str(usage_reading(_window([0.9, 0.95, 0.99, 0.97], [0, 1, 3, 3])))
     assert "no vllm:kv_cache_usage_perc" in str(usage_reading(_window([0.0, 0.0, 0.0], [0, 0, 0])))
+
+
+def _calibration(hist: HistogramDelta) -> Calibration:
+    return Calibration(
+        duration_s=30.0, warmup_s=10.0,
+        prompt=Empirical((90.0,), (1.0,), (10.0,)), output=lengths_from_histogram(hist), shared_prefix_tokens=0,
+        arrivals=ArrivalModel("closed", OpenArrivals(2.0, 1.0), Clients(4, 0.0), 4.0, math.inf, 1.0),
+        cost=StepCost(0.002, 3e-5, decode_weight=4.0), frontend_s=0.0, block_size=32, num_gpu_blocks=96,
+        max_num_batched_tokens=256, max_num_seqs=4, max_model_len=2048, enable_prefix_caching=True,
+        kv_bytes_per_block=None, frontend_observed_s=0.0)
+
+
+def test_a_batch_that_held_more_than_the_model_places_the_tail_higher_and_the_model_then_holds_more() -> None:
+    hist = _hist(LOAD * 6)
+    cal = _calibration(hist)
+    usage, _ = simulated_usage(cal, 1)
+    refits: list[Calibration] = []
+
+    def refit(moved: Calibration) -> Calibration:
+        refits.append(moved)
+        return moved
+
+    placed = matched(cal, _window([usage + 0.04] * 6, [0] * 6), hist, 1, refit)
+    assert placed.tail is not None and placed.tail.position is not None and refits == [placed]
+    assert placed.output.mean == pytest.approx(cal.output.mean, rel=1e-9)
+    assert max(placed.output.values) > max(cal.output.values)
+    assert simulated_usage(placed, 1)[0] > usage + 0.02
+    # The same window within the gauge's error of the model: the calibration as it was, with the reason.
+    kept = matched(cal, _window([usage + 0.03, usage - 0.03] * 3, [0] * 6), hist, 1, refit)
+    assert kept.output == cal.output and kept.tail is not None and "sampling error" in kept.tail.reason
+    assert len(refits) == 1
