@@ -25,14 +25,15 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import Field, dataclass, replace
+from typing import Any, ClassVar, Protocol, TypeVar
 
+from exporter.advisor.arrival import ArrivalModel
+from exporter.advisor.model import StepCost
 from exporter.catalog import metrics as vllm
+from exporter.simulator.engine import EngineConfig
+from exporter.simulator.workload import Workload
 from exporter.window import HistogramDelta, Window
-
-if TYPE_CHECKING:
-    from exporter.advisor.calibrate import Calibration
 
 # Positions of the top bucket's mass tried (0: at its lower bound, 1: at its upper): a fine grid, since the
 # length-biased mean is cheap to evaluate and need not be monotone in the position (the range's spread moves too).
@@ -168,7 +169,34 @@ def place(hist: HistogramDelta, observed: tuple[float, float] | str, simulated: 
     return TailPlacement(best[0], seen, usage, reason)
 
 
-def simulated_usage(cal: Calibration, seed: int) -> tuple[float, float]:
+class Replayable(Protocol):
+    """What of a calibration (``calibrate.Calibration``, a dataclass) the placement reads: its replay, its pool and its
+    outputs; the placement replaces its ``output`` and ``tail``."""
+
+    __dataclass_fields__: ClassVar[dict[str, Field[Any]]]
+
+    @property
+    def warmup_s(self) -> float: ...
+    @property
+    def duration_s(self) -> float: ...
+    @property
+    def cost(self) -> StepCost: ...
+    @property
+    def arrivals(self) -> ArrivalModel: ...
+    @property
+    def num_gpu_blocks(self) -> int: ...
+    @property
+    def block_size(self) -> int: ...
+    @property
+    def output(self) -> Any: ...
+    def engine_config(self, **changes: Any) -> EngineConfig: ...
+    def workload(self, output_cap: int | None = None, shared_prefix_tokens: int | None = None) -> Workload: ...
+
+
+Cal = TypeVar("Cal", bound=Replayable)
+
+
+def simulated_usage(cal: Replayable, seed: int) -> tuple[float, float]:
     """(mean KV usage, mean running sequences) of the calibrated model over its replay, read at even times."""
     from exporter.advisor.model import CalibratedEngine
 
@@ -183,8 +211,7 @@ def simulated_usage(cal: Calibration, seed: int) -> tuple[float, float]:
     return statistics.fmean(usage), statistics.fmean(running)
 
 
-def matched(cal: Calibration, window: Window, hist: HistogramDelta, seed: int,
-            refit: Callable[[Calibration], Calibration] | None) -> Calibration:
+def matched(cal: Cal, window: Window, hist: HistogramDelta, seed: int, refit: Callable[[Cal], Cal] | None) -> Cal:
     """``cal`` with its output tail placed by the window's KV usage (``place``), refitted; or as it is, with the
     reason, where the window does not identify the placement."""
     reading = usage_reading(window)
