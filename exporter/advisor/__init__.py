@@ -95,6 +95,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     where the window does not identify the split itself. ``cpu_budget_s``: candidates beyond it are left out, those
     answering an active cause evaluated first, and always one.
     """
+    from exporter.advisor.cached import brackets as cached_brackets
     from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe
     from exporter.advisor.candidates import BadQuestion, derived, from_questions, step_extrapolation
     from exporter.advisor.predict import predict, score
@@ -131,12 +132,14 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
                    "per_token_seconds": _round(cal.cost.per_token_s, 8),
                    "decode_token_weight": round(cal.cost.decode_weight, 3),
                    "decode_token_weight_log_sigma": _round(cal.weight_sigma, 3),
+                   "cached_token_weight": round(cal.cost.cached_weight, 3),
                    "noise_sigma": _round(cal.cost.noise_sigma, 3),
                    "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         step_cost_reused=reused,
         step_evidence={**(cal.evidence.to_dict() if cal.evidence is not None else {}),
                        "decode_token_weight_used_from": cal.weight_source,
                        "step_cost_scaled_by": round(cal.cost_scale, 3)},
+        output_tail=cal.tail.to_dict() if cal.tail is not None else None,
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
@@ -149,6 +152,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     # The decode weight's uncertainty, as calibrations refitted at -/+ one standard deviation (the interval's
     # parameter part): they cost about what one candidate does, inside the sidecar's CPU budget.
     bracketed = brackets(cal)
+    cached = cached_brackets(cal, primary.simulated)  # the cost of a cached token: never identified by one window
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
         cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
@@ -166,7 +170,8 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
         try:
             predictions: dict[str, Prediction] = {
                 kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds, checks[kind],
-                              bracketed if kind == primary_kind else (), window.duration)
+                              bracketed if kind == primary_kind else (), window.duration,
+                              cached if kind == primary_kind else ())
                 for kind, t in usable.items()}
         except BadQuestion:
             if what_if:

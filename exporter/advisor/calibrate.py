@@ -37,6 +37,7 @@ from typing import Any, cast
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
+from exporter.advisor.tail import Buckets, TailPlacement, matched
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -156,25 +157,11 @@ class Empirical:
 
 def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
     """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean."""
-    bounds = hist.bounds
-    counts: list[tuple[float, float, float]] = []  # (lower, upper, count)
-    below = 0.0
-    for i, (bound, cum) in enumerate(zip(bounds, hist.cumulative)):
-        lower = bounds[i - 1] if i > 0 else 0.0
-        n = cum - below
-        below = cum
-        if n > 0:
-            upper = bound if math.isfinite(bound) else lower * 2.0
-            counts.append((max(lower, 1.0), max(upper, 1.0), n))
-    if not counts:
+    buckets = Buckets.of(hist)
+    if buckets is None:
         raise CannotCalibrate("a token-length histogram holds no observation in the window")
-    mean = hist.mean() or sum(0.5 * (lo + hi) * n for lo, hi, n in counts) / sum(n for _, _, n in counts)
-    lo_mean = sum(lo * n for lo, _, n in counts) / sum(n for _, _, n in counts)
-    hi_mean = sum(hi * n for _, hi, n in counts) / sum(n for _, _, n in counts)
-    theta = 0.5 if hi_mean <= lo_mean else min(1.0, max(0.0, (mean - lo_mean) / (hi_mean - lo_mean)))
-    values = tuple(lo + theta * (hi - lo) for lo, hi, _ in counts)
-    spreads = tuple(min(v - lo, hi - v) for v, (lo, hi, _) in zip(values, counts))
-    return Empirical(values=values, weights=tuple(n for _, _, n in counts), spreads=spreads)
+    values, spreads = buckets.placed() or ((), ())
+    return Empirical(values=values, weights=tuple(n for _, _, n in buckets.ranges), spreads=spreads)
 
 
 # --------------------------------------------------------------------------------------------
@@ -209,6 +196,7 @@ class Calibration:
     weight_source: str = "prior"  # where the decode weight came from: window, profile, prior or search
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
     cost_scale: float = 1.0  # the fitted cost times this, where only a scaled cost reproduced the window (search)
+    tail: TailPlacement | None = None  # where the output tail sits in its bucket: by the KV usage, or why not
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -427,14 +415,17 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
             weight = min(max(reading.decode_weight, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
             sigma, source = reading.decode_weight_sigma, name
             break
+    cached = thresholds.advice_cached_token_weight if cal.enable_prefix_caching else 0.0
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
-                                    decode_weight=weight),
+                                    decode_weight=weight, cached_weight=cached),
                   evidence=evidence, weight_sigma=sigma, weight_source=source,
                   fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
-        return replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
-                       weight_source=prior.weight_source)
-    return _fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist)
+        return matched(replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
+                               weight_source=prior.weight_source), window, output_hist, SEEDS[0], None)
+    # The output tail placed by the KV the batch held changes the steps' sizes: the means are fitted again.
+    return matched(_fit(cal, itl_hist.mean() or 0.0, prefill_mean, itl_hist), window, output_hist, SEEDS[0],
+                   lambda moved: _fit_means(moved, moved.cost, itl_hist.mean() or 0.0, prefill_mean, 2)[0])
 
 
 # advice_decode_token_weight's declared range, read from its one entry: a reading outside it is clamped to it.
@@ -449,22 +440,27 @@ def brackets(cal: Calibration) -> tuple[tuple[Calibration, Outcome], ...]:
     if cal.weight_sigma <= 0:
         return ()
     out = []
-    itl_mean, prefill_mean = cal.fit_means
     for factor in (math.exp(-cal.weight_sigma), math.exp(cal.weight_sigma)):
         weight = min(max(cal.cost.decode_weight * factor, WEIGHT_BOUNDS[0]), WEIGHT_BOUNDS[1])
         if weight == cal.cost.decode_weight:
             continue
         try:
-            moved, run = _fit_means(cal, replace(cal.cost, decode_weight=weight), itl_mean, prefill_mean, 2)
+            out.append(refit(cal, replace(cal.cost, decode_weight=weight)))
         except CannotCalibrate:
             continue
-        if cal.cost_scale != 1.0:  # the refit solves to the means again: the scale that reproduced the window
-            moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
-                                                per_token_s=moved.cost.per_token_s * cal.cost_scale))
-            run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost,
-                           SEEDS[0])
-        out.append((moved, run.outcome))
     return tuple(out)
+
+
+def refit(cal: Calibration, cost: StepCost) -> tuple[Calibration, Outcome]:
+    """``cal`` with another of its cost's parameters, the fixed and per-token parts re-solved to the same window's means
+    (times the scale that reproduced the window, where the search scaled it), and its own simulated window."""
+    itl_mean, prefill_mean = cal.fit_means
+    moved, run = _fit_means(cal, cost, itl_mean, prefill_mean, 2)
+    if cal.cost_scale != 1.0:
+        moved = replace(moved, cost=replace(moved.cost, fixed_s=moved.cost.fixed_s * cal.cost_scale,
+                                            per_token_s=moved.cost.per_token_s * cal.cost_scale))
+        run = simulate(moved, moved.engine_config(), moved.workload(), moved.arrivals.primary(), moved.cost, SEEDS[0])
+    return moved, run.outcome
 
 
 DTYPE_BYTES = {"float32": 4, "float": 4, "bfloat16": 2, "float16": 2, "half": 2, "auto": 2, "fp8": 1, "int8": 1}
@@ -531,7 +527,7 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
             raise CannotCalibrate("the model produced no decode steps for this traffic")
         new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
         new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
-                      decode_weight=cost.decode_weight)
+                      decode_weight=cost.decode_weight, cached_weight=cost.cached_weight)
         frontend = max(0.0, cal.frontend_observed_s - run.step_wait_s)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
                      and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9)

@@ -49,6 +49,7 @@ class StepCost:
     noise_sigma: float = 0.0
     compute_per_token_s: float = 0.0  # floor from the GPU's FLOPs: a big step cannot be faster than its GEMMs
     decode_weight: float = 1.0  # one decoding sequence costs this many prefill tokens (advice_decode_token_weight)
+    cached_weight: float = 0.0  # a prefix-cache hit costs its admitting step this many prefill tokens (each)
 
 
 @dataclass(slots=True)
@@ -130,12 +131,26 @@ class FittedCost:
         self._cost = cost
         self._trace = trace
         self._noise_rng = rng
+        self._admitted: set[tuple[int, int]] = set()  # (request, preemptions): admissions whose hits were costed
+
+    def _cached(self, chunks: Sequence[tuple[Request, int, int]]) -> int:
+        """Prefix-cache hits of the requests admitted in this step: an admission's first chunk starts where its
+        hits end (a later chunk of the same admission starts past its own earlier chunks, which are no hits)."""
+        hits = 0
+        for request, start, _ in chunks:
+            key = (request.rid, request.preemptions)
+            if key not in self._admitted:
+                self._admitted.add(key)
+                hits += start
+        return hits
 
     def step_time(self, now: float, n_decode: int, decode_context: int,
                   chunks: Sequence[tuple[Request, int, int]]) -> StepTime:
         prefill = sum(c for _, _, c in chunks)
         cost = self._cost
         work = prefill + cost.decode_weight * n_decode
+        if cost.cached_weight > 0:
+            work += cost.cached_weight * self._cached(chunks)
         dt = max(cost.fixed_s + cost.per_token_s * work, cost.compute_per_token_s * (prefill + n_decode))
         if cost.noise_sigma > 0:
             # The jitter of a shared machine is short interruptions; over a longer step more of them

@@ -8,7 +8,9 @@ can say: the prediction times exp(-/+ z sigma) at ``advice_interval_coverage``, 
 sum of squares of
 
 * the step-cost parameter's uncertainty: the same what-if on the calibrations refitted with the decode
-  weight one standard deviation lower and higher (``calibrate.brackets``), half their log spread;
+  weight one standard deviation lower and higher (``calibrate.brackets``), half their log spread; and, where the
+  model holds prefix-cache hits, the cost of a cached token: the what-if at both ends of its range
+  (``cached.brackets``), their log spread over sqrt(12) (a uniform's standard deviation), added in squares;
 * the calibration's residual: how far the calibrated model was from the window on this metric;
 * the window's sampling error: a p95 from the rank band of the window's own histogram (the check's
   ``sampling_band``), a preemption rate from its Poisson count;
@@ -26,6 +28,7 @@ import statistics
 from collections.abc import Sequence
 
 from exporter import numbers
+from exporter.advisor.cached import SPAN as CACHED_SPAN
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.candidates import Candidate, apply
 from exporter.advisor.model import Clients, OpenArrivals
@@ -128,12 +131,16 @@ def _model_error(key: str, thresholds: Thresholds) -> float:
             "preemption_rate": thresholds.advice_model_error_preemption}.get(key, thresholds.advice_model_error_itl_p95)
 
 
-def sigma(key: str, check: Check | None, spread: Sequence[float | None], observed: Outcome, window_seconds: float,
-          thresholds: Thresholds) -> float:
-    """The log-terms standard deviation of one prediction (see the module's docstring)."""
+def sigma(key: str, check: Check | None, spread: Sequence[tuple[Sequence[float | None], float]], observed: Outcome,
+          window_seconds: float, thresholds: Thresholds) -> float:
+    """The log-terms standard deviation of one prediction (see the module's docstring); ``spread``: per uncertain
+    parameter, the prediction at two of its values and how many standard deviations apart they are."""
     pad = thresholds.advice_preemption_floor if key == "preemption_rate" else 0.0
-    known = [v for v in spread if v is not None and v + pad > 0]
-    parameter = abs(math.log(known[-1] + pad) - math.log(known[0] + pad)) / 2.0 if len(known) == 2 else 0.0
+    parameter = 0.0
+    for pair, span in spread:
+        known = [v for v in pair if v is not None and v + pad > 0]
+        if len(known) == 2:
+            parameter = math.hypot(parameter, (math.log(known[-1] + pad) - math.log(known[0] + pad)) / span)
     error = check.errors.get(key) if check is not None else None
     residual = abs(math.log1p(error)) if error is not None and -1.0 < error < math.inf else 0.0
     sampling = 0.0
@@ -160,21 +167,28 @@ def interval(value: float | None, key: str, log_sigma: float, thresholds: Thresh
 
 def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients, baseline: Outcome,
             observed: Outcome, thresholds: Thresholds, check: Check | None = None,
-            bracketed: Sequence[tuple[Calibration, Outcome]] = (), window_seconds: float = 0.0) -> Prediction:
+            bracketed: Sequence[tuple[Calibration, Outcome]] = (), window_seconds: float = 0.0,
+            cached: Sequence[tuple[Calibration, Outcome]] = ()) -> Prediction:
     """The seeds pooled give the prediction (``calibrate.pooled``); ``interval`` its calibrated interval, with
-    ``bracketed`` the calibrations at the decode weight -/+ one standard deviation and their baselines."""
+    ``bracketed`` the calibrations at the decode weight -/+ one standard deviation and their baselines, and
+    ``cached`` the same for the cost of a cached token (used where the window or the what-if holds prefix hits)."""
     applied = apply(cal, candidate, traffic)
     floor = thresholds.advice_preemption_floor
     runs = [simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed) for seed in SEEDS]
     central = _scaled(pooled(runs), observed, baseline, applied.throughput_scale, floor)
-    spread = []
-    for other, other_baseline in bracketed:
-        moved = apply(other, candidate, traffic)
-        run = simulate(other, moved.config, moved.workload, moved.traffic, other.cost, SEEDS[0])
-        spread.append(_scaled(run.outcome, observed, other_baseline, moved.throughput_scale, floor))
+    hits = cal.shared_prefix_tokens or applied.workload.classes[0].prefix.shared_len
+    spreads = []
+    for group, span in ((bracketed, 2.0), (cached if hits else (), CACHED_SPAN)):
+        spread = []
+        for other, other_baseline in group:
+            moved = apply(other, candidate, traffic)
+            run = simulate(other, moved.config, moved.workload, moved.traffic, other.cost, SEEDS[0])
+            spread.append(_scaled(run.outcome, observed, other_baseline, moved.throughput_scale, floor))
+        spreads.append((spread, span))
     bands: dict[str, tuple[float, float] | None] = {}
     for key in METRIC_KEYS:
-        log_sigma = sigma(key, check, [s[key] for s in spread], observed, window_seconds, thresholds)
+        log_sigma = sigma(key, check, [([s[key] for s in spread], span) for spread, span in spreads], observed,
+                          window_seconds, thresholds)
         bands[key] = interval(central[key], key, log_sigma, thresholds)
     predicted = Outcome(ttft_p95_seconds=central["ttft_p95_seconds"], itl_p95_seconds=central["itl_p95_seconds"],
                         preemption_rate=central["preemption_rate"],

@@ -104,6 +104,7 @@ class Summary:
         from exporter.advisor.calibrate import Calibration, Fitted, Outcome
         from exporter.advisor.model import Clients, OpenArrivals, StepCost
         from exporter.advisor.stepcost import StepEvidence
+        from exporter.advisor.tail import TailPlacement
 
         c = dict(data["calibration"])
         arrivals = dict(c["arrivals"])
@@ -115,6 +116,7 @@ class Summary:
             "cost": StepCost(**c["cost"]),
             "evidence": StepEvidence(**c["evidence"]) if c.get("evidence") else None,
             "fit_means": tuple(c.get("fit_means") or (0.0, None)),
+            "tail": TailPlacement(**c["tail"]) if c.get("tail") else None,
         })
         fitted = Fitted(cal, str(data["kind"]), Outcome(**data["simulated"]))
         return cls(fitted, Outcome(**data["observed"]), dict(data["knobs"]), data.get("started"),

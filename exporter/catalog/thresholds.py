@@ -431,6 +431,8 @@ class Thresholds:
         "standard deviation): 0.6 puts 2-9 within the 80 % band, the range from a GPU at small batch to the "
         "CPU build. The prediction is re-run at the weight times exp(-/+ this), each refitted to the window, "
         "and their spread is the parameter part of the interval.", 0, 2)
+    advice_cached_token_weight: float = threshold(0, "ratio", "A prefix-cache hit's cost to the step admitting it, in "
+        "prefill tokens; one window does not identify it, the interval takes its whole range (cached.py).", 0, 1)
     advice_step_cost_scale_max: float = threshold(1.25, "ratio",
         "Where no decode weight reproduces the window, the step cost scaled by up to this factor either way is "
         "tried: a queue near saturation grows as 1 / (1 - utilisation), so a cost a few per cent off still "

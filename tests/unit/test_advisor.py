@@ -400,10 +400,13 @@ def test_the_interval_is_one_windows_calibrated_band_not_the_seeds_spread() -> N
     assert alone == pytest.approx(math.hypot(TH.advice_noise_ttft_p95, TH.advice_model_error_ttft_p95))
     # The decode weight's spread (-/+ one standard deviation), the residual and the sampling band add in quadrature.
     check = Check(observed, {"ttft_p95_seconds": 0.2}, (), True, "", {"ttft_p95_seconds": (0.4, 0.6)})
-    full = sigma("ttft_p95_seconds", check, [0.3, 0.6], observed, 120.0, TH)
+    full = sigma("ttft_p95_seconds", check, [([0.3, 0.6], 2.0)], observed, 120.0, TH)
     parts = [math.log(2) / 2, math.log1p(0.2), (math.log(0.6) - math.log(0.4)) / (2 * 1.96),
              TH.advice_noise_ttft_p95, TH.advice_model_error_ttft_p95]
     assert full == pytest.approx(math.sqrt(sum(p * p for p in parts)), rel=1e-3)
+    # A second parameter known only by its range: the predictions at its ends, a uniform's sqrt(12) deviations apart.
+    both = sigma("ttft_p95_seconds", check, [([0.3, 0.6], 2.0), ([0.2, 0.5], math.sqrt(12))], observed, 120.0, TH)
+    assert both == pytest.approx(math.hypot(full, math.log(2.5) / math.sqrt(12)), rel=1e-3)
     low, high = interval(0.4, "ttft_p95_seconds", full, TH)  # type: ignore[misc]
     assert low < 0.4 < high and math.log(high / 0.4) == pytest.approx(1.2816 * full, rel=1e-3)
     # A preemption rate of 0 keeps a band above it, from the floor's pad.

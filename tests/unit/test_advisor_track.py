@@ -13,6 +13,7 @@ import pytest
 from exporter.advisor.arrival import ArrivalModel
 from exporter.advisor.calibrate import Calibration, Empirical, Fitted, Outcome
 from exporter.advisor.model import Clients, OpenArrivals, StepCost
+from exporter.advisor.tail import TailPlacement
 from exporter.advisor.track import Summary, TrackRecord, TrackReport, error_ratio, file_path, knobs
 from exporter.catalog.thresholds import Thresholds
 from exporter.parse import parse
@@ -28,9 +29,10 @@ def _summary(started: float | None = 1000.0, window_end: float = 2000.0) -> Summ
         prompt=Empirical((300.5, 1200.25), (40.0, 10.0), (50.5, 200.0)), output=Empirical((60.0,), (50.0,), (10.0,)),
         shared_prefix_tokens=32,
         arrivals=ArrivalModel("open", OpenArrivals(2.5, 1.3, backlog=2), Clients(6, 0.25), 5.5, math.inf, 1.3),
-        cost=StepCost(0.012, 3.1e-5, noise_sigma=0.2, compute_per_token_s=1e-7, decode_weight=0.5),
+        cost=StepCost(0.012, 3.1e-5, noise_sigma=0.2, compute_per_token_s=1e-7, decode_weight=0.5, cached_weight=0.25),
         frontend_s=0.004, block_size=16, num_gpu_blocks=900, max_num_batched_tokens=256, max_num_seqs=16,
-        max_model_len=4096, enable_prefix_caching=True, kv_bytes_per_block=None, frontend_observed_s=0.005)
+        max_model_len=4096, enable_prefix_caching=True, kv_bytes_per_block=None, frontend_observed_s=0.005,
+        tail=TailPlacement(0.55, 0.473, 0.413, "the tail's position closes 33 of the 65 tokens"))
     simulated = Outcome(0.8, 0.03, 0.0, 120.0, 0.4, 0.2)
     observed = Outcome(0.9, 0.031, 0.01, 118.0, 0.45, 0.25)
     return Summary(Fitted(cal, "open", simulated), observed, dict(KNOBS), started, window_end)
