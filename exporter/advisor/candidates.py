@@ -41,7 +41,7 @@ ALIASES = {"num_gpu_blocks": "num_gpu_blocks_override"}
 # the pooled record; lab/tests check this set against it). Any other move, and any knob a window of two cores
 # cannot test (api_server_count, replicas), is the engine model's prediction alone and says so
 # (``validated: false``).
-VALIDATED: frozenset[tuple[str, str]] = frozenset({("prefix_hit_ratio", "up")})
+VALIDATED: frozenset[tuple[str, str]] = frozenset({("prefix_hit_ratio", "up"), ("prefix_hit_ratio", "down")})
 # What a change costs besides accelerators (a replica is an accelerator more: ``Candidate.accelerators``).
 COSTS: dict[str, str] = {
     "max_num_batched_tokens": "no hardware; larger steps stall decodes longer, smaller ones prefill slower",
