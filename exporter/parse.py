@@ -469,18 +469,26 @@ def snapshot(timestamp: float, scalars: dict[str, dict[LabelSet, float]],
     for canonical, family in buckets.items():
         assembled: dict[LabelSet, HistogramSample] = {}
         for key, by_le in family.items():
-            sample = _assemble(canonical, key, by_le, sums.get(canonical, {}), counts.get(canonical, {}))
+            sample = _assemble(key, by_le, sums.get(canonical, {}), counts.get(canonical, {}))
             if sample is None:
                 dropped += 1
             else:
                 assembled[key] = sample
         if assembled:
             histograms[canonical] = assembled
+    return laid_out(timestamp, scalars, histograms, info, dropped)
 
+
+def laid_out(timestamp: float, scalars: Mapping[str, Mapping[LabelSet, float]],
+             histograms: Mapping[str, Mapping[LabelSet, HistogramSample]], info: Mapping[str, list[dict[str, str]]],
+             dropped: int) -> Snapshot:
+    """The Snapshot of a scrape's stores, histograms assembled (``histogram``): read-only views, families
+    without a series left out. The central diagnoser's steady scrapes come here straight, their histograms
+    assembled by their layout (``exporter.promsource.stored``)."""
     return Snapshot(
         timestamp=timestamp,
         scalars=MappingProxyType({k: MappingProxyType(v) for k, v in scalars.items() if v}),
-        histograms=MappingProxyType({k: MappingProxyType(v) for k, v in histograms.items()}),
+        histograms=MappingProxyType({k: MappingProxyType(v) for k, v in histograms.items() if v}),
         info=MappingProxyType({k: tuple(MappingProxyType(d) for d in v) for k, v in info.items()}),
         dropped_samples=dropped,
     )
@@ -491,9 +499,8 @@ _BOUNDS: dict[tuple[float, ...], tuple[float, ...]] = {}
 _BOUNDS_MAX = 1024
 
 
-def _assemble(
-    name: str, key: LabelSet, by_le: dict[float, float], sums: dict[LabelSet, float], counts: dict[LabelSet, float]
-) -> HistogramSample | None:
+def _assemble(key: LabelSet, by_le: dict[float, float], sums: dict[LabelSet, float],
+              counts: dict[LabelSet, float]) -> HistogramSample | None:
     """Build a histogram series; None when it is unusable (no +Inf, NaN, not cumulative)."""
     bounds = tuple(sorted(by_le))
     if not bounds or bounds[-1] != math.inf:
@@ -505,11 +512,17 @@ def _assemble(
                 _BOUNDS.clear()
             _BOUNDS[bounds] = shared = bounds
         bounds = shared
-    cumulative = tuple(map(by_le.__getitem__, bounds))
+    return histogram(bounds, tuple(map(by_le.__getitem__, bounds)), sums.get(key, math.nan), counts.get(key))
+
+
+def histogram(bounds: tuple[float, ...], cumulative: tuple[float, ...], total: float,
+              count: float | None) -> HistogramSample | None:
+    """One histogram series from its buckets in ascending bound order, the last +Inf (``count`` None: the
+    series has no ``_count``, the +Inf bucket stands for it); None when unusable (a bucket that is no finite
+    number, or buckets that go down)."""
     if not all(map(math.isfinite, cumulative)):
         return None
     if not all(map(operator.le, cumulative, cumulative[1:])):  # finite: "not <=" is "went down"
         return None
-    count = counts.get(key, cumulative[-1])
-    total = sums.get(key, math.nan)
-    return HistogramSample(bounds=bounds, cumulative=cumulative, sum=total, count=count)
+    return HistogramSample(bounds=bounds, cumulative=cumulative, sum=total,
+                           count=cumulative[-1] if count is None else count)

@@ -9,7 +9,7 @@ engine ``i`` running scenario ``i % 8``, each answer encoded as the Prometheus A
 by the diagnoser as a real answer is), and the time spent making them is left out: what is measured is the
 diagnoser's CPU from the answer's bytes to every engine's published verdict. Two diagnosers follow the
 same fleet cycle by cycle: ours (:class:`CentralDiagnoser`: steady answers split at their samples, each
-answer's label blocks worked out once and known again by their digest, each target's snapshot assembled
+answer's label blocks worked out once and known again by their hashes, each target's snapshot assembled
 by its layout's plan) and the baseline, the same class with main's read path before issue 52's work
 (every answer kept whole, each scrape rewritten as exposition text and parsed, the cyclic garbage
 collector running through the cycle). After the cold cycle and one steady

@@ -18,14 +18,13 @@ import math
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from itertools import chain
-from operator import itemgetter, le
-from types import MappingProxyType
+from operator import itemgetter
 from typing import Any
 
 from exporter.catalog.metrics import BY_NAME, SAMPLE_INDEX, Kind
-from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, snapshot
+from exporter.parse import DEFAULT_MAX_SERIES_PER_FAMILY, histogram, laid_out, snapshot
 from exporter.promsource.rebuild import KEEP_LABELS, scrapes
-from exporter.snapshot import HistogramSample, LabelSet, Snapshot
+from exporter.snapshot import LabelSet, Snapshot
 
 _INFO = frozenset(name for name, metric in BY_NAME.items() if metric.kind is Kind.INFO)
 
@@ -370,11 +369,9 @@ class _Assembly:
         self.direct = len(self.histograms) == len(trial.buckets)
 
     def snapshot(self, at: float, values: Sequence[float]) -> Snapshot:
-        if self.direct:
-            direct = self._direct(at, values)
-            if direct is not None:
-                return direct
         scalars = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.scalars.items()}
+        if self.direct:
+            return self._direct(at, values, scalars)
         sums = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.sums.items()}
         counts = {family: dict(zip(keys, pick(values), strict=True)) for family, (keys, pick) in self.counts.items()}
         buckets = {family: {key: dict(zip(bounds, pick(values), strict=True)) for key, bounds, pick in series}
@@ -382,26 +379,22 @@ class _Assembly:
         info = {family: [dict(labels) for labels in found] for family, found in self.info.items()}
         return snapshot(at, scalars, buckets, sums, counts, info, 0)
 
-    def _direct(self, at: float, values: Sequence[float]) -> Snapshot | None:
-        """The snapshot parse.snapshot() assembles from these values (all finite: ``_steady`` checked), its
-        histograms made here without the dicts by bound; None: a series whose buckets go down, which parse()
-        drops and counts (the general assembly then decides)."""
+    def _direct(self, at: float, values: Sequence[float], scalars: dict[str, dict[LabelSet, float]]) -> Snapshot:
+        """What parse.snapshot() makes of these values, each histogram series handed to its assembly
+        (``parse.histogram``) with its buckets already in bound order: no dicts by bound to file and sort."""
         histograms = {}
+        dropped = 0
         for family, series in self.histograms:
             assembled = {}
             for key, bounds, pick, total, count in series:
-                cumulative = pick(values)
-                if not all(map(le, cumulative, cumulative[1:])):
-                    return None
-                assembled[key] = HistogramSample(bounds, cumulative, values[total] if total is not None else math.nan,
-                                                 values[count] if count is not None else cumulative[-1])
-            histograms[family] = MappingProxyType(assembled)
-        scalars = {family: MappingProxyType(dict(zip(keys, pick(values), strict=True)))
-                   for family, (keys, pick) in self.scalars.items() if keys}
-        info = {family: tuple(MappingProxyType(dict(labels)) for labels in found)
-                for family, found in self.info.items()}
-        return Snapshot(timestamp=at, scalars=MappingProxyType(scalars), histograms=MappingProxyType(histograms),
-                        info=MappingProxyType(info), dropped_samples=0)
+                sample = histogram(bounds, pick(values), values[total] if total is not None else math.nan,
+                                   values[count] if count is not None else None)
+                if sample is None:  # buckets that go down: dropped and counted, as parse() does
+                    dropped += 1
+                else:
+                    assembled[key] = sample
+            histograms[family] = assembled
+        return laid_out(at, scalars, histograms, self.info, dropped)
 
 
 _ASSEMBLIES: dict[tuple[tuple[tuple[Known, ...], ...], LabelPairs, int], _Assembly | None] = {}  # by layout

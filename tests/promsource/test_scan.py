@@ -58,6 +58,9 @@ def test_every_scenario_files_what_json_files(scenario: str, tmp_path: Path) -> 
     write_captures(scenario, tmp_path, 60.0, 15.0)
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    # In the order Prometheus answers (by label set): a steady answer's series are filed in each target's order
+    # of names and labels (scan.Layout.groups), which is that order.
+    result.sort(key=lambda series: sorted(series["metric"].items()))
     last = [{**s, "values": cast(list[Any], s["values"])[-1:]} for s in result]  # a steady read: one new scrape
     for form in (PROMETHEUS, VICTORIA):
         took, scanned, decoded = both([body(result, form), body(last, form), body(last, form)])
@@ -132,6 +135,7 @@ def test_a_steady_answer_is_filed_per_target_and_its_label_blocks_worked_out_onc
     write_captures("healthy", tmp_path, 45.0, 15.0)
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
+    result.sort(key=lambda series: sorted(series["metric"].items()))  # as Prometheus answers
     layouts: dict[str, Layout] = {}
     split = Split(("instance",), keys(*TARGETS[:2]), layouts)
     seen = []
@@ -184,13 +188,14 @@ def test_a_read_of_steady_answers_joined_files_what_they_file_one_by_one(tmp_pat
 
 
 def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: Path) -> None:
-    """VictoriaMetrics answers a range selector in the order its workers finish: each target's series are filed
-    in the blocks' sorted order once the same blocks come in another order, the layout put in that order once."""
+    """VictoriaMetrics answers a range selector in the order its workers finish: each answer's blocks are found
+    by their hashes in the layout the first answer left, so each target's series are filed in one order (of their
+    names and labels, the same on targets alike) and the layout is worked out once."""
     write_captures("healthy", tmp_path, 45.0, 15.0)
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
     answers = []
-    for step, seed in enumerate((None, 1, 2, 3)):
+    for step, seed in enumerate((4, 1, 2, 3)):
         one = [{**s, "values": cast(list[Any], s["values"])[step - 1:step] if step else s["values"][:1]}
                for s in result]
         if seed is not None:
@@ -206,22 +211,16 @@ def test_an_answer_in_another_order_each_cycle_is_filed_in_one_order(tmp_path: P
         assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
         orders.append({k: [(name, labels) for name, labels, *_ in v] for k, v in mine.items()})
         seen.append(layouts["q"])
-    assert orders[1] == orders[2] == orders[3] and seen[1] is seen[2] is seen[3]
-    # The first layout put in sorted order (without reading its blocks again) is the one the sorted blocks give.
-    again = Layouts()
-    Split(("instance",), keys(*TARGETS[:2]), again).scanned(answers[0], {}, "q")
-    assert again["q"].sorting is not None
-    again["q"].sorting = None  # read the blocks again instead
-    Split(("instance",), keys(*TARGETS[:2]), again).scanned(answers[1], {}, "q")
-    fields = ("digest", "canonical", "series", "owners", "targets", "knowns")
-    assert [getattr(seen[1], f) for f in fields] == [getattr(again["q"], f) for f in fields]
-    assert seen[1] is not seen[0] and seen[0].sorting is not None
+    assert orders[0] == orders[1] == orders[2] == orders[3]
+    assert seen[0] is seen[1] is seen[2] is seen[3] and len(seen[0].keys) == seen[0].series
+    # Targets alike (the same series) in one order, whatever order the store gave each: one plan for both.
+    assert orders[0][TARGETS[0]] == orders[0][TARGETS[1]]
 
 
-def test_a_sorted_layout_finds_each_answers_blocks_by_their_hashes(tmp_path: Path) -> None:
-    """Once a reordered answer's layout is sorted, the next answers' blocks are found by their hashes (no sort);
-    blocks the layout does not hold, or a hash two blocks share, go back to the sort and the digest, and each
-    answer is still filed as json files it."""
+def test_blocks_the_layout_does_not_hold_are_worked_out_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A block the layout does not hold (a label changed), or keys that do not fit the blocks, have the answer's
+    blocks worked out again; blocks alike in hash are never known again by it, and every answer is still filed as
+    json files it."""
     write_captures("healthy", tmp_path, 75.0, 15.0)
     captures = backfill.folder(tmp_path, 1_700_000_000.0, 15.0)
     result = [series for value in TARGETS for series in as_matrix(captures, {"instance": value, "job": "vllm"})]
@@ -241,13 +240,9 @@ def test_a_sorted_layout_finds_each_answers_blocks_by_their_hashes(tmp_path: Pat
         assert {k: sorted(v) for k, v in mine.items()} == {k: sorted(v) for k, v in theirs.items()}
         return mine
 
-    read(answer(0, 1))
-    first = read(answer(1, 2))  # the same blocks in another order: the layout put in sorted order
+    first = read(answer(0, 1))
     layout = layouts["q"]
-    assert layout.digest == layout.canonical and layout.keys is None
-    orders = [first, read(answer(2, 3))]  # sorted once more, its blocks' hashes kept
-    assert layout.keys is not None and len(layout.keys) == layout.series
-    orders.append(read(answer(2, 4)))
+    orders = [first, read(answer(1, 2)), read(answer(2, 3))]
     assert layouts["q"] is layout  # found by the hashes: the same layout, each target's series in one order
     assert [{k: [s[:2] for s in v] for k, v in o.items()} for o in orders] == [
         {k: [s[:2] for s in v] for k, v in first.items()}] * 3
@@ -255,14 +250,19 @@ def test_a_sorted_layout_finds_each_answers_blocks_by_their_hashes(tmp_path: Pat
     renamed = [dict(s) for s in result]
     renamed[0] = {**renamed[0], "metric": {**renamed[0]["metric"], "extra": "1"}}
     read(answer(3, 5, renamed))
-    assert layouts["q"] is not layout
-    read(answer(3, 6, renamed))  # sorted
     again = layouts["q"]
+    assert again is not layout
     read(answer(3, 8, renamed))  # found by the hashes
-    assert layouts["q"] is again and again.keys is not None
-    # Keys that do not fit the blocks (as two blocks alike in hash would leave them): sorted, the digest decides,
-    # and the blocks' hashes kept again.
+    assert layouts["q"] is again
+    # Keys that do not fit the blocks: worked out again, the blocks' hashes kept.
     kept = again.keys
     again.keys = array("q", [0] * len(kept))
     read(answer(4, 7, renamed))
-    assert layouts["q"] is again and again.keys == kept
+    assert layouts["q"] is not again and sorted(layouts["q"].keys) == sorted(kept)
+    # Blocks alike in hash: no keys kept, each answer's blocks worked out again, each filed as json files it.
+    monkeypatch.setattr("exporter.promsource.scan.hash", lambda block: 7, raising=False)
+    read(answer(4, 9, renamed))
+    alike = layouts["q"]
+    assert len(alike.keys) == 0
+    read(answer(4, 10, renamed))
+    assert layouts["q"] is not alike

@@ -169,8 +169,9 @@ def test_a_steady_scrape_the_layout_cannot_vouch_for_takes_the_general_path() ->
 
 def test_a_steady_histogram_is_assembled_as_the_parser_assembles_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The layout's own assembly of histograms (bounds in order, the sum and the count found by position) gives the
-    parser's samples, its default count and sum where the series has none, and a series the parser drops (buckets
-    that go down, no +Inf bucket) leaves the scrape to the parser's assembly, which drops it and counts it."""
+    parser's samples, its default count and sum where the series has none, and drops and counts a series whose
+    buckets go down (parse.histogram decides both); a series with no +Inf bucket leaves the scrape to the parser's
+    assembly, which drops it and counts it."""
     def histogram(values: dict[str, str], sum_and_count: bool = True) -> list[dict[str, Any]]:
         name = "vllm:e2e_request_latency_seconds"
         out = [series(f"{name}_bucket", [[10.0, value]], le=le) for le, value in values.items()]
@@ -187,10 +188,9 @@ def test_a_steady_histogram_is_assembled_as_the_parser_assembles_it(monkeypatch:
     direct = stored_module._Assembly._direct
     made: list[bool] = []
 
-    def counted(self: Any, at: float, values: Any) -> Snapshot | None:
-        found = direct(self, at, values)
-        made.append(found is not None)
-        return found
+    def counted(self: Any, at: float, values: Any, scalars: Any) -> Snapshot:
+        made.append(True)
+        return direct(self, at, values, scalars)
 
     monkeypatch.setattr(stored_module._Assembly, "_direct", counted)
     for matrix, dropped in cases:
@@ -201,4 +201,4 @@ def test_a_steady_histogram_is_assembled_as_the_parser_assembles_it(monkeypatch:
             assert isinstance(mine, Snapshot) and theirs.dropped_samples == dropped
             same(mine, theirs)
             assert mine.dropped_samples == dropped
-            assert made == ([True] if not dropped else [False] if "+Inf" in str(matrix) else [])
+            assert made == ([True] if "+Inf" in str(matrix) else [])
