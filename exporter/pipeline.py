@@ -255,6 +255,7 @@ class TargetPipeline:
             advice=self.advice, advice_track=self.advice_track, objectives=judged, recording=self._recording(),
             inputs=inputs.available(latest, self.target.cpu is not None, host), scaling=scaling,
         )
+        self.window.forget_reads()
         return self.state
 
     def _facts(self, latest: Snapshot | None) -> tuple[Mapping[str, Fact], EngineFacts]:

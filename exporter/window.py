@@ -125,6 +125,11 @@ class Window:
         # two or three times (the recent TTFT beside each recent share), and what is stored does not change
         self._reads: dict[tuple[str, str, LabelFilter, int], Any] = {}
 
+    def forget_reads(self) -> None:
+        """Drop the sums the last evaluation read: kept until the next push, they held 13 KB a target between
+        evaluations (lab.memory at 1,000 targets: 158 KB a target with them, 145 without)."""
+        self._reads = {}
+
     def clear(self) -> None:
         self._scrapes.clear()
         self._present = frozenset()

@@ -326,3 +326,18 @@ def test_readings_kept_between_evaluations_equal_a_fresh_reading_at_every_scrape
             assert kept == fresh.gauge_series(reason, "sum", lambda labels, v=value: label_value(labels, "reason") == v)
         compared += len(window.steps)
     assert compared > 100
+
+
+def test_sums_read_in_an_evaluation_are_dropped_after_it_and_read_again_the_same():
+    # The pipeline drops them after each evaluation (held to the next push they cost 13 KB a target).
+    window = Window(600, COUNTERS)
+    buckets = {"0.1": 0.0, "0.5": 0.0, "1.0": 0.0, "+Inf": 0.0}
+    for t in (0, 5, 10):
+        buckets = {le: count + 1 for le, count in buckets.items()}  # one fast first token a step
+        window.push(parse(_hist("0", buckets, 0.0), t))
+    name = "vllm:time_to_first_token_seconds"
+    first = window.histogram(name)
+    assert first is not None and window.histogram(name) is first  # one sum a push, read once
+    window.forget_reads()
+    again = window.histogram(name)
+    assert again is not first and again is not None and again.count == first.count == 2
