@@ -184,6 +184,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     )
     # UTC: run times need no conversion from the local zone at each run.
     scheduler = AsyncIOScheduler(event_loop=asyncio.get_running_loop(), timezone=UTC)
+    logging.getLogger("apscheduler.scheduler").addFilter(ADVISOR_BUSY)  # once: a logger keeps one of each filter
     now = datetime.now(UTC)
     count = max(1, len(sidecar.pipelines))
     for index, (name, pipeline) in enumerate(sidecar.pipelines.items()):
@@ -215,6 +216,22 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await sidecar.session.close()
         for recorder in sidecar.recorders():  # what is queued reaches the disk before we exit
             await asyncio.get_running_loop().run_in_executor(None, recorder.close)
+
+
+class AdvisorBusy(logging.Filter):
+    """apscheduler warns when a tick finds the advisor run before it still going. A calibration takes seconds of
+    CPU a target, so that is routine, not a fault: logged at debug. A scrape that outlasts its interval still
+    warns."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and '"advisor run' in message and "maximum number of running" in message:
+            log.debug("advisor run still going: this tick's run skipped")
+            return False
+        return True
+
+
+ADVISOR_BUSY = AdvisorBusy()
 
 
 async def quiet_on_shutdown(what: str, job: Callable[..., Awaitable[object]], *args: object) -> None:
