@@ -106,7 +106,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+def inverse(a: list[list[float]]) -> list[list[float]] | None:
     n = len(a)
     columns = []
     for j in range(n):
@@ -133,11 +133,11 @@ def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
     w = [r[0] for r in rows]
     xtx = [[sum(wi * xi[p] * xi[q] for xi, wi in zip(x, w, strict=True)) for q in range(3)] for p in range(3)]
     xty = [sum(wi * xi[p] * r[1] for xi, wi, r in zip(x, w, rows, strict=True)) for p in range(3)]
-    inverse = _inverse(xtx)
-    if inverse is None:
+    inv = inverse(xtx)
+    if inv is None:
         return _not(base, "every interval's steps held the same prefill and decodes (steps of one size): time "
                           "per step is identified, its split into fixed and per-token parts is not")
-    coef = [sum(inverse[p][q] * xty[q] for q in range(3)) for p in range(3)]
+    coef = [sum(inv[p][q] * xty[q] for q in range(3)) for p in range(3)]
     # Each gap's variance from the residuals (weights are gap counts: an interval's mean of n gaps varies as 1/n).
     residual = sum(wi * (r[1] - sum(c * v for c, v in zip(coef, xi, strict=True))) ** 2
                    for xi, wi, r in zip(x, w, rows, strict=True))
@@ -149,7 +149,7 @@ def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
                            "came out negative: step sizes too alike)")
     weight = per_decode / per_prefill
     # The ratio's relative error by the delta method, from the covariance of the two costs.
-    var_p, var_d, cov = variance * inverse[1][1], variance * inverse[2][2], variance * inverse[1][2]
+    var_p, var_d, cov = variance * inv[1][1], variance * inv[2][2], variance * inv[1][2]
     relative = math.sqrt(max(var_d / per_decode ** 2 + var_p / per_prefill ** 2
                              - 2 * cov / (per_decode * per_prefill), 0.0))
     found = StepEvidence(base.intervals, gaps, per_step, fixed, per_prefill, per_decode, weight, math.log1p(relative))

@@ -63,6 +63,11 @@ class AdvisorThresholds:
         "and their spread is the parameter part of the interval.", 0, 2)
     advice_cached_token_weight: float = threshold(0, "ratio", "A prefix-cache hit's cost to the step admitting it, in "
         "prefill tokens; one window does not identify it, the interval takes its whole range (cached.py).", 0, 1)
+    advice_step_curvature: float = threshold(0, "ratio",
+        "How much dearer a prefill token is in a step of 1,024 prefill tokens than in a small step (a share of its "
+        "cost): 0 is a step cost linear in its tokens. Where the window's steps identify it (exporter/advisor/"
+        "curvature.py) the reading is used; else this, and the interval takes the whole range (0-1: the CPU "
+        "build's tiny model reads about 0.9 between two budgets' windows, a matrix-bound step about none).", 0, 1)
     advice_step_cost_scale_max: float = threshold(1.25, "ratio",
         "Where no decode weight reproduces the window, the step cost scaled by up to this factor either way is "
         "tried: a queue near saturation grows as 1 / (1 - utilisation), so a cost a few per cent off still "
