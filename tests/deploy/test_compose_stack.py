@@ -10,7 +10,7 @@ Debian packages installed on the machine (tests/deploy/stack/*.Dockerfile, on th
 base), and a webhook receiver inside the stack records what Alertmanager delivers.
 
 Only timings differ from the shipped configuration (in copies under a temporary directory): scrape
-and evaluation every 1 s, every alert's `for:` divided by 60 (tests/e2e/conftest.py's write_rules),
+and evaluation every 1 s, every alert's `for:` divided by 60 (tests/e2e/components.py's write_rules),
 Alertmanager grouping within seconds, the sidecar's scrape every 1 s over a 30 s window.
 
 Which alerts to expect is read, never hard-coded: the scenario is the demo's default (the shipped
@@ -61,7 +61,7 @@ from tests.deploy.dockerd import (
     wait_for,
     write_timings,
 )
-from tests.e2e.conftest import alertmanager_config, write_rules
+from tests.e2e.components import alertmanager_config, write_rules
 from tests.helpers import free_port
 
 STACK_DIR = Path(__file__).resolve().parent / "stack"
