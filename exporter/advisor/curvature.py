@@ -17,7 +17,8 @@ error (``identify``). Not identified, and said so in ``calibration.step_curvatur
 * fewer than three bucket sizes of steps that prefilled (every prefill step the same size: the square is the mean's);
 * the linear split itself not identified by the window (``stepcost.identify``): a fourth part on three the window
   cannot separate;
-* the curvature's standard error larger than its own value or its range (the fit's error larger than its effect).
+* the curvature's standard error over half its value (the decode weight's rule, ``stepcost.MAX_RELATIVE_ERROR``) or
+  over its range: the fit's error as large as its effect.
 
 Where it is not identified the prediction takes ``advice_step_curvature`` (0: the linear cost) and the interval the
 whole declared range, as for the cost of a cached token (``cached``): the what-if re-run at both ends, each refitted
@@ -32,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from exporter.advisor.model import CURVATURE_TOKENS
-from exporter.advisor.stepcost import MIN_INTERVALS, StepEvidence, inverse
+from exporter.advisor.stepcost import MAX_RELATIVE_ERROR, MIN_INTERVALS, StepEvidence, inverse
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY
 from exporter.window import Window
@@ -136,9 +137,10 @@ def identify(window: Window, budget: int, linear: StepEvidence | None, default: 
     relative = math.sqrt(max(var_q / square ** 2 + var_a / per_prefill ** 2 - 2 * cov / (square * per_prefill), 0.0)
                          ) if square else math.inf
     sigma = abs(reading) * relative if math.isfinite(relative) else math.inf
-    if not sigma < min(abs(reading), RANGE[1] - RANGE[0]):
-        return no(f"a curvature of {reading:.2f} with a standard error of {sigma:.2f}: the fit's error is larger "
-                  f"than its effect", reading, sigma if math.isfinite(sigma) else None)
+    if not sigma < min(MAX_RELATIVE_ERROR * abs(reading), RANGE[1] - RANGE[0]):
+        return no(f"a curvature of {reading:.2f} with a standard error of {sigma:.2f} (over "
+                  f"{MAX_RELATIVE_ERROR:.0%} of it): the fit's error is as large as its effect", reading,
+                  sigma if math.isfinite(sigma) else None)
     return Curvature(True, "", min(max(reading, RANGE[0]), RANGE[1]), reading, sigma, sizes)
 
 

@@ -118,7 +118,7 @@ def test_a_reading_within_its_error_is_reported_not_used() -> None:
     window = _window(_spread(), noise=0.03, bend=0.0)
     assert linear(window).identified
     reading = curvature.identify(window, 2048, linear(window), TH.advice_step_curvature)
-    assert not reading.identified and "larger than its effect" in reading.reason
+    assert not reading.identified and "as large as its effect" in reading.reason
     assert reading.reading is not None and reading.sigma is not None and reading.used == TH.advice_step_curvature
 
 
