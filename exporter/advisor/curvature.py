@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from exporter.advisor.model import CURVATURE_TOKENS
-from exporter.advisor.stepcost import MAX_RELATIVE_ERROR, MIN_INTERVALS, StepEvidence, inverse
+from exporter.advisor.stepcost import MAX_RELATIVE_ERROR, MIN_INTERVALS, StepEvidence, intervals, inverse
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY
 from exporter.window import Window
@@ -72,18 +72,9 @@ def rows(window: Window) -> tuple[list[tuple[float, float, float, float, float]]
     steps read at its middle less the interval's decodes per step; and the bucket sizes of steps that prefilled."""
     out: list[tuple[float, float, float, float, float]] = []
     sizes: set[float] = set()
-    for step, decodes in zip(window.steps, window.increase_by_step(vllm.GENERATION_TOKENS_TOTAL), strict=True):
-        if step.restarted:
-            continue
-        iterations = window.histograms_at(step, vllm.ITERATION_TOKENS_TOTAL)
-        gaps = window.histograms_at(step, vllm.INTER_TOKEN_LATENCY_SECONDS)
-        steps, tokens = sum(h.count for h in iterations), sum(h.sum for h in iterations)
-        count, total = sum(h.count for h in gaps), sum(h.sum for h in gaps)
-        if steps <= 0 or count <= 0:
-            continue
-        per_decode = decodes / steps
-        square = 0.0
-        for h in iterations:
+    for interval in intervals(window):
+        per_decode, square = interval.decodes_per_step, 0.0
+        for h in interval.iterations:
             below, lower = 0.0, 0.0
             for bound, cumulative in zip(h.bounds, h.cumulative, strict=True):
                 n, below = cumulative - below, cumulative
@@ -93,8 +84,8 @@ def rows(window: Window) -> tuple[list[tuple[float, float, float, float, float]]
                     sizes.add(upper)
                     square += n * prefill * prefill
                 lower = bound
-        out.append((count, total / count, max(tokens - decodes, 0.0) / steps, per_decode,
-                    square / steps / CURVATURE_TOKENS))
+        out.append((interval.gaps, interval.mean_gap, interval.prefill_per_step, per_decode,
+                    square / interval.steps / CURVATURE_TOKENS))
     return out, len(sizes)
 
 

@@ -27,7 +27,7 @@ from statistics import NormalDist
 from typing import Any
 
 from exporter.catalog import metrics as vllm
-from exporter.window import Window
+from exporter.window import HistogramDelta, Window
 
 MIN_INTERVALS = 6  # intervals a three-parameter fit needs (three residual degrees of freedom at least)
 # A split is identified when the decode weight's relative standard error is under this: beyond it, the
@@ -74,8 +74,20 @@ class StepEvidence:
                 "decode_token_weight_log_sigma": r(self.decode_weight_sigma, 3)}
 
 
-def rows(window: Window) -> list[tuple[float, float, float, float]]:
-    """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One scrape interval's steps as the fits read them."""
+
+    gaps: float  # token gaps (one per decoding sequence and step)
+    mean_gap: float
+    prefill_per_step: float
+    decodes_per_step: float
+    iterations: tuple[HistogramDelta, ...]  # the iteration-token histograms' deltas (tokens per step)
+    steps: float
+
+
+def intervals(window: Window) -> list[Interval]:
+    """Each scrape interval with steps and token gaps (none across a restart)."""
     out = []
     for step, decodes in zip(window.steps, window.increase_by_step(vllm.GENERATION_TOKENS_TOTAL), strict=True):
         if step.restarted:
@@ -86,8 +98,14 @@ def rows(window: Window) -> list[tuple[float, float, float, float]]:
         count, total = sum(h.count for h in gaps), sum(h.sum for h in gaps)
         if steps <= 0 or count <= 0:
             continue
-        out.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
+        out.append(Interval(count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps,
+                            tuple(iterations), steps))
     return out
+
+
+def rows(window: Window) -> list[tuple[float, float, float, float]]:
+    """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
+    return [(i.gaps, i.mean_gap, i.prefill_per_step, i.decodes_per_step) for i in intervals(window)]
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
