@@ -20,6 +20,7 @@ from exporter.catalog import metrics as vllm
 if TYPE_CHECKING:
     from exporter.advisor.calibrate import Calibration, Fitted, Outcome
     from exporter.advisor.candidates import BadQuestion, Candidate, parse_question
+    from exporter.advisor.model import StepCost
     from exporter.advisor.reproduce import Check
     from exporter.advisor.result import AdviceResult, CheckReport
     from exporter.advisor.stepcost import StepEvidence
@@ -96,7 +97,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     answering an active cause evaluated first, and always one.
     """
     from exporter.advisor.cached import brackets as cached_brackets
-    from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe
+    from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe, refit
     from exporter.advisor.candidates import BadQuestion, derived, from_questions, step_extrapolation
     from exporter.advisor.curvature import brackets as curvature_brackets
     from exporter.advisor.predict import predict, score
@@ -156,7 +157,14 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     # parameter part): they cost about what one candidate does, inside the sidecar's CPU budget.
     bracketed = brackets(cal)
     cached = cached_brackets(cal, primary.simulated)  # the cost of a cached token: never identified by one window
-    bent, bent_span = curvature_brackets(cal)  # the step cost's curvature: rarely identified by one window
+
+    def refit_or_none(other: Calibration, cost: StepCost) -> tuple[Calibration, Outcome] | None:
+        try:
+            return refit(other, cost)
+        except CannotCalibrate:
+            return None
+
+    bent, bent_span = curvature_brackets(cal, refit_or_none)  # the step cost's curvature: rarely identified
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
         cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first

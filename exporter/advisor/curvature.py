@@ -29,17 +29,15 @@ the reading (clamped to the range) and the what-if at -/+ its standard error.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
-from exporter.advisor.model import CURVATURE_TOKENS
+from exporter.advisor.model import CURVATURE_TOKENS, StepCost
 from exporter.advisor.stepcost import MAX_RELATIVE_ERROR, MIN_INTERVALS, StepEvidence, intervals, inverse
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY
 from exporter.window import Window
-
-if TYPE_CHECKING:
-    from exporter.advisor.calibrate import Calibration, Outcome
 
 _ENTRY = BY_KEY["advice_step_curvature"]
 RANGE = (_ENTRY.minimum, _ENTRY.maximum if _ENTRY.maximum is not None else 1.0)
@@ -148,12 +146,25 @@ def _largest_step(window: Window) -> float | None:
     return top
 
 
-def brackets(cal: Calibration) -> tuple[tuple[tuple[Calibration, Outcome], ...], float]:
-    """The calibration at two curvatures, each refitted to the window with its own simulated window, and how many
-    standard deviations apart they are: the range's ends (sqrt(12)) where the window did not identify it, else the
-    reading -/+ its standard error (2). Empty where a refit fails."""
-    from exporter.advisor.calibrate import CannotCalibrate, refit
+class Curved(Protocol):
+    """What ``brackets`` reads of a calibration (``calibrate.Calibration``, which imports this module)."""
 
+    @property
+    def cost(self) -> StepCost: ...
+
+    @property
+    def curvature(self) -> Curvature | None: ...
+
+
+C = TypeVar("C", bound=Curved)
+R = TypeVar("R")
+
+
+def brackets(cal: C, refit: Callable[[C, StepCost], R | None]) -> tuple[tuple[R, ...], float]:
+    """The calibration at two curvatures, each refitted to the window by ``refit`` (``calibrate.refit``: the
+    calibration and its own simulated window, None where it cannot), and how many standard deviations apart they
+    are: the range's ends (sqrt(12)) where the window did not identify it, else the reading -/+ its standard error
+    (2). Empty where a refit fails."""
     reading = cal.curvature
     if reading is not None and reading.identified and reading.sigma is not None:
         ends = (max(reading.used - reading.sigma, RANGE[0]), min(reading.used + reading.sigma, RANGE[1]))
@@ -164,8 +175,8 @@ def brackets(cal: Calibration) -> tuple[tuple[tuple[Calibration, Outcome], ...],
         return (), span
     out = []
     for value in ends:
-        try:
-            out.append(refit(cal, replace(cal.cost, curvature=value)))
-        except CannotCalibrate:
+        moved = refit(cal, replace(cal.cost, curvature=value))
+        if moved is None:
             return (), span
+        out.append(moved)
     return tuple(out), span

@@ -12,7 +12,7 @@ import pytest
 
 from exporter.advisor import curvature
 from exporter.advisor.arrival import ArrivalModel
-from exporter.advisor.calibrate import Calibration, Empirical
+from exporter.advisor.calibrate import Calibration, CannotCalibrate, Empirical, Outcome, refit
 from exporter.advisor.model import CURVATURE_TOKENS, Clients, FittedCost, OpenArrivals, StepCost, Trace
 from exporter.advisor.stepcost import identify as linear
 from exporter.catalog import metrics as vllm
@@ -134,15 +134,24 @@ def _cal(reading: curvature.Curvature | None) -> Calibration:
         fit_means=(0.006, 0.03), curvature=reading)
 
 
+def _refit(cal: Calibration, cost: StepCost) -> tuple[Calibration, Outcome] | None:
+    try:
+        return refit(cal, cost)
+    except CannotCalibrate:
+        return None
+
+
 def test_unidentified_the_interval_takes_the_range_identified_the_readings_error() -> None:
     assert TH.advice_step_curvature == curvature.RANGE[0] == 0.0 and curvature.RANGE[1] == 1.0
-    (low, high), span = curvature.brackets(_cal(curvature.Curvature(False, "why", 0.0)))
+    (low, high), span = curvature.brackets(_cal(curvature.Curvature(False, "why", 0.0)), _refit)
     assert (low[0].cost.curvature, high[0].cost.curvature) == curvature.RANGE and span == pytest.approx(math.sqrt(12))
     # Dearer large steps explain the same prefill time with a cheaper token: the refit's per-token part falls.
     assert high[0].cost.per_token_s < low[0].cost.per_token_s
     read: Any = curvature.Curvature(True, "", 0.5, 0.5, 0.1)
-    (low, high), span = curvature.brackets(_cal(read))
+    (low, high), span = curvature.brackets(_cal(read), _refit)
     assert (low[0].cost.curvature, high[0].cost.curvature) == pytest.approx((0.4, 0.6)) and span == pytest.approx(2)
     # Clamped at the range's end: the brackets span fewer standard errors.
-    (low, high), span = curvature.brackets(_cal(curvature.Curvature(True, "", 0.95, 0.95, 0.1)))
+    (low, high), span = curvature.brackets(_cal(curvature.Curvature(True, "", 0.95, 0.95, 0.1)), _refit)
     assert high[0].cost.curvature == 1.0 and span == pytest.approx(1.5)
+    # A refit that cannot reproduce the window leaves no brackets, and the interval without the term.
+    assert curvature.brackets(_cal(read), lambda cal, cost: None) == ((), pytest.approx(2))
