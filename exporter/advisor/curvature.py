@@ -1,9 +1,11 @@
 """How much dearer a prefill token is in a larger step: the step cost's curvature, read from the window where it can
 be, else carried as an unidentified parameter into the prediction's interval.
 
-The step cost is linear in its tokens (``model.StepCost``); a real step need not be. On the CPU build's small model a
-1,024-token step costs more per token than a 256-token one (attention over the chunk, caches), and a linear cost
-identified at one budget says a larger budget saves each prompt the fixed cost of the chunks it no longer needs.
+The step cost is linear in its tokens (``model.StepCost``); a real step need not be. A 1,024-token step can cost
+more per token than a 256-token one (attention over the chunk, caches: the CPU build's tiny model read 15 % more at
+1,024 than at 256 on one load), and a linear cost identified at one budget then says a larger budget saves each
+prompt the fixed cost of the chunks it no longer needs. Other engines read none, or a larger step a little cheaper
+(a GPU's small step leaves it idle), which the range below does not hold.
 ``StepCost.curvature`` is that: a prefill token in a step of ``P`` prefill tokens costs ``1 + curvature x P / 1024``
 tokens of a small step.
 

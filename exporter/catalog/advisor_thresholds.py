@@ -67,7 +67,7 @@ class AdvisorThresholds:
         "How much dearer a prefill token is in a step of 1,024 prefill tokens than in a small step (a share of its "
         "cost): 0 is a step cost linear in its tokens. Where the window's steps identify it (exporter/advisor/"
         "curvature.py) the reading is used; else this, and the interval takes the whole range (0-1: the CPU "
-        "build's tiny model reads about 0.9 between two budgets' windows, a matrix-bound step about none).", 0, 1)
+        "build's tiny model read about 0.9 between one load's windows at two budgets; other engines read none).", 0, 1)
     advice_step_cost_scale_max: float = threshold(1.25, "ratio",
         "Where no decode weight reproduces the window, the step cost scaled by up to this factor either way is "
         "tried: a queue near saturation grows as 1 / (1 - utilisation), so a cost a few per cent off still "
