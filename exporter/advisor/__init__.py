@@ -20,6 +20,7 @@ from exporter.catalog import metrics as vllm
 if TYPE_CHECKING:
     from exporter.advisor.calibrate import Calibration, Fitted, Outcome
     from exporter.advisor.candidates import BadQuestion, Candidate, parse_question
+    from exporter.advisor.model import StepCost
     from exporter.advisor.reproduce import Check
     from exporter.advisor.result import AdviceResult, CheckReport
     from exporter.advisor.stepcost import StepEvidence
@@ -96,8 +97,9 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     answering an active cause evaluated first, and always one.
     """
     from exporter.advisor.cached import brackets as cached_brackets
-    from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe
+    from exporter.advisor.calibrate import CannotCalibrate, Fitted, brackets, calibrate, observe, refit
     from exporter.advisor.candidates import BadQuestion, derived, from_questions, step_extrapolation
+    from exporter.advisor.curvature import brackets as curvature_brackets
     from exporter.advisor.predict import predict, score
     from exporter.advisor.result import AdviceResult, CalibrationReport, Prediction, Recommendation
     from exporter.advisor.search import searched
@@ -133,6 +135,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
                    "decode_token_weight": round(cal.cost.decode_weight, 3),
                    "decode_token_weight_log_sigma": _round(cal.weight_sigma, 3),
                    "cached_token_weight": round(cal.cost.cached_weight, 3),
+                   "curvature": round(cal.cost.curvature, 3),
                    "noise_sigma": _round(cal.cost.noise_sigma, 3),
                    "compute_floor_per_token_seconds": _round(cal.cost.compute_per_token_s, 9)},
         step_cost_reused=reused,
@@ -140,6 +143,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
                        "decode_token_weight_used_from": cal.weight_source,
                        "step_cost_scaled_by": round(cal.cost_scale, 3)},
         output_tail=cal.tail.to_dict() if cal.tail is not None else None,
+        step_curvature=cal.curvature.to_dict() if cal.curvature is not None else None,
         frontend_seconds=_round(cal.frontend_s, 5), frontend_observed_seconds=_round(cal.frontend_observed_s, 5),
         num_gpu_blocks=cal.num_gpu_blocks, shared_prefix_tokens=cal.shared_prefix_tokens,
         prompt_tokens_mean=round(cal.prompt.mean, 1), output_tokens_mean=round(cal.output.mean, 1),
@@ -153,6 +157,14 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
     # parameter part): they cost about what one candidate does, inside the sidecar's CPU budget.
     bracketed = brackets(cal)
     cached = cached_brackets(cal, primary.simulated)  # the cost of a cached token: never identified by one window
+
+    def refit_or_none(other: Calibration, cost: StepCost) -> tuple[Calibration, Outcome] | None:
+        try:
+            return refit(other, cost)
+        except CannotCalibrate:
+            return None
+
+    bent, bent_span = curvature_brackets(cal, refit_or_none)  # the step cost's curvature: rarely identified
     candidates = from_questions(cal, list(what_if)) if what_if else derived(
         cal, active, cal.arrivals.occupancy_mean - _running_mean(window))
     if cpu_budget_s is not None:  # under a budget, the changes that answer an active cause go first
@@ -171,7 +183,7 @@ def advise_calibrated(window: Window, facts: EngineFacts, thresholds: Thresholds
             predictions: dict[str, Prediction] = {
                 kind: predict(cal, candidate, t, checks[kind].simulated, observed, thresholds, checks[kind],
                               bracketed if kind == primary_kind else (), window.duration,
-                              cached if kind == primary_kind else ())
+                              cached if kind == primary_kind else (), bent if kind == primary_kind else (), bent_span)
                 for kind, t in usable.items()}
         except BadQuestion:
             if what_if:

@@ -34,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, cast
 
+from exporter.advisor import curvature as bend
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
@@ -197,6 +198,7 @@ class Calibration:
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
     cost_scale: float = 1.0  # the fitted cost times this, where only a scaled cost reproduced the window (search)
     tail: TailPlacement | None = None  # where the output tail sits in its bucket: by the KV usage, or why not
+    curvature: bend.Curvature | None = None  # the step cost's curvature: the window's reading, or why not
 
     def engine_config(self, **changes: Any) -> EngineConfig:
         values: dict[str, Any] = {
@@ -416,9 +418,10 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
             sigma, source = reading.decode_weight_sigma, name
             break
     cached = thresholds.advice_cached_token_weight if cal.enable_prefix_caching else 0.0
+    curved = bend.identify(window, budget, evidence, thresholds.advice_step_curvature)
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
-                                    decode_weight=weight, cached_weight=cached),
-                  evidence=evidence, weight_sigma=sigma, weight_source=source,
+                                    decode_weight=weight, cached_weight=cached, curvature=curved.used),
+                  evidence=evidence, weight_sigma=sigma, weight_source=source, curvature=curved,
                   fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
         return matched(replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
@@ -525,9 +528,8 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
             cal, cost, run = _bounded(cal, cost, run, itl_mean, prefill_mean, prior)
         if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
-        new = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
-        new = replace(new, noise_sigma=cost.noise_sigma, compute_per_token_s=cost.compute_per_token_s,
-                      decode_weight=cost.decode_weight, cached_weight=cost.cached_weight)
+        fitted = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
+        new = replace(cost, fixed_s=fitted.fixed_s, per_token_s=fitted.per_token_s)  # the rest of it as it was
         frontend = max(0.0, cal.frontend_observed_s - run.step_wait_s)
         converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
                      and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9)

@@ -27,11 +27,16 @@ from dataclasses import dataclass, field, replace
 from exporter.simulator.engine import Engine, EngineConfig, Request, SpecStream, StepTime
 from exporter.simulator.workload import ClassStream, RequestSpec, Workload
 
+# The unit of StepCost.curvature: at curvature c, a prefill token in a step of this many prefill tokens costs
+# 1 + c times one in a step of a few (vLLM's default token budget, and the top of its chunk sizes).
+CURVATURE_TOKENS = 1024.0
+
 
 @dataclass(frozen=True, slots=True)
 class StepCost:
     """Wall time of one engine step: ``max(fixed_s + per_token_s x work, compute_per_token_s x tokens) x noise``,
-    where ``work`` is the prefill tokens plus ``decode_weight`` per decoding sequence.
+    where ``work`` is the step's ``P`` prefill tokens, each at ``1 + curvature x P / CURVATURE_TOKENS`` (a larger step
+    dearer by the token: attention over the chunk, caches), plus ``decode_weight`` per decoding sequence.
 
     The linear part is fitted to the window; where every step of the window had about the same
     number of tokens it cannot tell fixed from per-token cost, so the compute floor (the GPU's
@@ -50,6 +55,11 @@ class StepCost:
     compute_per_token_s: float = 0.0  # floor from the GPU's FLOPs: a big step cannot be faster than its GEMMs
     decode_weight: float = 1.0  # one decoding sequence costs this many prefill tokens (advice_decode_token_weight)
     cached_weight: float = 0.0  # a prefix-cache hit costs its admitting step this many prefill tokens (each)
+    curvature: float = 0.0  # a prefill token's extra cost share per CURVATURE_TOKENS prefill tokens in its step
+
+    def prefill_work(self, prefill: float) -> float:
+        """The work of ``prefill`` tokens in one step, in prefill tokens at the small-step cost."""
+        return prefill * (1.0 + self.curvature * prefill / CURVATURE_TOKENS) if self.curvature else prefill
 
 
 @dataclass(slots=True)
@@ -148,7 +158,7 @@ class FittedCost:
                   chunks: Sequence[tuple[Request, int, int]]) -> StepTime:
         prefill = sum(c for _, _, c in chunks)
         cost = self._cost
-        work = prefill + cost.decode_weight * n_decode
+        work = cost.prefill_work(prefill) + cost.decode_weight * n_decode
         if cost.cached_weight > 0:
             work += cost.cached_weight * self._cached(chunks)
         dt = max(cost.fixed_s + cost.per_token_s * work, cost.compute_per_token_s * (prefill + n_decode))

@@ -10,7 +10,9 @@ sum of squares of
 * the step-cost parameter's uncertainty: the same what-if on the calibrations refitted with the decode
   weight one standard deviation lower and higher (``calibrate.brackets``), half their log spread; and, where the
   model holds prefix-cache hits, the cost of a cached token: the what-if at both ends of its range
-  (``cached.brackets``), their log spread over sqrt(12) (a uniform's standard deviation), added in squares;
+  (``cached.brackets``), their log spread over sqrt(12) (a uniform's standard deviation), added in squares; and the
+  step cost's curvature the same way over its range, or -/+ its standard error where the window reads it
+  (``curvature.brackets``);
 * the calibration's residual: how far the calibrated model was from the window on this metric;
 * the window's sampling error: a p95 from the rank band of the window's own histogram (the check's
   ``sampling_band``), a preemption rate from its Poisson count;
@@ -31,6 +33,7 @@ from exporter import numbers
 from exporter.advisor.cached import SPAN as CACHED_SPAN
 from exporter.advisor.calibrate import METRIC_KEYS, SEEDS, Calibration, Outcome, pooled, simulate
 from exporter.advisor.candidates import Candidate, apply
+from exporter.advisor.curvature import SPAN as CURVATURE_SPAN
 from exporter.advisor.model import Clients, OpenArrivals
 from exporter.advisor.reproduce import Check
 from exporter.advisor.result import Prediction
@@ -168,17 +171,19 @@ def interval(value: float | None, key: str, log_sigma: float, thresholds: Thresh
 def predict(cal: Calibration, candidate: Candidate, traffic: OpenArrivals | Clients, baseline: Outcome,
             observed: Outcome, thresholds: Thresholds, check: Check | None = None,
             bracketed: Sequence[tuple[Calibration, Outcome]] = (), window_seconds: float = 0.0,
-            cached: Sequence[tuple[Calibration, Outcome]] = ()) -> Prediction:
+            cached: Sequence[tuple[Calibration, Outcome]] = (), bent: Sequence[tuple[Calibration, Outcome]] = (),
+            bent_span: float = CURVATURE_SPAN) -> Prediction:
     """The seeds pooled give the prediction (``calibrate.pooled``); ``interval`` its calibrated interval, with
     ``bracketed`` the calibrations at the decode weight -/+ one standard deviation and their baselines, and
-    ``cached`` the same for the cost of a cached token (used where the window or the what-if holds prefix hits)."""
+    ``cached`` the same for the cost of a cached token (used where the window or the what-if holds prefix hits), and
+    ``bent`` for the step cost's curvature, ``bent_span`` standard deviations apart (``curvature.brackets``)."""
     applied = apply(cal, candidate, traffic)
     floor = thresholds.advice_preemption_floor
     runs = [simulate(cal, applied.config, applied.workload, applied.traffic, cal.cost, seed) for seed in SEEDS]
     central = _scaled(pooled(runs), observed, baseline, applied.throughput_scale, floor)
     hits = cal.shared_prefix_tokens or applied.workload.classes[0].prefix.shared_len
     spreads = []
-    for group, span in ((bracketed, 2.0), (cached if hits else (), CACHED_SPAN)):
+    for group, span in ((bracketed, 2.0), (cached if hits else (), CACHED_SPAN), (bent, bent_span)):
         spread = []
         for other, other_baseline in group:
             moved = apply(other, candidate, traffic)

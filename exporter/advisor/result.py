@@ -118,12 +118,14 @@ class CalibrationReport:
     window_end: float | None = None  # when the window ended (the sidecar's worker stamps it)
     step_evidence: dict[str, Any] | None = None  # stepcost.StepEvidence.to_dict(): the split identified, or why not
     output_tail: dict[str, Any] | None = None  # tail.TailPlacement.to_dict(): placed by KV usage, or why not
+    step_curvature: dict[str, Any] | None = None  # curvature.Curvature.to_dict(): read by the window, or why not
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "arrivals": self.arrivals, "arrival_model": self.arrival_model, "step_cost": dict(self.step_cost),
             "step_cost_reused": self.step_cost_reused, "step_evidence": self.step_evidence,
             "output_tail": self.output_tail,
+            "step_curvature": self.step_curvature,
             "frontend_seconds": self.frontend_seconds,
             "frontend_observed_seconds": self.frontend_observed_seconds, "num_gpu_blocks": self.num_gpu_blocks,
             "shared_prefix_tokens": self.shared_prefix_tokens, "prompt_tokens_mean": self.prompt_tokens_mean,

@@ -27,7 +27,7 @@ from statistics import NormalDist
 from typing import Any
 
 from exporter.catalog import metrics as vllm
-from exporter.window import Window
+from exporter.window import HistogramDelta, Window
 
 MIN_INTERVALS = 6  # intervals a three-parameter fit needs (three residual degrees of freedom at least)
 # A split is identified when the decode weight's relative standard error is under this: beyond it, the
@@ -74,8 +74,20 @@ class StepEvidence:
                 "decode_token_weight_log_sigma": r(self.decode_weight_sigma, 3)}
 
 
-def rows(window: Window) -> list[tuple[float, float, float, float]]:
-    """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
+@dataclass(frozen=True, slots=True)
+class Interval:
+    """One scrape interval's steps as the fits read them."""
+
+    gaps: float  # token gaps (one per decoding sequence and step)
+    mean_gap: float
+    prefill_per_step: float
+    decodes_per_step: float
+    iterations: tuple[HistogramDelta, ...]  # the iteration-token histograms' deltas (tokens per step)
+    steps: float
+
+
+def intervals(window: Window) -> list[Interval]:
+    """Each scrape interval with steps and token gaps (none across a restart)."""
     out = []
     for step, decodes in zip(window.steps, window.increase_by_step(vllm.GENERATION_TOKENS_TOTAL), strict=True):
         if step.restarted:
@@ -86,8 +98,14 @@ def rows(window: Window) -> list[tuple[float, float, float, float]]:
         count, total = sum(h.count for h in gaps), sum(h.sum for h in gaps)
         if steps <= 0 or count <= 0:
             continue
-        out.append((count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps))
+        out.append(Interval(count, total / count, max(tokens - decodes, 0.0) / steps, decodes / steps,
+                            tuple(iterations), steps))
     return out
+
+
+def rows(window: Window) -> list[tuple[float, float, float, float]]:
+    """(gaps, mean gap, prefill tokens per step, decodes per step) of each interval with steps and gaps."""
+    return [(i.gaps, i.mean_gap, i.prefill_per_step, i.decodes_per_step) for i in intervals(window)]
 
 
 def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
@@ -106,7 +124,7 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return [m[i][n] / m[i][i] for i in range(n)]
 
 
-def _inverse(a: list[list[float]]) -> list[list[float]] | None:
+def inverse(a: list[list[float]]) -> list[list[float]] | None:
     n = len(a)
     columns = []
     for j in range(n):
@@ -133,11 +151,11 @@ def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
     w = [r[0] for r in rows]
     xtx = [[sum(wi * xi[p] * xi[q] for xi, wi in zip(x, w, strict=True)) for q in range(3)] for p in range(3)]
     xty = [sum(wi * xi[p] * r[1] for xi, wi, r in zip(x, w, rows, strict=True)) for p in range(3)]
-    inverse = _inverse(xtx)
-    if inverse is None:
+    inv = inverse(xtx)
+    if inv is None:
         return _not(base, "every interval's steps held the same prefill and decodes (steps of one size): time "
                           "per step is identified, its split into fixed and per-token parts is not")
-    coef = [sum(inverse[p][q] * xty[q] for q in range(3)) for p in range(3)]
+    coef = [sum(inv[p][q] * xty[q] for q in range(3)) for p in range(3)]
     # Each gap's variance from the residuals (weights are gap counts: an interval's mean of n gaps varies as 1/n).
     residual = sum(wi * (r[1] - sum(c * v for c, v in zip(coef, xi, strict=True))) ** 2
                    for xi, wi, r in zip(x, w, rows, strict=True))
@@ -149,7 +167,7 @@ def fit(rows: list[tuple[float, float, float, float]]) -> StepEvidence:
                            "came out negative: step sizes too alike)")
     weight = per_decode / per_prefill
     # The ratio's relative error by the delta method, from the covariance of the two costs.
-    var_p, var_d, cov = variance * inverse[1][1], variance * inverse[2][2], variance * inverse[1][2]
+    var_p, var_d, cov = variance * inv[1][1], variance * inv[2][2], variance * inv[1][2]
     relative = math.sqrt(max(var_d / per_decode ** 2 + var_p / per_prefill ** 2
                              - 2 * cov / (per_decode * per_prefill), 0.0))
     found = StepEvidence(base.intervals, gaps, per_step, fixed, per_prefill, per_decode, weight, math.log1p(relative))

@@ -38,6 +38,10 @@ ROOT = Path(__file__).resolve().parents[2]
 CACHE = Path(os.environ.get("VLLM_DIAG_CACHE", "/var/cache/vllm-diag"))
 BASE_IMAGE = "vllm-diag-base:bookworm"
 TEST_LABEL = "vllm-diag.test=1"
+# The shipped compose stack's files, read by the stack test and the file checks beside it.
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+PROMETHEUS_YML = ROOT / "deploy" / "prometheus" / "prometheus.yml"
+SIDECAR_JOB = "vllm-diag"  # Prometheus' job for the sidecar in deploy/prometheus/prometheus.yml
 
 T = TypeVar("T")
 

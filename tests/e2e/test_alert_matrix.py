@@ -43,7 +43,7 @@ from exporter.catalog.symptoms import SYMPTOM_BY_ID
 from exporter.render import rules
 from exporter.simulator import SCENARIOS
 from tests.e2e import replay
-from tests.e2e.conftest import (
+from tests.e2e.components import (
     REPO,
     Servers,
     Webhook,

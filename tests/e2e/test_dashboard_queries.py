@@ -27,7 +27,8 @@ from exporter.render.dashboards import (
     resolve,
     variable_queries,
 )
-from tests.e2e.conftest import RULES_DIR, SCENARIOS, Stack, get_json, poll
+from tests.e2e.components import RULES_DIR, get_json, poll
+from tests.e2e.conftest import SCENARIOS, Stack
 
 pytestmark = pytest.mark.prometheus
 

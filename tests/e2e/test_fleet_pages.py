@@ -36,7 +36,7 @@ from aiohttp import web
 
 from exporter.render import rules
 from tests.e2e import replay
-from tests.e2e.conftest import (
+from tests.e2e.components import (
     REPO,
     Servers,
     get_json,

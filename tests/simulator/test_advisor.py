@@ -124,6 +124,10 @@ def test_a_profile_supplies_the_split_the_window_does_not(small_budget: tuple[Pa
     # The fixture's steps vary too little to split the cost (the usual window): the profile is what fills it.
     assert not evidence["identified"], "this window identifies the split itself: pick one that does not"
     assert plain["step_cost"]["decode_token_weight"] == 4 and plain["step_cost"]["decode_token_weight_log_sigma"] == 0.6
+    # Nor its curvature: said so, with the reason, and carried by the interval over its whole range.
+    curved = plain["step_curvature"]
+    assert not curved["identified"] and curved["reason"] and curved["interval_from"] == "the whole range"
+    assert plain["step_cost"]["curvature"] == curved["curvature_used"] == 0
     profile = tmp_path / "engine.profile.json"
     profile.write_text(json.dumps({"format": 1, "evidence": {
         "identified": True, "intervals": 40, "token_gaps": 9000, "seconds_per_step": 0.02, "fixed_seconds": 0.01,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules
 from exporter.hostcpu.probe import HostProbe
-from tests.unit.test_rules import (
+from tests.unit.rule_cases import (
     H100,
     ITL_BOUNDS,
     QUEUE,
@@ -15,8 +15,10 @@ from tests.unit.test_rules import (
     STUTTER,
     TTFT_BOUNDS,
     T,
-    _ctx,
     hist,
+)
+from tests.unit.rule_cases import (
+    rule_context as _ctx,
 )
 
 STARVED_THEN = {"cpu_starvation_score": 0.1, "cpu_starvation_score_window": 0.8,

@@ -7,160 +7,42 @@ import inspect
 import pytest
 
 from exporter.catalog.symptoms import (
-    CAUSE_BY_ID,
     CAUSES,
     EFFECT_WITHOUT_CAUSE,
-    EXPLAINED_BY,
-    UNKNOWN_NOT_JUDGED,
-    UNKNOWN_UNEXPLAINED,
 )
 from exporter.catalog.thresholds import STRENGTHS, Thresholds, strength_ceiling
-from exporter.config import ConfigError, EngineFacts, Slo, load_settings
+from exporter.config import ConfigError, EngineFacts, load_settings
 from exporter.diagnosis.engine import VerdictTracker, diagnose, evaluate_rules, layer_scores
 from exporter.diagnosis.rules import EXPLAINING_RULES, RULES, Context
 from exporter.diagnosis.rules import prefix as prefix_rules
-from exporter.signals import CacheFacts, Signals
-from exporter.window import HistogramDelta
 from tests.helpers import signals_with
-
-T = Thresholds()
-SLO = Slo()  # TTFT within 2.5 s and ITL within 0.1 s, each for 99 % of events
-TTFT_BOUNDS = (0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, float("inf"))
-ITL_BOUNDS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, float("inf"))
-
-
-def hist(bounds: tuple[float, ...], per_bucket: list[float]) -> HistogramDelta:
-    """A window histogram from the events of each bucket (not cumulative)."""
-    cumulative, total = [], 0.0
-    for count in per_bucket:
-        total += count
-        cumulative.append(total)
-    return HistogramDelta(bounds, tuple(cumulative), 0.0, total)
-
-FACTS = EngineFacts(max_num_batched_tokens=2048, max_num_seqs=64, tensor_parallel_size=1, pipeline_parallel_size=1)
-
-# A comfortable engine: latency well inside the SLO, KV half used, no queue, nothing preempted.
-HEALTHY = signals_with(Signals(window_seconds=60, scrapes=13),
-    requests_finished=600, requests_per_second=10, first_tokens=600,
-    prompt_tokens_per_second=5000, generation_tokens_per_second=2000, prompt_length_mean=500,
-    prompt_length_p95=900, generation_length_mean=200, prefill_token_share=0.5, engine_steps_per_second=40,
-    tokens_per_step=150, preemptions=0, preemption_rate=0, preemptions_per_request=0, kv_cache_usage=0.5,
-    kv_cache_usage_max=0.6, kv_cache_usage_mean=0.5, kv_full_fraction=0.0, prefix_cache_queried_tokens=300000,
-    prefix_cache_hit_ratio=0.6, running=20, running_mean=20, running_max=24, waiting=0, waiting_mean=0,
-    waiting_max=0, waiting_fraction=0, queued_fraction=0, waiting_capacity=0, waiting_deferred=0,
-    tokens_per_step_p99=900, engine_busy_fraction=0.5, itl_tail_ratio=2.0,
-    ttft_quantiles={0.5: 0.2, 0.95: 0.5, 0.99: 0.8}, itl_quantiles={0.5: 0.02, 0.95: 0.03, 0.99: 0.04},
-    ttft_histogram=hist(TTFT_BOUNDS, [100, 250, 220, 30, 0, 0, 0, 0]),
-    itl_histogram=hist(ITL_BOUNDS, [2000, 8000, 1990, 10, 0, 0, 0]),
-    e2e_quantiles={0.5: 4, 0.95: 6, 0.99: 8}, ttft_mean=0.25, itl_mean=0.02, e2e_mean=4.2, queue_mean=0.01,
-    prefill_mean=0.2, decode_mean=3.9, inference_mean=4.1, ttft_frontend_mean=0.04, e2e_frontend_mean=0.09,
-    ttft_queue_share=0.04, ttft_prefill_share=0.8, ttft_frontend_share=0.16, e2e_frontend_share=0.02,
-    latency_observations=600, cpu_inputs={"run_queue_wait_share": 0.05}, cpu_starvation_score=0.0,
-    cache=CacheFacts(block_size=16, num_gpu_blocks=10000, gpu_memory_utilization=0.9, enable_prefix_caching=True),
+from tests.unit.rule_cases import (
+    CASES,
+    FACTS,
+    H100,
+    HEALTHY,
+    INFORMATIONAL_ONLY,
+    ITL_BOUNDS,
+    KV_FULL,
+    LORA_SLOTS,
+    OFFLOAD,
+    PD_DECODE,
+    PD_FAILING,
+    QUEUE,
+    RULE_BY_ID,
+    SLO,
+    SLOW_KERNELS,
+    SLOW_TTFT,
+    SPEC,
+    STORM,
+    STUTTER,
+    TTFT_BOUNDS,
+    UNIFORM_SLOW_ITL,
+    T,
+    hist,
+    rule_context,
+    rule_findings,
 )
-
-# 40 % of first tokens over 2.5 s: a burn of 40x the 1 % budget.
-SLOW_TTFT = dict(ttft_quantiles={0.5: 2.0, 0.95: 4.0, 0.99: 5.0}, ttft_mean=2.5,
-                 ttft_histogram=hist(TTFT_BOUNDS, [0, 0, 60, 120, 180, 200, 40, 0]))
-STUTTER = dict(itl_quantiles={0.5: 0.03, 0.95: 0.25, 0.99: 0.4}, itl_tail_ratio=0.4 / 0.03,
-               itl_histogram=hist(ITL_BOUNDS, [1000, 5000, 4000, 900, 600, 400, 100]))
-UNIFORM_SLOW_ITL = dict(itl_quantiles={0.5: 0.15, 0.95: 0.2, 0.99: 0.25}, itl_tail_ratio=0.25 / 0.15,
-                        itl_histogram=hist(ITL_BOUNDS, [0, 0, 0, 1000, 10000, 1000, 0]))
-KV_FULL = dict(kv_cache_usage_mean=0.95, kv_cache_usage_max=1.0, kv_full_fraction=0.9)
-QUEUE = dict(waiting_fraction=0.9, queued_fraction=0.9, waiting_mean=12, waiting_max=30)
-STORM = dict(preemptions=40, preemptions_per_request=0.3, preemption_rate=0.7, **KV_FULL)
-H100 = {"gpu": "H100", "model_weight_bytes": 16e9}
-# Speculative decoding on: 1000 drafts of 3 tokens in the window (acceptance set per case).
-SPEC = dict(spec_decode_enabled=True, spec_decode_drafts=1000, spec_decode_draft_tokens=3000,
-            spec_decode_accepted_tokens=150, spec_decode_mean_accepted_length=1.15, tokens_per_output_event=1.15)
-# A decode instance of a disaggregated pair: a KV consumer whose prompts arrive by NIXL transfer.
-PD_DECODE = dict(kv_transfer_enabled=True, kv_consumer=True, kv_transferred_prompt_share=0.98, kv_transfers=600,
-                 kv_transfer_time_mean_seconds=0.4, kv_transfer_time_p95_seconds=0.9, kv_transfer_bytes_mean=2e8,
-                 kv_transfer_failures=0, kv_transfer_failure_share=0.0, kv_deferred_wait_mean_seconds=1.6,
-                 kv_deferred_ttft_share=0.64, waiting_deferred=16, deferred_fraction=1.0, queue_mean=1.7,
-                 ttft_queue_share=0.68, ttft_prefill_share=0.1, prefix_cache_hit_ratio=0.0,
-                 external_prefix_cache_hit_ratio=0.98, external_prefix_cache_queried_tokens=900000)
-PD_FAILING = dict(PD_DECODE, kv_deferred_wait_mean_seconds=0.01, kv_deferred_ttft_share=0.05, kv_transfer_failures=30,
-                  kv_transfer_failure_share=30 / 630, requests_errored=30)
-# KV offload on: the CPU tier served most of what the GPU prefix cache missed.
-OFFLOAD = dict(kv_transfer_enabled=True, kv_consumer=True, external_prefix_cache_queried_tokens=250000,
-               external_prefix_cache_hit_ratio=0.9, kv_offload_load_bytes=9e10, kv_offload_load_seconds=4.5,
-               kv_offload_load_bytes_per_second=2e10, kv_transferred_prompt_share=0.75)
-# Decode on a slow kernel path: busy engine, small batch, ~6 % of the H100's HBM bandwidth used.
-SLOW_KERNELS = dict(UNIFORM_SLOW_ITL, running_mean=5, engine_busy_fraction=0.97, read_bytes_per_gpu_per_second=2e11)
-
-# LoRA on, one slot, first tokens waiting deferred in the queue while KV has room (adapters seen set per case).
-LORA_SLOTS = dict(lora_enabled=True, lora_max_adapters=1, lora_running_adapters=1, lora_waiting_adapters=0,
-                  ttft_queue_share=0.85, ttft_prefill_share=0.1, waiting_fraction=0.6, queued_fraction=0.0,
-                  waiting_deferred=2, deferred_fraction=0.6)
-# Two data-parallel engines with enough traffic each to compare (outlier and ratios set per case).
-DP_TWO = dict(engines=2.0, engine_signals={
-    "0": {"first_tokens": 300, "load_mean": 5.0, "ttft_mean": 0.2, "itl_mean": 0.02},
-    "1": {"first_tokens": 300, "load_mean": 15.0, "ttft_mean": 0.9, "itl_mean": 0.16}})
-
-# cause -> (fires: signal overrides, facts overrides), (near miss: the same but one thing short).
-# A near miss may still be shown as information; it never counts as a symptom.
-CASES: dict[str, tuple[tuple[dict, dict], tuple[dict, dict]]] = {
-    "A1": (({**SLOW_TTFT, "prompt_length_mean": 6000, "ttft_prefill_share": 0.85, "ttft_queue_share": 0.05}, {}),
-           ({**SLOW_TTFT, "prompt_length_mean": 600, "ttft_prefill_share": 0.85, "ttft_queue_share": 0.05}, {})),
-    "A2": (({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE}, {}),
-           ({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE, **KV_FULL}, {})),
-    "A3": (({**SLOW_TTFT, "cpu_starvation_score": 0.8}, {}),
-           ({**SLOW_TTFT, "cpu_starvation_score": 0.45, "ttft_frontend_share": 0.2}, {})),
-    "A4": (({**SLOW_TTFT, "prompt_length_mean": 12000}, {}),
-           ({**SLOW_TTFT, "prompt_length_mean": 6000}, {})),
-    "A5": (({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.05}, {}),
-           ({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.35}, {})),
-    "B1": (({**STUTTER, "prefill_token_share": 0.6}, {}),
-           ({**STUTTER, "prefill_token_share": 0.2}, {})),
-    "B2": (({**STUTTER, "tokens_per_step_p99": 12000}, {"max_num_batched_tokens": 16384}),
-           ({**STUTTER, "tokens_per_step_p99": 1500}, {"max_num_batched_tokens": 16384})),
-    "B3": (({**UNIFORM_SLOW_ITL, "running_mean": 60}, {}),
-           ({**UNIFORM_SLOW_ITL, "running_mean": 30}, {})),
-    "B4": (({**SLOW_KERNELS}, H100),
-           ({**SLOW_KERNELS, "read_bytes_per_gpu_per_second": 2.5e12}, H100)),
-    "B5": (({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05}, {}),
-           ({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.35}, {})),
-    "A7": (({**SLOW_TTFT, **PD_DECODE}, {"kv_role": "kv_consumer", "kv_connector": "NixlConnector"}),
-           ({**SLOW_TTFT, **PD_DECODE, "kv_deferred_ttft_share": 0.2}, {"kv_role": "kv_consumer"})),
-    "A8": (({**PD_FAILING}, {"kv_role": "kv_consumer", "kv_load_failure_policy": "fail"}),
-           ({**PD_FAILING, "kv_transfer_failures": 3, "kv_transfer_failure_share": 3 / 603}, {})),
-    "C1": (({**SLOW_TTFT, "cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {}),
-           ({"cpu_starvation_score": 0.7, "cpu_inputs": {"run_queue_wait_share": 0.6}}, {})),
-    "C2": (({"running_mean": 0.8, "running_max": 2}, {}),
-           ({"running_mean": 0.8, "running_max": 2, "waiting_max": 1, "waiting_fraction": 0.1}, {})),
-    "C3": (({**QUEUE, "running_mean": 30, **KV_FULL}, {}),
-           ({**QUEUE, "running_mean": 30}, {})),
-    "D": (({**STORM}, {}),
-          ({**STORM, "preemptions_per_request": 0.05}, {})),
-    "E": (({**KV_FULL, **QUEUE, "preemptions": 2, "preemptions_per_request": 0.004}, {}),
-          ({**KV_FULL, "preemptions": 2, "preemptions_per_request": 0.004}, {})),
-    # F: the pool ran out at times, short of full (near miss: it never did, so the prompts are F1's)
-    "F": (({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, "ttft_prefill_share": 0.85, "kv_full_fraction": 0.2}, {}),
-          ({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, "ttft_prefill_share": 0.85}, {})),
-    "F1": (({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, "ttft_prefill_share": 0.85}, {}),
-           ({"prefix_cache_hit_ratio": 0.1}, {})),
-    "F6": (({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, **KV_FULL}, {}),
-           ({**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1}, {})),
-    "G": (({**UNIFORM_SLOW_ITL, "kv_cache_usage_mean": 0.2}, {"tensor_parallel_size": 4, **H100}),
-          ({**UNIFORM_SLOW_ITL, "kv_cache_usage_mean": 0.2}, {"tensor_parallel_size": 4, "gpu": "H100",
-                                                               "model_weight_bytes": 140e9})),
-    # issue 29: LoRA adapter slots (near miss: the adapters fit their slots), a slow data-parallel engine
-    # (near miss: its latency and load within 2x of its sibling's)
-    "A6": (({**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 2}, {}),
-           ({**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 1}, {})),
-    "G2": (({**UNIFORM_SLOW_ITL, **DP_TWO, "engine_outlier": "1", "engine_load_ratio": 3.0,
-             "engine_latency_ratio": 8.0}, {}),
-           ({**UNIFORM_SLOW_ITL, **DP_TWO, "engine_outlier": "1", "engine_load_ratio": 1.2,
-             "engine_latency_ratio": 1.5}, {})),
-}
-INFORMATIONAL_ONLY = {"C2"}  # causes that never count as a symptom
-
-RULE_BY_ID = dict(RULES)
-
-
-def _ctx(signals: dict, facts: dict) -> Context:
-    return Context(signals_with(HEALTHY, **signals), FACTS.model_copy(update=facts), T, SLO)
 
 
 def test_every_cause_has_a_rule_and_a_case():
@@ -171,7 +53,7 @@ def test_every_cause_has_a_rule_and_a_case():
 
 
 def test_healthy_window_fires_nothing():
-    ctx = _ctx({}, {})
+    ctx = rule_context({}, {})
     findings, errors = evaluate_rules(ctx)
     assert [cid for cid, f in findings.items() if f.status == "fired"] == [] and errors == {}
     result = diagnose(ctx, VerdictTracker(), 0.0)
@@ -181,7 +63,7 @@ def test_healthy_window_fires_nothing():
 @pytest.mark.parametrize("cause", list(CASES))
 def test_cause_fires_with_numbers(cause):
     (signals, facts), _ = CASES[cause]
-    finding = RULE_BY_ID[cause](_ctx(signals, facts))
+    finding = RULE_BY_ID[cause](rule_context(signals, facts))
     assert finding.status == "fired", finding
     assert finding.informational == (cause in INFORMATIONAL_ONLY), finding
     assert 0 < finding.strength <= 1
@@ -191,7 +73,7 @@ def test_cause_fires_with_numbers(cause):
 @pytest.mark.parametrize("cause", list(CASES))
 def test_cause_near_miss_does_not_fire(cause):
     _, (signals, facts) = CASES[cause]
-    finding = RULE_BY_ID[cause](_ctx(signals, facts))
+    finding = RULE_BY_ID[cause](rule_context(signals, facts))
     assert finding.status != "fired" or finding.informational, finding
 
 
@@ -205,8 +87,8 @@ def test_rules_needing_unexported_facts_abstain_and_say_so(cause, fact):
 
 
 def test_kv_pressure_gives_kv_cache_verdict_and_not_scheduler():
-    ctx = _ctx({**SLOW_TTFT, "ttft_queue_share": 0.8, **QUEUE, "preemptions": 50, "preemptions_per_request": 0.5,
-                **KV_FULL}, {})
+    ctx = rule_context({**SLOW_TTFT, "ttft_queue_share": 0.8, **QUEUE, "preemptions": 50,
+                        "preemptions_per_request": 0.5, **KV_FULL}, {})
     result = diagnose(ctx, VerdictTracker(), now=0.0)
     assert result.verdict.layer == "kv_cache"
     active = {c.id for c in result.active_causes}
@@ -251,7 +133,7 @@ def test_alternating_rivals_do_not_flap():
 
 
 def test_correlated_causes_do_not_saturate_the_layer_score():
-    ctx = _ctx({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE, "prompt_length_mean": 12000, **STUTTER,
+    ctx = rule_context({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE, "prompt_length_mean": 12000, **STUTTER,
                 "prefill_token_share": 0.6, "tokens_per_step_p99": 1900}, {})
     findings = {cid: rule(ctx) for cid, rule in RULES}
     fired = [f.strength for cid, f in findings.items() if cid in ("A2", "A4", "B1", "B2") and f.status == "fired"]
@@ -313,19 +195,19 @@ def test_raising_the_verdict_bar_never_silently_strands_a_cause():
 
 
 def test_light_healthy_traffic_is_capacity_information_not_symptom_c():
-    finding = RULE_BY_ID["C2"](_ctx({"running_mean": 0.8, "running_max": 2, "requests_per_second": 0.5}, {}))
+    finding = RULE_BY_ID["C2"](rule_context({"running_mean": 0.8, "running_max": 2, "requests_per_second": 0.5}, {}))
     assert finding.status == "fired" and finding.informational
 
 
 def test_rag_workload_within_slo_is_information_not_f():
     """A short shared system prompt with unique documents: ~20 % hits is all there is to reuse."""
-    ctx = _ctx({"prefix_cache_hit_ratio": 0.2, "prompt_length_mean": 700}, {})
+    ctx = rule_context({"prefix_cache_hit_ratio": 0.2, "prompt_length_mean": 700}, {})
     assert RULE_BY_ID["F"](ctx).informational
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "none"
 
 
 def test_preemption_storm_explains_the_stutter_so_b_stays_quiet():
-    ctx = _ctx({**STORM, **STUTTER, "prefill_token_share": 0.6, "tokens_per_step_p99": 1900}, {})
+    ctx = rule_context({**STORM, **STUTTER, "prefill_token_share": 0.6, "tokens_per_step_p99": 1900}, {})
     for cause in ("B1", "B2", "B3", "B4"):
         finding = RULE_BY_ID[cause](ctx)
         assert finding.status == "clear" and "preemption" in " ".join(finding.evidence), (cause, finding)
@@ -339,7 +221,7 @@ EVICTED_STUTTER = dict(STUTTER, prefill_token_share=0.8, prefix_cache_hit_ratio=
 
 
 def test_stutter_from_the_prefill_of_evicted_prefixes_is_the_caches():
-    ctx = _ctx(EVICTED_STUTTER, {})
+    ctx = rule_context(EVICTED_STUTTER, {})
     for cause in ("B1", "B2"):
         finding = RULE_BY_ID[cause](ctx)
         assert finding.status == "clear" and "see F" in finding.evidence[0], (cause, finding)
@@ -354,7 +236,7 @@ def test_first_tokens_that_wait_behind_the_prefill_of_evicted_prefixes_are_the_c
     """~3k-token prompts, most of them a shared prefix the cache evicts: the first tokens miss their objective,
     prefill is a quarter of TTFT and the wait behind it most of the rest (no queue of its own). A5 reads
     prefill alone and stays clear; F claims the first tokens, and A1 (long prompts, intrinsic) defers to it."""
-    ctx = _ctx({**EVICTED_STUTTER, **SLOW_TTFT, "ttft_prefill_share": 0.27, "ttft_queue_share": 0.66,
+    ctx = rule_context({**EVICTED_STUTTER, **SLOW_TTFT, "ttft_prefill_share": 0.27, "ttft_queue_share": 0.66,
                 "long_prompts": 400, "long_prompt_age_seconds": 0, "long_prompt_interval_seconds": 0.4}, {})
     findings, _ = evaluate_rules(ctx)
     assert findings["F"].status == "fired" and not findings["F"].informational
@@ -364,7 +246,7 @@ def test_first_tokens_that_wait_behind_the_prefill_of_evicted_prefixes_are_the_c
 
 def test_stutter_from_unique_documents_stays_the_schedulers():
     """The same low hit ratio with a pool that never ran out: the prompts do not share, their prefill is their own."""
-    ctx = _ctx({**EVICTED_STUTTER, "kv_full_fraction": 0.0, "kv_cache_usage_max": 0.6, "preemptions": 0,
+    ctx = rule_context({**EVICTED_STUTTER, "kv_full_fraction": 0.0, "kv_cache_usage_max": 0.6, "preemptions": 0,
                 "preemptions_per_request": 0.0}, {})
     assert RULE_BY_ID["B1"](ctx).status == "fired"
     assert RULE_BY_ID["F"](ctx).informational
@@ -372,7 +254,7 @@ def test_stutter_from_unique_documents_stays_the_schedulers():
 
 
 def test_cpu_starvation_explains_the_stutter_so_b_stays_quiet():
-    ctx = _ctx({**STUTTER, "prefill_token_share": 0.6, "cpu_starvation_score": 0.9}, {})
+    ctx = rule_context({**STUTTER, "prefill_token_share": 0.6, "cpu_starvation_score": 0.9}, {})
     assert RULE_BY_ID["B1"](ctx).status == "clear"
     # ... and the CPU cause it defers to explains the missed ITL objective: no effect without a cause.
     findings = evaluate_rules(ctx)[0]
@@ -382,13 +264,13 @@ def test_cpu_starvation_explains_the_stutter_so_b_stays_quiet():
 
 def test_b2_needs_big_steps_not_a_static_budget_ratio():
     """budget / mean prompt >= 2 holds for nearly every chat workload; it is not evidence alone."""
-    ctx = _ctx({**STUTTER, "tokens_per_step_p99": 600}, {"max_num_batched_tokens": 8192})
+    ctx = rule_context({**STUTTER, "tokens_per_step_p99": 600}, {"max_num_batched_tokens": 8192})
     assert RULE_BY_ID["B2"](ctx).status == "clear"
 
 
 def test_one_diagnosis_never_advises_both_directions_of_a_knob():
     # Overload: the queue wants a bigger budget (A2), the stutter wants a smaller one (B1).
-    ctx = _ctx({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE, **STUTTER, "prefill_token_share": 0.6}, {})
+    ctx = rule_context({**SLOW_TTFT, "ttft_queue_share": 0.7, **QUEUE, **STUTTER, "prefill_token_share": 0.6}, {})
     result = diagnose(ctx, VerdictTracker(), 0.0)
     assert {"A2", "B1"} <= {c.id for c in result.active_causes}
     moves = {(a.knob, a.direction) for c in result.active_causes for a in c.actions if a.knob}
@@ -399,7 +281,8 @@ def test_one_diagnosis_never_advises_both_directions_of_a_knob():
 
 
 def test_knob_actions_state_the_current_and_the_proposed_value():
-    ctx = _ctx({**STUTTER, "prefill_token_share": 0.6, "tokens_per_step_p99": 1900}, {"max_num_batched_tokens": 2048})
+    ctx = rule_context({**STUTTER, "prefill_token_share": 0.6, "tokens_per_step_p99": 1900},
+                       {"max_num_batched_tokens": 2048})
     result = diagnose(ctx, VerdictTracker(), 0.0)
     texts = [a.action for c in result.active_causes for a in c.actions if a.knob == "max_num_batched_tokens"]
     assert texts and all("from 2048 to 1024" in t for t in texts)
@@ -407,13 +290,13 @@ def test_knob_actions_state_the_current_and_the_proposed_value():
 
 def test_saturation_within_objectives_is_not_e():
     """V1 keeps KV near full by design: mean 0.95 with every SLO met and nothing waiting is efficient."""
-    finding = RULE_BY_ID["E"](_ctx({**KV_FULL}, {}))
+    finding = RULE_BY_ID["E"](rule_context({**KV_FULL}, {}))
     assert finding.status == "fired" and finding.informational
 
 
 def test_queue_rules_count_only_capacity_waiting_not_deferred():
     """Requests deferred for a LoRA slot or a KV transfer do not make A2/C3."""
-    ctx = _ctx({**SLOW_TTFT, "ttft_queue_share": 0.7, "waiting_fraction": 0.9, "queued_fraction": 0.0,
+    ctx = rule_context({**SLOW_TTFT, "ttft_queue_share": 0.7, "waiting_fraction": 0.9, "queued_fraction": 0.0,
                 "waiting_deferred": 12, **KV_FULL}, {})
     assert RULE_BY_ID["A2"](ctx).status == "clear"
     assert RULE_BY_ID["C3"](ctx).status == "clear"
@@ -423,16 +306,16 @@ def test_a6_takes_a_sparse_deferred_wait_when_no_scrape_saw_a_wait_for_capacity(
     """Seven 30 s scrapes, one of them holding a deferred request: under the deferred share, yet the only wait
     any scrape saw, so the queue time is the adapters'. A wait for capacity seen beside it keeps A6 clear."""
     sparse = {**SLOW_TTFT, **LORA_SLOTS, "lora_adapters_seen": 2, "deferred_fraction": 1 / 7}
-    finding = RULE_BY_ID["A6"](_ctx(sparse, {}))
+    finding = RULE_BY_ID["A6"](rule_context(sparse, {}))
     assert finding.status == "fired", finding
     assert any("deferred (not for capacity) in 14% of scrapes" in e and "for capacity in none" in e
                for e in finding.evidence)
-    assert RULE_BY_ID["A6"](_ctx({**sparse, "queued_fraction": 1 / 7}, {})).status == "clear"
-    assert RULE_BY_ID["A6"](_ctx({**sparse, "deferred_fraction": 0.0}, {})).status == "clear"
+    assert RULE_BY_ID["A6"](rule_context({**sparse, "queued_fraction": 1 / 7}, {})).status == "clear"
+    assert RULE_BY_ID["A6"](rule_context({**sparse, "deferred_fraction": 0.0}, {})).status == "clear"
 
 
 def test_cpu_rules_without_a_cpu_source_abstain_and_name_it():
-    ctx = _ctx({**SLOW_TTFT, "cpu_starvation_score": None, "cpu_inputs": {}, "ttft_frontend_mean": 0.0}, {})
+    ctx = rule_context({**SLOW_TTFT, "cpu_starvation_score": None, "cpu_inputs": {}, "ttft_frontend_mean": 0.0}, {})
     for cause in ("A3", "C1"):
         finding = RULE_BY_ID[cause](ctx)
         assert finding.status == "abstain" and any("CPU source" in m for m in finding.missing)
@@ -446,15 +329,15 @@ def test_the_wait_for_a_long_step_under_way_is_not_frontend_time():
     """
     outside = {**SLOW_TTFT, "cpu_starvation_score": None, "cpu_inputs": {}, "ttft_frontend_mean": 1.0,
                "e2e_frontend_mean": 1.0}
-    short_steps = RULE_BY_ID["A3"](_ctx({**outside, "step_wait_mean": 0.01}, {}))
+    short_steps = RULE_BY_ID["A3"](rule_context({**outside, "step_wait_mean": 0.01}, {}))
     assert short_steps.status == "fired"
     assert any("net of 10 ms waiting for the step under way" in e for e in short_steps.evidence)
-    long_steps = RULE_BY_ID["A3"](_ctx({**outside, "step_wait_mean": 0.9}, {}))
+    long_steps = RULE_BY_ID["A3"](rule_context({**outside, "step_wait_mean": 0.9}, {}))
     assert long_steps.status != "fired"
 
 
 def test_gpu_compute_is_reachable():
-    ctx = _ctx({**SLOW_KERNELS}, H100)
+    ctx = rule_context({**SLOW_KERNELS}, H100)
     result = diagnose(ctx, VerdictTracker(), 0.0)
     assert result.verdict.layer == "gpu_compute"
 
@@ -466,189 +349,72 @@ def test_a_rule_that_raises_is_reported_not_swallowed(monkeypatch):
         raise ZeroDivisionError("boom")
 
     monkeypatch.setattr(engine, "RULES", (*RULES[:-1], ("G", broken)))
-    result = diagnose(_ctx({}, {}), VerdictTracker(), 0.0)
+    result = diagnose(rule_context({}, {}), VerdictTracker(), 0.0)
     assert result.rule_errors == {"G": "ZeroDivisionError: boom"}
     assert result.abstained["G"] == ("rule error",)
 
 
-# -- an effect without a known cause (A0, B0) -------------------------------------------------
-# Two LoRA adapters on --max-loras 1: first tokens wait in the queue for an adapter slot, which vLLM
-# counts as waiting `deferred`, never for capacity, so no queue rule fires.
-LORA_WAIT = dict(SLOW_TTFT, ttft_queue_share=0.85, ttft_prefill_share=0.1, waiting_fraction=0.6, queued_fraction=0.0,
-                 waiting_mean=1.5, waiting_max=3, waiting_capacity=0, waiting_deferred=2, deferred_fraction=0.6)
-# ITL uniformly slow on a small batch while nothing known explains it, and no GPU data for B4.
-SLOW_STREAM = dict(UNIFORM_SLOW_ITL, running_mean=5)
-UNEXPLAINED_BY_ID = {cid: rule for cid, rule in EXPLAINING_RULES}
-
-
-def _findings(signals: dict, facts: dict | None = None) -> dict:
-    return evaluate_rules(_ctx(signals, facts or {}))[0]
-
-
-def test_a_first_token_miss_no_cause_explains_is_a0_with_what_was_looked_at():
-    findings = _findings(LORA_WAIT)
-    a0 = findings["A0"]
-    assert a0.status == "fired" and not a0.informational and 0 < a0.strength <= 1, a0
-    text = " | ".join(a0.evidence)
-    assert "TTFT: 40.0 % of 600 first tokens over 2.5 s" in text  # the objective's numbers
-    assert "clear: A1, A2" in text and "C3" in text and "D" in text  # the explaining causes that cleared
-    assert "queue is 85% of mean TTFT" in text and "deferred in 60% of scrapes" in text
-    assert findings["B0"].status == "clear"  # ITL meets its objective
-
-
-def test_a0_names_the_causes_that_could_not_be_judged_and_what_they_lack():
-    blind = {**LORA_WAIT, "cpu_starvation_score": None, "cpu_inputs": {}}
-    a0 = _findings(blind, {"max_num_batched_tokens": None})["A0"]
-    assert a0.status == "fired"
-    looked = next(e for e in a0.evidence if e.startswith("not judged: "))
-    assert "A3 (needs CPU source" in looked and "A4 (needs engine.max_num_batched_tokens" in looked
-
-
-def test_an_inter_token_miss_no_cause_explains_is_b0():
-    findings = _findings(SLOW_STREAM)
-    b0 = findings["B0"]
-    assert b0.status == "fired", b0
-    assert any(e.startswith("ITL: ") for e in b0.evidence)
-    assert any("B4 (needs DCGM GPU utilisation" in e for e in b0.evidence)  # what would have judged it
-    assert findings["A0"].status == "clear"
-
-
-@pytest.mark.parametrize("objective", sorted(EFFECT_WITHOUT_CAUSE))
-@pytest.mark.parametrize("cause", list(CASES))
-def test_an_effect_without_cause_never_fires_next_to_a_cause_that_explains_it(objective, cause):
-    """Every crafted window, where its cause fires and its near miss: A0/B0 and an explaining cause
-    of their objective never fire together; with the objective missed, the A0/B0 evidence names it."""
-    unexplained = EFFECT_WITHOUT_CAUSE[objective]
-    for signals, facts in CASES[cause]:
-        findings = _findings(signals, facts)
-        explaining = [cid for cid, f in findings.items() if f.status == "fired" and not f.informational
-                      and cid != unexplained and CAUSE_BY_ID[cid].symptom in EXPLAINED_BY[objective]]
-        finding = findings[unexplained]
-        if explaining:
-            assert finding.status != "fired", (explaining, finding)
-            if finding.evidence[0].startswith("explained by"):
-                assert all(cid in finding.evidence[0] for cid in explaining), (explaining, finding)
-
-
-@pytest.mark.parametrize("signals", [{}, {k: v for k, v in LORA_WAIT.items() if not k.startswith("ttft")},
-                                     {"running_mean": 5, "itl_tail_ratio": 1.2}, {"cpu_starvation_score": 0.9}],
-                         ids=["healthy", "deferred-waits-within-objective", "small-batch", "starved-cpu"])
-def test_an_effect_without_cause_never_fires_while_its_objective_is_met(signals):
-    findings = _findings(signals)
-    for cid in EFFECT_WITHOUT_CAUSE.values():
-        assert findings[cid].status == "clear", (cid, findings[cid])
-
-
-def test_an_effect_without_cause_abstains_when_the_objective_cannot_be_judged():
-    few = _findings({**LORA_WAIT, "first_tokens": 3})
-    assert few["A0"].status == "abstain" and few["A0"].missing
-    no_histograms = _findings({"ttft_histogram": None, "itl_histogram": None})
-    assert {no_histograms[cid].status for cid in EFFECT_WITHOUT_CAUSE.values()} == {"abstain"}
-
-
-def test_an_unexplained_miss_is_the_verdict_unknown_never_none():
-    result = diagnose(_ctx(LORA_WAIT, {}), VerdictTracker(), 0.0)
-    assert result.verdict.layer == "unknown" and result.verdict.meaning == UNKNOWN_UNEXPLAINED
-    assert [(s.id, [(c.id, c.layer) for c in s.causes]) for s in result.active_symptoms] == [("A", [("A0", "unknown")])]
-    assert all(score == 0.0 for score in result.layer_scores.values())  # `unknown` is no layer to score
-
-
-def test_unknown_moves_to_the_layer_of_a_cause_that_explains_it_and_back_to_none_under_the_hold():
-    tracker = VerdictTracker()
-    assert diagnose(_ctx(LORA_WAIT, {}), tracker, 0).verdict.layer == "unknown"
-    # The queue turns out to be capacity after all (A2): the scheduler takes over after the hold.
-    explained = _ctx({**LORA_WAIT, **QUEUE}, {})
-    first = diagnose(explained, tracker, 1)
-    assert "A0" not in {c.id for c in first.active_causes} and "A2" in {c.id for c in first.active_causes}
-    assert first.verdict.layer == "unknown" and first.verdict.pending == "scheduler"
-    assert first.verdict.meaning == UNKNOWN_UNEXPLAINED  # held: still the unexplained miss it was
-    assert diagnose(explained, tracker, 2).verdict.layer == "scheduler"
-    # Back within the objective: `none`, again only after the hold.
-    assert diagnose(_ctx({}, {}), tracker, 3).verdict.layer == "scheduler"
-    assert diagnose(_ctx({}, {}), tracker, 4).verdict.layer == "none"
-
-
-def test_none_and_unknown_do_not_flap_on_a_single_evaluation():
-    tracker = VerdictTracker()
-    healthy, missed = _ctx({}, {}), _ctx(LORA_WAIT, {})
-    assert diagnose(healthy, tracker, 0).verdict.layer == "none"
-    once = diagnose(missed, tracker, 1).verdict
-    assert once.layer == "none" and once.pending == "unknown" and once.pending_evaluations == 1
-    assert diagnose(healthy, tracker, 2).verdict.layer == "none"  # one evaluation was a blip
-    diagnose(missed, tracker, 3)
-    settled = diagnose(missed, tracker, 4).verdict
-    assert settled.layer == "unknown" and settled.since == 4 and settled.meaning == UNKNOWN_UNEXPLAINED
-    assert diagnose(healthy, tracker, 5).verdict.layer == "unknown"
-
-
-def test_no_diagnosis_yet_and_an_unexplained_miss_say_different_things():
-    tracker = VerdictTracker()
-    assert tracker.reset(0).meaning == UNKNOWN_NOT_JUDGED
-    diagnose(_ctx(LORA_WAIT, {}), tracker, 1)  # the first verdict after a reset needs no hold
-    assert tracker.reset(2).meaning == UNKNOWN_NOT_JUDGED  # a target we cannot read: no diagnosis again
-    assert diagnose(_ctx({}, {}), VerdictTracker(), 3).verdict.meaning is None  # `none` needs no words
-
-
 def test_rejected_drafts_within_the_itl_objective_are_information_only():
-    finding = RULE_BY_ID["B5"](_ctx({**SPEC, "spec_decode_acceptance_rate": 0.05}, {}))
+    finding = RULE_BY_ID["B5"](rule_context({**SPEC, "spec_decode_acceptance_rate": 0.05}, {}))
     assert finding.status == "fired" and finding.informational
     assert any("draft acceptance 5%" in e for e in finding.evidence)
-    assert diagnose(_ctx({**SPEC, "spec_decode_acceptance_rate": 0.05}, {}), VerdictTracker(), 0.0).verdict.layer \
-        == "none"
+    ctx = rule_context({**SPEC, "spec_decode_acceptance_rate": 0.05}, {})
+    assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "none"
 
 
 def test_rejected_drafts_explain_a_missed_itl_objective_and_name_the_drafter():
-    ctx = _ctx({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05},
+    ctx = rule_context({**UNIFORM_SLOW_ITL, **SPEC, "spec_decode_acceptance_rate": 0.05},
                {"speculative_method": "ngram", "num_speculative_tokens": 3})
     finding = RULE_BY_ID["B5"](ctx)
     assert finding.status == "fired" and not finding.informational
     assert any("drafter ngram, 3 draft tokens per step" in e for e in finding.evidence)
     # judged per token: the evidence says so (tokens per output event 1.15)
     assert any("judged per token" in e for e in finding.evidence)
-    assert RULE_BY_ID["B5"](_ctx({}, {})).status == "clear"  # speculation off
-    few = RULE_BY_ID["B5"](_ctx({**SPEC, "spec_decode_draft_tokens": 50, "spec_decode_acceptance_rate": 0.05}, {}))
+    assert RULE_BY_ID["B5"](rule_context({}, {})).status == "clear"  # speculation off
+    few = RULE_BY_ID["B5"](rule_context({**SPEC, "spec_decode_draft_tokens": 50, "spec_decode_acceptance_rate": 0.05},
+                                        {}))
     assert few.status == "abstain"
 
 
 def test_a_decode_instances_wait_for_kv_is_a7_not_a_scheduler_queue():
-    ctx = _ctx({**SLOW_TTFT, **PD_DECODE}, {})  # no kv_role configured: the fetch-stage gauge says consumer
-    findings = _findings({**SLOW_TTFT, **PD_DECODE})
+    ctx = rule_context({**SLOW_TTFT, **PD_DECODE}, {})  # no kv_role configured: the fetch-stage gauge says consumer
+    findings = rule_findings({**SLOW_TTFT, **PD_DECODE})
     assert findings["A7"].status == "fired" and findings["A2"].status == "clear"
     assert findings["A0"].status == "clear"  # explained
     evidence = " ".join(findings["A7"].evidence)
     assert "64% of mean TTFT" in evidence and "600 KV transfers of 200 MB" in evidence
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "distributed"
     # healthy decode instance: the deferred queue within objectives is no finding at all
-    healthy = _findings({**PD_DECODE})
+    healthy = rule_findings({**PD_DECODE})
     assert healthy["A7"].status == "clear" and healthy["A2"].status == "clear"
-    assert diagnose(_ctx({**PD_DECODE}, {}), VerdictTracker(), 0.0).verdict.layer == "none"
+    assert diagnose(rule_context({**PD_DECODE}, {}), VerdictTracker(), 0.0).verdict.layer == "none"
     # prompts that arrive by transfer are no prefix-cache miss of this instance
     assert healthy["F"].status == "clear" and "another instance" in healthy["F"].evidence[0]
 
 
 def test_failing_kv_transfers_need_an_effect_to_count():
-    fired = RULE_BY_ID["A8"](_ctx({**PD_FAILING}, {"kv_load_failure_policy": "fail"}))
+    fired = RULE_BY_ID["A8"](rule_context({**PD_FAILING}, {"kv_load_failure_policy": "fail"}))
     assert fired.status == "fired" and not fired.informational
     assert any("30 of 630 KV loads failed" in e for e in fired.evidence)
     assert any("ends its request with an error" in e for e in fired.evidence)
-    quiet = RULE_BY_ID["A8"](_ctx({**PD_FAILING, "requests_errored": 0}, {}))
+    quiet = RULE_BY_ID["A8"](rule_context({**PD_FAILING, "requests_errored": 0}, {}))
     assert quiet.status == "fired" and quiet.informational
-    assert RULE_BY_ID["A8"](_ctx({}, {})).status == "clear"  # no connector
+    assert RULE_BY_ID["A8"](rule_context({}, {})).status == "clear"  # no connector
 
 
 def test_with_offload_a_miss_is_a_copy_d_weakens_and_says_so_f_counts_the_tier():
-    storm = RULE_BY_ID["D"](_ctx({**STORM}, {}))
-    offloaded = RULE_BY_ID["D"](_ctx({**STORM, **OFFLOAD}, {}))
+    storm = RULE_BY_ID["D"](rule_context({**STORM}, {}))
+    offloaded = RULE_BY_ID["D"](rule_context({**STORM, **OFFLOAD}, {}))
     assert offloaded.status == "fired" and offloaded.strength < storm.strength
     assert any("by a copy over PCIe, not a recompute" in e for e in offloaded.evidence)
     assert any("90.0 GB loaded back to the GPU at 20.0 GB/s" in e for e in offloaded.evidence)
     # a NIXL decode instance's connector hits are transfers, not a tier: a preemption there recomputes
-    decode = RULE_BY_ID["D"](_ctx({**STORM, **PD_DECODE}, {}))
+    decode = RULE_BY_ID["D"](rule_context({**STORM, **PD_DECODE}, {}))
     assert decode.strength == storm.strength and not any("offload" in e for e in decode.evidence)
     # the GPU prefix cache hits 10 %, the tier serves 90 % of the rest: reuse is fine, F6 clears
     evicted = {**SLOW_TTFT, "prefix_cache_hit_ratio": 0.1, **KV_FULL}
-    assert RULE_BY_ID["F6"](_ctx(evicted, {})).status == "fired"
-    tiered = RULE_BY_ID["F6"](_ctx({**evicted, **OFFLOAD}, {}))
+    assert RULE_BY_ID["F6"](rule_context(evicted, {})).status == "fired"
+    tiered = RULE_BY_ID["F6"](rule_context({**evicted, **OFFLOAD}, {}))
     assert tiered.status == "clear" and "with the KV offload tier" in tiered.evidence[0]
 
 
@@ -660,7 +426,7 @@ SLOW_WITH_TAIL = dict(itl_quantiles={0.5: 0.09, 0.95: 0.2, 0.99: 0.28}, itl_tail
 
 
 def test_slow_median_on_a_tp_engine_is_communication_even_with_a_tail():
-    ctx = _ctx(SLOW_WITH_TAIL, {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
+    ctx = rule_context(SLOW_WITH_TAIL, {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
     assert (ctx.signals.latency.itl_tail_ratio or 0) >= T.itl_tail_ratio
     g = RULE_BY_ID["G"](ctx)
     assert g.status == "fired" and any("median token gap" in line for line in g.evidence), g
@@ -671,7 +437,8 @@ def test_slow_median_on_a_tp_engine_is_communication_even_with_a_tail():
 
 
 def test_a_stutter_over_fast_gaps_on_a_tp_engine_stays_the_schedulers():
-    ctx = _ctx({**SLOW_WITH_TAIL, **STUTTER}, {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
+    ctx = rule_context({**SLOW_WITH_TAIL, **STUTTER},
+                       {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, **H100})
     assert RULE_BY_ID["G"](ctx).status == "clear"
     assert RULE_BY_ID["B1"](ctx).status == "fired"
     assert diagnose(ctx, VerdictTracker(), 0.0).verdict.layer == "scheduler"
@@ -679,7 +446,7 @@ def test_a_stutter_over_fast_gaps_on_a_tp_engine_stays_the_schedulers():
 
 def test_when_the_model_needs_its_gpus_the_stutter_keeps_its_own_cause():
     facts = {"tensor_parallel_size": 4, "max_num_batched_tokens": 16384, "gpu": "H100", "model_weight_bytes": 140e9}
-    ctx = _ctx(SLOW_WITH_TAIL, facts)
+    ctx = rule_context(SLOW_WITH_TAIL, facts)
     assert RULE_BY_ID["G"](ctx).status == "clear"
     assert RULE_BY_ID["B1"](ctx).status == "fired"
 
@@ -689,7 +456,7 @@ def test_a_few_long_prompts_that_each_wait_seconds_are_named_one_stray_slow_one_
     share, but two slow of four is no chance against a 1 % budget (A1 names it); one slow of three abstains."""
     def sparse(slow: int, first_tokens: int) -> Context:
         buckets = [0, 0, first_tokens - slow, 0, 0, slow, 0, 0]  # 0.25-0.5 s, 2.5-5 s
-        return _ctx({"prompt_length_mean": 40000, "ttft_prefill_share": 0.9, "ttft_queue_share": 0.0,
+        return rule_context({"prompt_length_mean": 40000, "ttft_prefill_share": 0.9, "ttft_queue_share": 0.0,
                      "first_tokens": first_tokens, "ttft_histogram": hist(TTFT_BOUNDS, buckets)}, {})
 
     named = RULE_BY_ID["A1"](sparse(2, 4))
@@ -703,7 +470,7 @@ def test_requests_that_wait_behind_long_prefills_are_the_long_prompts_not_a_queu
     wait is behind those prefills (A1); A2 defers. One slow first token more, away from any long prompt, and the
     queue is a cause of its own again."""
     def window(beside: float) -> Context:
-        return _ctx({"ttft_histogram": hist(TTFT_BOUNDS, [0, 80, 12, 2, 0, 6, 0, 0]), "first_tokens": 100,
+        return rule_context({"ttft_histogram": hist(TTFT_BOUNDS, [0, 80, 12, 2, 0, 6, 0, 0]), "first_tokens": 100,
                      "ttft_quantiles": {0.5: 0.3, 0.95: 2.6, 0.99: 4.0}, "ttft_mean": 0.9,
                      "ttft_queue_share": 0.4, "ttft_prefill_share": 0.35, "prompt_length_mean": 900,
                      "queued_recent_fraction": 1.0, "queued_fraction": 0.2, "waiting_fraction": 0.2,

@@ -7,7 +7,8 @@ from exporter.catalog.symptoms import UNKNOWN_NOT_JUDGED, UNKNOWN_UNEXPLAINED
 from exporter.diagnosis.engine import VerdictTracker, diagnose
 from exporter.publish import document, html, text
 from exporter.state import ScrapeHealth, TargetState, unknown_diagnosis
-from tests.unit.test_rules import LORA_WAIT, _ctx
+from tests.unit.rule_cases import LORA_WAIT
+from tests.unit.rule_cases import rule_context as _ctx
 
 
 def _state(name: str, status: str, diagnosis) -> TargetState:

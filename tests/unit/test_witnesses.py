@@ -10,7 +10,7 @@ from exporter.diagnosis.rules.prefix import blocks_reused
 from exporter.diagnosis.witnesses import corroborate
 from exporter.signals.model import Witnesses
 from exporter.signals.witnesses import steps_over
-from tests.unit.test_rules import (
+from tests.unit.rule_cases import (
     H100,
     ITL_BOUNDS,
     KV_FULL,
@@ -19,8 +19,10 @@ from tests.unit.test_rules import (
     SLOW_TTFT,
     UNIFORM_SLOW_ITL,
     T,
-    _ctx,
     hist,
+)
+from tests.unit.rule_cases import (
+    rule_context as _ctx,
 )
 
 STEP_BOUNDS = (1.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 2048.0, float("inf"))
