@@ -69,6 +69,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-20", "124361c", "advisor-pairs-124361c-validation-20.txt"),
     ("validation-21", "62f56c1", "advisor-pairs-62f56c1-validation-21.txt"),
     ("validation-22", "2306d85", "advisor-pairs-2306d85-validation-22.txt"),
+    ("validation-23", "d4d74e4", "advisor-pairs-d4d74e4-validation-23.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
