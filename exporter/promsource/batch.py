@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
@@ -85,19 +87,87 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
     return _narrowings(source, keys, everything)[0]
 
 
+# A read of many targets comes in parts, each its own queries (one per family and matcher), so the store answers
+# the next part while the diagnoser evaluates this one (central.CentralDiagnoser): as many parts as READ_PARTS
+# allows with at least PART_TARGETS targets each, so a cycle costs the same queries from 1,000 targets on.
+READ_PARTS: tuple[int, ...] = (10, 5, 2)
+PART_TARGETS = 100
+# Where every target is read, the store picks a part's targets by the last character of their label's value:
+# these characters round-robin over the parts (a value's last digit, the usual end of an instance or pod name,
+# spreads evenly over 10, 5 or 2 parts), every other ending (none, punctuation, other scripts) in the last part.
+_ENDINGS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def parts_for(targets: int) -> int:
+    """How many parts a read of ``targets`` targets comes in."""
+    return next((parts for parts in READ_PARTS if targets >= parts * PART_TARGETS), 1)
+
+
+def part_of(value: str, parts: int) -> int | None:
+    """The part whose selector (``ending_matchers``) picks a target label's ``value``; None: a value whose part
+    the stores may not agree on (a line break, which RE2's ``.`` does not cross)."""
+    if "\n" in value:
+        return None
+    at = _ENDINGS.find(value[-1:]) if value else -1
+    return at % parts if at >= 0 and at % parts < parts - 1 else parts - 1
+
+
+def ending_matchers(label: str, parts: int) -> list[str]:
+    """Per part, the matcher that picks the targets whose ``label`` value ends in one of its characters; the
+    last part's picks every value no other part's does (so each series is in exactly one part's answers, by the
+    store's own reading of the expressions)."""
+    chars = ["".join(_ENDINGS[i::parts]) for i in range(parts - 1)]
+    return [f'{label}=~".*[{ending}]"' for ending in chars] + [f'{label}!~".*[{"".join(chars)}]"']
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The targets one part of a read files (``keys``), and the matchers that ask the store for them (one query
+    per family and matcher; ``[""]``: none, every target the selector finds)."""
+
+    keys: list[TargetKey]
+    narrowings: list[str]
+
+
+def split_read(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool,
+               parts: int) -> tuple[list[Part], list[TargetKey]]:
+    """``keys`` in ``parts`` parts (fewer where they cannot be split), and the targets no part's selector can
+    vouch for (read with every part, judged after the last: ``part_of``). ``everything``: the keys are every
+    target the selector finds (parts by their value's ending), else each part names its own (``_narrowings``)."""
+    if parts <= 1 or len(source.target_labels) != 1 or len(keys) < parts:
+        return [Part(list(keys), _narrowings(source, keys, everything))], []
+    if everything:
+        split: list[list[TargetKey]] = [[] for _ in range(parts)]
+        unsure = []
+        for key in keys:
+            at = part_of(key.labels[0][1], parts)
+            if at is None:
+                unsure.append(key)
+            else:
+                split[at].append(key)
+        label = source.target_labels[0]
+        return [Part(part + unsure, [matcher]) for part, matcher in zip(split, ending_matchers(label, parts),
+                                                                        strict=True)], unsure
+    size = math.ceil(len(keys) / parts)
+    chunks = [list(keys[i:i + size]) for i in range(0, len(keys), size)]
+    return [Part(chunk, _narrowings(source, chunk, False)) for chunk in chunks], []
+
+
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
-                        end: float, *, everything: bool,
+                        end: float, *, everything: bool = False, narrowings: Sequence[str] | None = None,
                         layouts: Layouts | None = None) -> dict[TargetKey, list[StoredSeries | Steady]]:
     """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
 
-    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed). Each
+    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed);
+    ``narrowings``, where given, are the matchers that pick them (a ``Part``'s: one query per family and each). Each
     answer is made compact (``StoredSeries``) as it arrives and its decoded JSON dropped: memory holds the
     numbers of the read, and at most ``max_concurrency`` answers at once. ``layouts``: each query's last steady
     answer's label blocks worked out (``scan.scan_steady``), kept by the caller from cycle to cycle.
     """
     labels = tuple(source.target_labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
-    narrowings = _narrowings(source, keys, everything)
+    if narrowings is None:
+        narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
     queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
