@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
@@ -38,6 +39,19 @@ def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
 
 # Each family's sample names in every naming generation the parser reads: one query each.
 FAMILY_NAMES: tuple[tuple[str, ...], ...] = tuple(_wire((m.name, *m.aliases), m.kind) for m in METRICS)
+
+# Histograms whose every reader takes the mean (sum over count) and never a quantile or a bucket: the signals'
+# queue, prefill, decode, inference and time-per-output-token means (exporter/signals/core.py), and the
+# advisor's queue, prefill and inference means. Their finite buckets, 103 of a vLLM engine's 269 series, are
+# not asked for: every finite bound ends in a digit, so the matcher keeps the sum, the count and the +Inf bucket
+# (the parser's histogram is whole with it: tests/promsource/test_mean_only.py runs every scenario both ways).
+MEAN_ONLY: frozenset[str] = frozenset({
+    vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_DECODE_TIME_SECONDS,
+    vllm.REQUEST_INFERENCE_TIME_SECONDS, vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
+})
+FINITE_BUCKETS_LEFT_OUT = 'le!~".*[0-9]"'
+# Per family, the matcher its query adds ("": none).
+FAMILY_MATCHERS: tuple[str, ...] = tuple(FINITE_BUCKETS_LEFT_OUT if m.name in MEAN_ONLY else "" for m in METRICS)
 
 
 def shard_of(key: TargetKey, shards: int) -> int:
@@ -170,7 +184,8 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
         narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
-    queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
+    queries = [(names, ", ".join(m for m in (matcher, narrowing) if m))
+               for names, matcher in zip(FAMILY_NAMES, FAMILY_MATCHERS, strict=True) for narrowing in narrowings]
     # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
     # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
     answers: list[dict[TargetKey, list[StoredSeries | Steady]] | SteadyAnswer] = [{} for _ in queries]
@@ -184,7 +199,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
 
     async def one(index: int, names: tuple[str, ...], narrowing: str) -> None:
         expr = selector(source.match, names)
-        if narrowing:
+        if narrowing:  # the family's own matcher and the part's
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             body = await client.query_body(f"{expr}[{millis}ms]", end)
