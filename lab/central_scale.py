@@ -26,6 +26,7 @@ import math
 import os
 import re
 import resource
+import signal
 import statistics
 import subprocess
 import sys
@@ -221,24 +222,34 @@ def shard_table(shards: list[dict[str, Any]], size: int) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
-def build_kept(root: Path, engines: int, steady: int) -> None:
-    """A VictoriaMetrics store of ``engines`` engines in ``root`` (kept), for ``--serve`` and ``--url``."""
+def build_kept(root: Path, store: str, engines: int, steady: int) -> None:
+    """A store of ``engines`` engines in ``root`` (kept), for ``--serve`` and ``--url``."""
     root.mkdir(parents=True, exist_ok=True)
     start = math.floor(time.time() / 3600) * 3600 - 2 * 3600
-    process, _ = build_victoria_metrics(root, engines, start, WINDOW + INTERVAL * (steady + 3))
-    stop(process)
-    (root / "fleet.json").write_text(json.dumps({"engines": engines, "start": start, "steady": steady}) + "\n")
+    duration = WINDOW + INTERVAL * (steady + 3)
+    if store == "victoria-metrics":
+        process, _ = build_victoria_metrics(root, engines, start, duration)
+        stop(process)
+    else:
+        build_store(root, engines, start, duration)  # root / "tsdb"
+    (root / "fleet.json").write_text(json.dumps({"store": store, "engines": engines, "start": start,
+                                                 "steady": steady}) + "\n")
 
 
 def serve_kept(root: Path) -> int:
-    """The kept store until this process is stopped; prints the arguments a run against it takes."""
+    """The kept store until this process is stopped (SIGTERM or ^C); prints the arguments a run against it takes."""
     fleet = json.loads((root / "fleet.json").read_text())
-    port = free_port()
-    process = subprocess.Popen(["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}",
-                                f"-storageDataPath={root / 'vm'}", *KEPT_FLAGS],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    print(f"--url http://127.0.0.1:{port} --start {fleet['start']:.0f} --store-pid {process.pid}"
-          f"  ({fleet['engines']} engines)", flush=True)
+    if fleet.get("store", "victoria-metrics") == "victoria-metrics":
+        port = free_port()
+        process = subprocess.Popen(["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}",
+                                    f"-storageDataPath={root / 'vm'}", *KEPT_FLAGS],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+    else:
+        process, url = start_prometheus(root, root / "tsdb")
+    print(f"--url {url} --start {fleet['start']:.0f} --store-pid {process.pid}  ({fleet['engines']} engines)",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
     try:
         process.wait()
     except KeyboardInterrupt:
@@ -266,7 +277,7 @@ def main() -> int:
                              "what waits over 10 s: keep the sum of the processes' at 4)")
     parser.add_argument("--store-pid", type=int, help="the --url store's process, for its CPU per cycle")
     parser.add_argument("--build", type=Path, metavar="DIR",
-                        help="only build a VictoriaMetrics store of the largest size in DIR, kept for --serve")
+                        help="only build a store (--store) of the largest size in DIR, kept for --serve")
     parser.add_argument("--serve", type=Path, metavar="DIR",
                         help="only serve the store --build made in DIR until stopped; prints --url, --start and "
                              "--store-pid for the runs against it")
@@ -276,7 +287,7 @@ def main() -> int:
     parser.add_argument("--worker", nargs=9, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build:
-        build_kept(args.build, args.shard_fleet or max(args.sizes), args.steady)
+        build_kept(args.build, args.store, args.shard_fleet or max(args.sizes), args.steady)
         return 0
     if args.serve:
         return serve_kept(args.serve)
