@@ -2,11 +2,11 @@
 
 ``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
 time: one window), with one range-selector query per family of the catalog for all its targets at
-once; the answer is split by the target labels as it arrives, each series kept compact
-(``stored.StoredSeries``) for its target's snapshots. So a cycle costs one query per family whatever the
-number of targets (a shard
-whose names fill more than ``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow
-with the targets.
+once (for many targets: per part of them, ``split_read``); the answer is split by the target labels as it
+arrives, each series kept compact (``stored.StoredSeries``) for its target's snapshots. So a cycle costs one
+query per family and part whatever the number of targets (a shard whose names fill more than
+``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow with the targets. Only the
+series a reader takes are asked for (``MEAN_ONLY``: no finite bucket of a histogram read as a mean).
 
 Shards split a fleet the way Prometheus' ``hashmod`` relabelling splits scrapes: the MD5 of the target
 labels' values joined by ``;``, its low 64 bits modulo the number of shards. Every process computes the

@@ -6,16 +6,19 @@ Each cycle (every ``interval`` seconds, never two at once):
    (``group by (<target labels>) (...)``), and the shard keeps its own (``--shard i/N``: hashmod of
    the target labels, :mod:`exporter.promsource.batch`);
 2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
-   since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
-   diagnoser get a second read of one window (narrowed to them with one target label; in parts of
+   since the oldest one a target has fed, at most ``max_concurrency`` in flight; from 200 targets on, in
+   2, 5 or 10 parts of the targets (``batch.split_read``), each part's queries sent while the part before
+   is evaluated, so the store's work and the diagnoser's overlap instead of taking turns; targets new to
+   the diagnoser get a second read of one window (narrowed to them with one target label; in parts of
    ``COLD_READ_TARGETS`` targets, each fed before the next is read, so a cold start over thousands of
    targets holds one part's numbers and no answer outgrows a store's limits);
 3. each answer is scanned as bytes into compact series as it arrives (:mod:`exporter.promsource.scan`), each
    target's scrapes built into snapshots and fed to its pipeline (the sidecar's, window and hysteresis
-   included), which is evaluated once.
+   included), which is evaluated once, as soon as its part is read.
 
-So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
-targets, and reads each stored sample about once. Memory is one window per target, at most
+So a cycle costs 1 + one query per family and part (10 parts from 1,000 targets: 501 queries; twice the
+families' when targets arrive), whatever the number of targets beyond that, and reads each stored sample
+about once. Memory is one window per target, at most
 ``max_targets`` targets; a target without samples reads as down and is dropped after
 ``grace_seconds``.
 """
