@@ -68,8 +68,8 @@ _FIRST_NAME = re.compile(r'__name__=~"([^"|]*)')
 def query_name(expr: str) -> str:
     """A query's short name: its first sample name (unescaped), or the discovery's ``group by``."""
     found = _FIRST_NAME.search(expr)
-    if found is None:
-        return expr.split("(", 1)[0].strip() or expr[:40]
+    if expr.startswith("group by") or found is None:
+        return "discovery: " + expr.split("(", 1)[0].strip()
     return found.group(1).replace("\\", "")
 
 
@@ -78,10 +78,11 @@ def store_cpu(pid: int | None) -> float:
 
 
 def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[int, int], concurrency: int,
-           store_pid: int | None, parts: int = 0) -> dict[str, Any]:
+           store_pid: int | None, parts: int = 0, probe: bool = False) -> dict[str, Any]:
     """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures, with
     the store's own CPU per cycle where its process is known, and each steady answer's time and bytes.
-    ``parts``: the parts of a steady read (0: as the diagnoser chooses; 1: one read, the diagnoser before them)."""
+    ``parts``: the parts of a steady read (0: as the diagnoser chooses; 1: one read, the diagnoser before them).
+    ``probe``: then each query of the last steady cycle sent again alone, the store's CPU for it noted."""
     from exporter.config import load_settings
     from exporter.promsource import batch
 
@@ -115,8 +116,17 @@ def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[i
                                "fleet": central.fleet_targets,
                                "answers": [{k: v for k, v in a.items() if k != "form"} for a in client.answers],
                                "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
+            if probe and store_pid:  # the last steady cycle's queries again, each alone: the store's CPU for each
+                for form in [a["form"] for a in client.answers]:
+                    began, store = time.perf_counter(), store_cpu(store_pid)
+                    _, _, body = await client._fetch("query", form)
+                    probed.append({"query": query_name(form["query"]),
+                                   "store_cpu_seconds": store_cpu(store_pid) - store,
+                                   "seconds": time.perf_counter() - began, "bytes": len(body),
+                                   "series": body.count(b'{"metric":')})
         return cycles
 
+    probed: list[dict[str, Any]] = []
     cycles = asyncio.run(run())
     steady = cycles[1:]
     owned = len(central.states)
@@ -140,15 +150,16 @@ def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[i
         "rss_mb": rss_mb(),
         "rss_before_mb": baseline,
         "verdicts": sorted({v for c in cycles for v in c["verdicts"]}),
+        "probe": probed,
     }
 
 
 def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int],
-               concurrency: int, store_pid: int | None, parts: int = 0) -> dict[str, Any]:
+               concurrency: int, store_pid: int | None, parts: int = 0, probe: bool = False) -> dict[str, Any]:
     """One fresh process (its RSS and CPU its own)."""
     out = subprocess.run([sys.executable, "-m", "lab.central_scale", "--worker", url, str(size), str(start),
                           str(steady), str(shard[0]), str(shard[1]), str(concurrency), str(store_pid or 0),
-                          str(parts)],
+                          str(parts), str(int(probe))],
                          check=True, capture_output=True, text=True, timeout=7200)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
@@ -171,6 +182,33 @@ def size_table(results: list[dict[str, Any]]) -> str:
             f"{r['bytes'] / n / 1e3:.1f} KB | {r['cold']['cpu_seconds']:.0f} s | {r['rss_mb']:.0f} MB | "
             f"{r.get('peak_rss_mb', math.nan):.0f} MB | "
             f"{'yes' if r['every_target_every_cycle'] else 'NO'} | {r['load_average']:.1f} |")
+    return "\n".join(lines)
+
+
+def probe_table(result: dict[str, Any], top: int = 12) -> str:
+    """The store's CPU per query of a steady cycle, each sent alone (summed over the parts), the costliest first."""
+    per: dict[str, list[float]] = {}
+    for row in result["probe"]:
+        total = per.setdefault(row["query"], [0.0, 0.0, 0.0, 0.0])
+        for i, field in enumerate(("store_cpu_seconds", "seconds", "bytes", "series")):
+            total[i] += row[field]
+    n = result["targets"]
+    rows = sorted(((cpu, seconds, size, series, name) for name, (cpu, seconds, size, series) in per.items()),
+                  reverse=True)
+    cpu_all = sum(r[0] for r in rows)
+    series_all = sum(r[3] for r in rows)
+    lines = [f"The store's CPU per query at {n:,} engines, each of a steady cycle's {len(result['probe'])} queries "
+             f"sent alone (summed over the parts): {cpu_all:.1f} s for {series_all:,.0f} series "
+             f"({cpu_all / max(1.0, series_all) * 1e6:.1f} us a series)",
+             "", "| query (first name) | store CPU | answer time | series | bytes | store CPU per series |",
+             "|---|---|---|---|---|---|"]
+    for cpu, seconds, size, series, name in rows[:top]:
+        lines.append(f"| {name} | {cpu:.2f} s | {seconds:.2f} s | {series:,.0f} | {size / 1e6:.1f} MB | "
+                     f"{cpu / max(1.0, series) * 1e6:.1f} us |")
+    rest = rows[top:]
+    if rest:
+        lines.append(f"| the other {len(rest)} | {sum(r[0] for r in rest):.2f} s | {sum(r[1] for r in rest):.2f} s | "
+                     f"{sum(r[3] for r in rest):,.0f} | {sum(r[2] for r in rest) / 1e6:.1f} MB | |")
     return "\n".join(lines)
 
 
@@ -287,7 +325,9 @@ def main() -> int:
     parser.add_argument("--parts", type=int, default=0,
                         help="parts of a steady read (default: the diagnoser's choice; 1: one read of every engine, "
                              "as before the parts)")
-    parser.add_argument("--worker", nargs=9, help=argparse.SUPPRESS)
+    parser.add_argument("--probe", action="store_true",
+                        help="then send each query of a steady cycle alone: the store's CPU per query (--store-pid)")
+    parser.add_argument("--worker", nargs=10, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.build:
         build_kept(args.build, args.store, args.shard_fleet or max(args.sizes), args.steady)
@@ -295,9 +335,9 @@ def main() -> int:
     if args.serve:
         return serve_kept(args.serve)
     if args.worker:
-        url, size, start, steady, shard, shards, concurrency, pid, parts = args.worker
+        url, size, start, steady, shard, shards, concurrency, pid, parts, probe = args.worker
         result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency),
-                        int(pid) or None, int(parts))
+                        int(pid) or None, int(parts), probe == "1")
         result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the cold cycle's peak
         print(json.dumps(result))
         return 0
@@ -324,8 +364,8 @@ def main() -> int:
             results = []
             for size in args.sizes:
                 results.append(run_worker(url, size, start, args.steady, (0, 1), args.concurrency, store_pid,
-                                          args.parts))
-                shown = {k: v for k, v in results[-1].items() if k not in ("owned", "steady_cycles")}
+                                          args.parts, args.probe))
+                shown = {k: v for k, v in results[-1].items() if k not in ("owned", "steady_cycles", "probe")}
                 print(f"{size} engines: {shown}", file=sys.stderr)
             shards = []
             if args.parallel:
@@ -347,6 +387,8 @@ def main() -> int:
     print(size_table(results))
     for r in results:
         print("\n" + query_table(r))
+        if r.get("probe"):
+            print("\n" + probe_table(r))
     ok = all(r["every_target_every_cycle"] for r in results)
     if shards:
         text, shards_ok = shard_table(shards, largest)
