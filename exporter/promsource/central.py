@@ -56,9 +56,10 @@ log = logging.getLogger(__name__)
 
 # Targets whose whole window one read brings (a cold cycle): more are read in as many time slices.
 COLD_READ_TARGETS = 1000
-# Targets fed or judged between two turns of the event loop in a cycle: each turn sends the next queries and
-# takes the answers that came (about 20-30 ms of evaluation between turns).
-YIELD_TARGETS = 20
+# Seconds of feeding and judging between two turns of the event loop in a cycle. Each turn moves the next part's
+# queries one step (a query sent, an answer's bytes taken, the next query sent once one is done): about six turns
+# a query, so turns 20 ms apart left the store idle most of the time and the two took turns after all.
+YIELD_SECONDS = 0.002
 # Cycles between full collections of the garbage collector (an hour at 15 s; see CentralDiagnoser.cycle).
 FULL_COLLECTION_CYCLES = 240
 
@@ -231,27 +232,30 @@ class CentralDiagnoser(Sidecar):
                                                        layouts=self.layouts))
 
         # Each read's answers are asked for before the one before is fed and evaluated: the store works out the
-        # next part while this process evaluates this one (a pause every YIELD_TARGETS targets lets the event
-        # loop send its next queries and take their answers), instead of the two taking turns.
+        # next part while this process evaluates this one (a turn of the event loop every YIELD_SECONDS sends its
+        # next queries and takes their answers), instead of the two taking turns.
         pending: asyncio.Future[dict[TargetKey, list[StoredSeries | Steady]]] | None = fetch(reads[0])
+        turn = time.perf_counter() + YIELD_SECONDS
         try:
             for index, read in enumerate(reads):
                 assert pending is not None
                 series = await pending
                 pending = fetch(reads[index + 1]) if index + 1 < len(reads) else None
-                for count, key in enumerate(read.keys, 1):  # fed one at a time, its stored series released as it goes
+                for key in read.keys:  # fed one at a time, its stored series released as it goes
                     pipeline = self.pipelines[key.name]
                     newest = pipeline.window.latest
                     found = snapshots(series.pop(key), dict(key.labels),
                                       after=newest.timestamp if newest is not None else None,
                                       max_series_per_family=pipeline.target.max_series_per_family)
                     self._feed(key, found, read.since[key])
-                    if count % YIELD_TARGETS == 0:
+                    if time.perf_counter() >= turn:
                         await asyncio.sleep(0)
-                for count, key in enumerate(read.judged, 1):
+                        turn = time.perf_counter() + YIELD_SECONDS
+                for key in read.judged:
                     judged[key] = self._judge(key, now)
-                    if count % YIELD_TARGETS == 0:
+                    if time.perf_counter() >= turn:
                         await asyncio.sleep(0)
+                        turn = time.perf_counter() + YIELD_SECONDS
         except PromError as exc:
             if pending is not None:
                 pending.cancel()

@@ -336,7 +336,7 @@ def test_a_steady_read_in_parts_overlaps_the_next_part_and_judges_the_same(
     whole, _ = _cycles(fleet, nows)
     monkeypatch.setattr(batch, "PART_TARGETS", 1)
     monkeypatch.setattr(batch, "READ_PARTS", (2,))
-    monkeypatch.setattr(central_module, "YIELD_TARGETS", 1)
+    monkeypatch.setattr(central_module, "YIELD_SECONDS", 0.0)
     events: list[tuple[str, str]] = []
     judge, discover = CentralDiagnoser._judge, CentralDiagnoser.discover
     query_body = PromClient.query_body
