@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 # Targets whose whole window one read brings (a cold cycle): more are read in as many time slices.
 COLD_READ_TARGETS = 1000
 # Seconds of feeding and judging between two turns of the event loop in a cycle. Each turn moves the next part's
-# queries one step (a query sent, an answer's bytes taken, the next query sent once one is done): about six turns
-# a query, so turns 20 ms apart left the store idle most of the time and the two took turns after all.
+# queries one step (a query sent, an answer's bytes taken, the next query sent once one is done): a few turns a
+# query, so they come often enough that the store rarely waits for its next query (a turn costs microseconds).
 YIELD_SECONDS = 0.002
 # Cycles between full collections of the garbage collector (an hour at 15 s; see CentralDiagnoser.cycle).
 FULL_COLLECTION_CYCLES = 240
