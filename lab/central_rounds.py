@@ -46,6 +46,7 @@ from lab.rounds import alternated
 
 _SAMPLE = re.compile(r"([^{ ]+)(?:\{(.*)\})? (\S+) (\S+)$")
 _PAIR = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+_MATCHER = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"')
 
 
 class ReplayedStore:
@@ -91,15 +92,21 @@ class ReplayedStore:
                 raise PromError(f"replayed store: cannot answer {expr[:80]}")
             wanted = names.group(1).replace("\\", "").split("|")
             low = at - int(span.group(1)) / 1000
+            # The other matchers (the part's, a family's left-out buckets) as the store reads them: anchored.
+            tests = [(label, op, re.compile(value.replace("\\\\", "\\")))
+                     for label, op, value in _MATCHER.findall(expr) if label != "__name__" and op in ("=~", "!~")]
             result = []
             for i in range(self.engines):
                 table = self.series[SCENARIOS[i % len(SCENARIOS)]]
                 for wire in wanted:
                     for labels, values in table.get(wire, {}).items():
+                        metric = {"__name__": wire, **dict(labels), "instance": instance(i)}
+                        if not all(bool(pattern.fullmatch(metric.get(label, ""))) == (op == "=~")
+                                   for label, op, pattern in tests):
+                            continue
                         kept = [[t, v] for t, v in values if low <= t <= at]
                         if kept:
-                            result.append({"metric": {"__name__": wire, **dict(labels), "instance": instance(i)},
-                                           "values": kept})
+                            result.append({"metric": metric, "values": kept})
             data = {"resultType": "matrix", "result": result}
         body = json.dumps({"status": "success", "data": data}, separators=(",", ":")).encode()
         self.stats.queries += 1

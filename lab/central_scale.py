@@ -20,10 +20,14 @@ documented alert ``VllmDiagShardTargetsUndiagnosed`` computes from the survivors
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
+import re
 import resource
+import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,32 +36,205 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from lab.fleet import INTERVAL, WINDOW, build_store, build_victoria_metrics, start_prometheus, stop, worker
+from exporter.promsource.client import PromClient
+from lab.common import free_port, proc_cpu_seconds
+from lab.fleet import INTERVAL, WINDOW, build_store, build_victoria_metrics, instances, rss_mb, start_prometheus, stop
+
+# A store kept for several runs (--build, --serve): VictoriaMetrics with the limits a 10,000-engine answer needs
+# (a 560 MB cycle takes longer than its default 30 s a query on a shared machine, and queues past 10 s).
+KEPT_FLAGS = ("-retentionPeriod=10y", "-search.latencyOffset=0s", "-maxLabelsPerTimeseries=64",
+              "-search.maxUniqueTimeseries=10000000", "-search.maxQueryDuration=600s", "-search.maxQueueDuration=600s")
+
+
+class TimedClient(PromClient):
+    """A ``PromClient`` that notes each answer: which query (its first sample name), seconds from sending it to
+    the last byte read, bytes."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.answers: list[dict[str, Any]] = []
+
+    async def _fetch(self, endpoint: str, form: dict[str, str]) -> tuple[int, str, bytes]:
+        began = time.perf_counter()
+        status, reason, body = await super()._fetch(endpoint, form)
+        self.answers.append({"query": query_name(form.get("query", "")), "seconds": time.perf_counter() - began,
+                             "bytes": len(body), "form": form})
+        return status, reason, body
+
+
+_FIRST_NAME = re.compile(r'__name__=~"([^"|]*)')
+
+
+def query_name(expr: str) -> str:
+    """A query's short name: its first sample name (unescaped), or the discovery's ``group by``."""
+    found = _FIRST_NAME.search(expr)
+    if expr.startswith("group by") or found is None:
+        return "discovery: " + expr.split("(", 1)[0].strip()
+    return found.group(1).replace("\\", "")
+
+
+def store_cpu(pid: int | None) -> float:
+    return proc_cpu_seconds(pid) if pid else math.nan
+
+
+def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[int, int], concurrency: int,
+           store_pid: int | None, parts: int = 0, probe: bool = False) -> dict[str, Any]:
+    """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures, with
+    the store's own CPU per cycle where its process is known, and each steady answer's time and bytes.
+    ``parts``: the parts of a steady read (0: as the diagnoser chooses; 1: one read, the diagnoser before them).
+    ``probe``: then each query of the last steady cycle sent again alone, the store's CPU for it noted."""
+    from exporter.config import load_settings
+    from exporter.promsource import batch
+
+    if parts:
+        batch.READ_PARTS = (parts,) if parts > 1 else ()
+    from exporter.promsource.central import CentralDiagnoser
+    from exporter.promsource.settings import PrometheusSource
+
+    # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
+    # the shipped 30 s timeout, which would measure the machine, not the diagnoser.
+    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{instances(size)}"}}', interval=INTERVAL,
+                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600,
+                              max_concurrency=concurrency)
+    settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
+    central = CentralDiagnoser(settings, source)
+    baseline = rss_mb()
+
+    async def run() -> list[dict[str, Any]]:
+        cycles = []
+        client = TimedClient(source)
+        async with client:
+            central.client = client
+            first = start + INTERVAL + WINDOW  # the first instant with a full window stored
+            for k in range(1 + steady_cycles):
+                client.answers.clear()
+                cpu, store = time.process_time(), store_cpu(store_pid)
+                stats = await central.cycle(now=first + k * INTERVAL)
+                cycles.append({"seconds": stats.duration_seconds, "cpu_seconds": time.process_time() - cpu,
+                               "store_cpu_seconds": store_cpu(store_pid) - store, "queries": stats.queries,
+                               "bytes": stats.bytes_read, "targets": stats.targets, "diagnosed": stats.diagnosed,
+                               "fleet": central.fleet_targets,
+                               "answers": [{k: v for k, v in a.items() if k != "form"} for a in client.answers],
+                               "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
+            if probe and store_pid:  # the last steady cycle's queries again, each alone: the store's CPU for each
+                for form in [a["form"] for a in client.answers]:
+                    began, store = time.perf_counter(), store_cpu(store_pid)
+                    _, _, body = await client._fetch("query", form)
+                    probed.append({"query": query_name(form["query"]),
+                                   "store_cpu_seconds": store_cpu(store_pid) - store,
+                                   "seconds": time.perf_counter() - began, "bytes": len(body),
+                                   "series": body.count(b'{"metric":')})
+        return cycles
+
+    probed: list[dict[str, Any]] = []
+    cycles = asyncio.run(run())
+    steady = cycles[1:]
+    owned = len(central.states)
+    return {
+        "targets": size,
+        "shard": list(shard),
+        # The engines this process diagnosed in its last cycle (a state that is not "down").
+        "owned": sorted(name for name, state in central.states.items() if state.status != "down"),
+        "fleet_targets": central.fleet_targets,
+        "cold": {k: v for k, v in cycles[0].items() if k != "answers"},
+        "steady_cycles": steady,
+        "cycle_seconds": statistics.median(c["seconds"] for c in steady),
+        "cycle_cpu_seconds": statistics.median(c["cpu_seconds"] for c in steady),
+        "waiting_seconds": statistics.median(c["seconds"] - c["cpu_seconds"] for c in steady),
+        "store_cpu_seconds": statistics.median(c["store_cpu_seconds"] for c in steady),
+        "load_average": os.getloadavg()[0],
+        "queries": statistics.median(c["queries"] for c in steady),
+        "bytes": statistics.median(c["bytes"] for c in steady),
+        "every_target_every_cycle": all(c["diagnosed"] == owned and c["targets"] == owned and c["fleet"] == size
+                                        for c in cycles),
+        "rss_mb": rss_mb(),
+        "rss_before_mb": baseline,
+        "verdicts": sorted({v for c in cycles for v in c["verdicts"]}),
+        "probe": probed,
+    }
 
 
 def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int],
-               concurrency: int) -> dict[str, Any]:
+               concurrency: int, store_pid: int | None, parts: int = 0, probe: bool = False) -> dict[str, Any]:
     """One fresh process (its RSS and CPU its own)."""
     out = subprocess.run([sys.executable, "-m", "lab.central_scale", "--worker", url, str(size), str(start),
-                          str(steady), str(shard[0]), str(shard[1]), str(concurrency)],
+                          str(steady), str(shard[0]), str(shard[1]), str(concurrency), str(store_pid or 0),
+                          str(parts), str(int(probe))],
                          check=True, capture_output=True, text=True, timeout=7200)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     return result
 
 
 def size_table(results: list[dict[str, Any]]) -> str:
-    lines = ["| engines | steady cycle, wall | CPU | CPU per engine | queries / cycle | bytes read / cycle "
-             "| per engine | cold first cycle (CPU) | RSS after | peak RSS | all diagnosed every cycle "
-             "| load average |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| engines | steady cycle, wall | diagnoser CPU | per engine | diagnoser waiting | store CPU | per engine "
+             "| queries / cycle | bytes read / cycle | per engine | cold first cycle (CPU) | RSS after | peak RSS "
+             "| all diagnosed every cycle | load average |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         n = r["targets"]
+        store = r.get("store_cpu_seconds", math.nan)
+        waiting = r.get("waiting_seconds", math.nan)  # the cycle's wall time less its CPU: answers awaited
         lines.append(
             f"| {n:,} | {r['cycle_seconds']:.1f} s | {r['cycle_cpu_seconds']:.1f} s | "
-            f"{r['cycle_cpu_seconds'] / n * 1000:.2f} ms | {r['queries']:.0f} | {r['bytes'] / 1e6:.0f} MB | "
+            f"{r['cycle_cpu_seconds'] / n * 1000:.2f} ms | {waiting:.1f} s | {store:.1f} s | "
+            f"{store / n * 1000:.2f} ms | "
+            f"{r['queries']:.0f} | {r['bytes'] / 1e6:.0f} MB | "
             f"{r['bytes'] / n / 1e3:.1f} KB | {r['cold']['cpu_seconds']:.0f} s | {r['rss_mb']:.0f} MB | "
             f"{r.get('peak_rss_mb', math.nan):.0f} MB | "
             f"{'yes' if r['every_target_every_cycle'] else 'NO'} | {r['load_average']:.1f} |")
+    return "\n".join(lines)
+
+
+def probe_table(result: dict[str, Any], top: int = 12) -> str:
+    """The store's CPU per query of a steady cycle, each sent alone (summed over the parts), the costliest first."""
+    per: dict[str, list[float]] = {}
+    for row in result["probe"]:
+        total = per.setdefault(row["query"], [0.0, 0.0, 0.0, 0.0])
+        for i, field in enumerate(("store_cpu_seconds", "seconds", "bytes", "series")):
+            total[i] += row[field]
+    n = result["targets"]
+    rows = sorted(((cpu, seconds, size, series, name) for name, (cpu, seconds, size, series) in per.items()),
+                  reverse=True)
+    cpu_all = sum(r[0] for r in rows)
+    series_all = sum(r[3] for r in rows)
+    lines = [f"The store's CPU per query at {n:,} engines, each of a steady cycle's {len(result['probe'])} queries "
+             f"sent alone (summed over the parts): {cpu_all:.1f} s for {series_all:,.0f} series "
+             f"({cpu_all / max(1.0, series_all) * 1e6:.1f} us a series)",
+             "", "| query (first name) | store CPU | answer time | series | bytes | store CPU per series |",
+             "|---|---|---|---|---|---|"]
+    for cpu, seconds, size, series, name in rows[:top]:
+        lines.append(f"| {name} | {cpu:.2f} s | {seconds:.2f} s | {series:,.0f} | {size / 1e6:.1f} MB | "
+                     f"{cpu / max(1.0, series) * 1e6:.1f} us |")
+    rest = rows[top:]
+    if rest:
+        lines.append(f"| the other {len(rest)} | {sum(r[0] for r in rest):.2f} s | {sum(r[1] for r in rest):.2f} s | "
+                     f"{sum(r[3] for r in rest):,.0f} | {sum(r[2] for r in rest) / 1e6:.1f} MB | |")
+    return "\n".join(lines)
+
+
+def query_table(result: dict[str, Any], top: int = 8) -> str:
+    """The steady cycles' answers of one run by query (medians over the cycles): the costliest first."""
+    per: dict[str, list[tuple[float, float]]] = {}
+    cycles = result.get("steady_cycles", [])
+    for cycle in cycles:
+        totals: dict[str, list[float]] = {}
+        for answer in cycle["answers"]:
+            total = totals.setdefault(answer["query"], [0.0, 0.0])
+            total[0] += answer["seconds"]
+            total[1] += answer["bytes"]
+        for name, (seconds, size) in totals.items():
+            per.setdefault(name, []).append((seconds, size))
+    if not per:
+        return ""
+    rows = sorted(((statistics.median(s for s, _ in v), statistics.median(b for _, b in v), name)
+                   for name, v in per.items()), reverse=True)
+    n = result["targets"]
+    every = sum(seconds for seconds, _, _ in rows)
+    lines = [f"Answers at {n:,} engines (median of {len(cycles)} steady cycles; seconds from sending to the last byte, "
+             f"{result['queries']:.0f} queries, at most the client's concurrency in flight): all {every:.1f} s",
+             "", "| query (first name) | answer time | bytes | per engine |", "|---|---|---|---|"]
+    for seconds, size, name in rows[:top]:
+        lines.append(f"| {name} | {seconds:.2f} s | {size / 1e6:.1f} MB | {size / n:.0f} B |")
     return "\n".join(lines)
 
 
@@ -86,6 +263,44 @@ def shard_table(shards: list[dict[str, Any]], size: int) -> tuple[str, bool]:
     return "\n".join(lines), ok
 
 
+def build_kept(root: Path, store: str, engines: int, steady: int) -> None:
+    """A store of ``engines`` engines in ``root`` (kept), for ``--serve`` and ``--url``."""
+    root.mkdir(parents=True, exist_ok=True)
+    start = math.floor(time.time() / 3600) * 3600 - 2 * 3600
+    duration = WINDOW + INTERVAL * (steady + 3)
+    if store == "victoria-metrics":
+        process, _ = build_victoria_metrics(root, engines, start, duration)
+        stop(process)
+    else:
+        build_store(root, engines, start, duration)  # root / "tsdb"
+    (root / "fleet.json").write_text(json.dumps({"store": store, "engines": engines, "start": start,
+                                                 "steady": steady}) + "\n")
+
+
+def serve_kept(root: Path) -> int:
+    """The kept store until this process is stopped (SIGTERM or ^C); prints the arguments a run against it takes."""
+    fleet = json.loads((root / "fleet.json").read_text())
+    if fleet.get("store", "victoria-metrics") == "victoria-metrics":
+        port = free_port()
+        process = subprocess.Popen(["/usr/bin/victoria-metrics", f"-httpListenAddr=127.0.0.1:{port}",
+                                    f"-storageDataPath={root / 'vm'}", *KEPT_FLAGS],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        url = f"http://127.0.0.1:{port}"
+    else:
+        process, url = start_prometheus(root, root / "tsdb")
+    print(f"--url {url} --start {fleet['start']:.0f} --store-pid {process.pid}  ({fleet['engines']} engines)",
+          flush=True)
+    signal.signal(signal.SIGTERM, lambda *_: process.terminate())
+    try:
+        process.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if process.poll() is None:
+            stop(process)
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.central_scale", description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="*", default=[1000, 5000, 10000])
@@ -101,11 +316,28 @@ def main() -> int:
     parser.add_argument("--concurrency", type=int, default=4,
                         help="queries in flight per process (VictoriaMetrics runs 4 at once by default and fails "
                              "what waits over 10 s: keep the sum of the processes' at 4)")
-    parser.add_argument("--worker", nargs=7, help=argparse.SUPPRESS)
+    parser.add_argument("--store-pid", type=int, help="the --url store's process, for its CPU per cycle")
+    parser.add_argument("--build", type=Path, metavar="DIR",
+                        help="only build a store (--store) of the largest size in DIR, kept for --serve")
+    parser.add_argument("--serve", type=Path, metavar="DIR",
+                        help="only serve the store --build made in DIR until stopped; prints --url, --start and "
+                             "--store-pid for the runs against it")
+    parser.add_argument("--parts", type=int, default=0,
+                        help="parts of a steady read (default: the diagnoser's choice; 1: one read of every engine, "
+                             "as before the parts)")
+    parser.add_argument("--probe", action="store_true",
+                        help="then send each query of a steady cycle alone: the store's CPU per query (--store-pid)")
+    parser.add_argument("--worker", nargs=10, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.build:
+        build_kept(args.build, args.store, args.shard_fleet or max(args.sizes), args.steady)
+        return 0
+    if args.serve:
+        return serve_kept(args.serve)
     if args.worker:
-        url, size, start, steady, shard, shards, concurrency = args.worker
-        result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency))
+        url, size, start, steady, shard, shards, concurrency, pid, parts, probe = args.worker
+        result = worker(url, int(size), float(start), int(steady), (int(shard), int(shards)), int(concurrency),
+                        int(pid) or None, int(parts), probe == "1")
         result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # the cold cycle's peak
         print(json.dumps(result))
         return 0
@@ -116,36 +348,47 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="vllm-diag-central-") as tmp:
         root = Path(tmp)
         process: subprocess.Popen[bytes] | None = None
+        store_pid = args.store_pid
         if args.url:
             url, start = args.url, args.start
         elif args.store == "victoria-metrics":
             process, url = build_victoria_metrics(root, largest, start, duration)
         else:
             process, url = start_prometheus(root, build_store(root, largest, start, duration))
+        if process is not None:
+            store_pid = process.pid
         built = time.perf_counter() - started
         print(f"store: {args.store}, {largest} engines imported in {built:.0f} s "
               f"(load average {os.getloadavg()[0]:.1f})", file=sys.stderr)
         try:
             results = []
             for size in args.sizes:
-                results.append(run_worker(url, size, start, args.steady, (0, 1), args.concurrency))
-                print(f"{size} engines: { {k: v for k, v in results[-1].items() if k != 'owned'} }", file=sys.stderr)
+                results.append(run_worker(url, size, start, args.steady, (0, 1), args.concurrency, store_pid,
+                                          args.parts, args.probe))
+                shown = {k: v for k, v in results[-1].items() if k not in ("owned", "steady_cycles", "probe")}
+                print(f"{size} engines: {shown}", file=sys.stderr)
             shards = []
             if args.parallel:
                 def one(i: int) -> dict[str, Any]:
-                    return run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency)
+                    return run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency, store_pid,
+                                      args.parts)
 
                 with ThreadPoolExecutor(max_workers=max(1, args.shards)) as pool:
                     shards = list(pool.map(one, range(args.shards)))
             else:
                 for i in range(args.shards):
-                    shards.append(run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency))
+                    shards.append(run_worker(url, largest, start, args.steady, (i, args.shards), args.concurrency,
+                                             store_pid, args.parts))
             for r in shards:
                 print(f"shard {r['shard'][0]}/{r['shard'][1]}: {len(r['owned'])} engines", file=sys.stderr)
         finally:
             if process is not None:
                 stop(process)
     print(size_table(results))
+    for r in results:
+        print("\n" + query_table(r))
+        if r.get("probe"):
+            print("\n" + probe_table(r))
     ok = all(r["every_target_every_cycle"] for r in results)
     if shards:
         text, shards_ok = shard_table(shards, largest)

@@ -2,11 +2,11 @@
 
 ``serve --prometheus`` reads, each cycle, only the samples since the oldest scrape it fed (the first
 time: one window), with one range-selector query per family of the catalog for all its targets at
-once; the answer is split by the target labels as it arrives, each series kept compact
-(``stored.StoredSeries``) for its target's snapshots. So a cycle costs one query per family whatever the
-number of targets (a shard
-whose names fill more than ``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow
-with the targets.
+once (for many targets: per part of them, ``split_read``); the answer is split by the target labels as it
+arrives, each series kept compact (``stored.StoredSeries``) for its target's snapshots. So a cycle costs one
+query per family and part whatever the number of targets (a shard whose names fill more than
+``NARROWING_MAX_CHARS``: one per family and matcher), and the bytes read grow with the targets. Only the
+series a reader takes are asked for (``MEAN_ONLY``: no finite bucket of a histogram read as a mean).
 
 Shards split a fleet the way Prometheus' ``hashmod`` relabelling splits scrapes: the MD5 of the target
 labels' values joined by ``;``, its low 64 bits modulo the number of shards. Every process computes the
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
+from exporter.catalog import metrics as vllm
 from exporter.catalog.metrics import HISTOGRAM_PARTS, METRICS, Kind
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import TargetKey, quote_label_value, selector
@@ -36,6 +39,19 @@ def _wire(names: Sequence[str], kind: Kind) -> tuple[str, ...]:
 
 # Each family's sample names in every naming generation the parser reads: one query each.
 FAMILY_NAMES: tuple[tuple[str, ...], ...] = tuple(_wire((m.name, *m.aliases), m.kind) for m in METRICS)
+
+# Histograms whose every reader takes the mean (sum over count) and never a quantile or a bucket: the signals'
+# queue, prefill, decode, inference and time-per-output-token means (exporter/signals/core.py), and the
+# advisor's queue, prefill and inference means. Their finite buckets, 103 of a vLLM engine's 269 series, are
+# not asked for: every finite bound ends in a digit, so the matcher keeps the sum, the count and the +Inf bucket
+# (the parser's histogram is whole with it: tests/promsource/test_mean_only.py runs every scenario both ways).
+MEAN_ONLY: frozenset[str] = frozenset({
+    vllm.REQUEST_QUEUE_TIME_SECONDS, vllm.REQUEST_PREFILL_TIME_SECONDS, vllm.REQUEST_DECODE_TIME_SECONDS,
+    vllm.REQUEST_INFERENCE_TIME_SECONDS, vllm.REQUEST_TIME_PER_OUTPUT_TOKEN_SECONDS,
+})
+FINITE_BUCKETS_LEFT_OUT = 'le!~".*[0-9]"'
+# Per family, the matcher its query adds ("": none).
+FAMILY_MATCHERS: tuple[str, ...] = tuple(FINITE_BUCKETS_LEFT_OUT if m.name in MEAN_ONLY else "" for m in METRICS)
 
 
 def shard_of(key: TargetKey, shards: int) -> int:
@@ -85,22 +101,91 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
     return _narrowings(source, keys, everything)[0]
 
 
+# A read of many targets comes in parts, each its own queries (one per family and matcher), so the store answers
+# the next part while the diagnoser evaluates this one (central.CentralDiagnoser): as many parts as READ_PARTS
+# allows with at least PART_TARGETS targets each, so a cycle costs the same queries from 1,000 targets on.
+READ_PARTS: tuple[int, ...] = (10, 5, 2)
+PART_TARGETS = 100
+# Where every target is read, the store picks a part's targets by the last character of their label's value:
+# these characters round-robin over the parts (a value's last digit, the usual end of an instance or pod name,
+# spreads evenly over 10, 5 or 2 parts), every other ending (none, punctuation, other scripts) in the last part.
+_ENDINGS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def parts_for(targets: int) -> int:
+    """How many parts a read of ``targets`` targets comes in."""
+    return next((parts for parts in READ_PARTS if targets >= parts * PART_TARGETS), 1)
+
+
+def part_of(value: str, parts: int) -> int | None:
+    """The part whose selector (``ending_matchers``) picks a target label's ``value``; None: a value whose part
+    the stores may not agree on (a line break, which RE2's ``.`` does not cross)."""
+    if "\n" in value:
+        return None
+    at = _ENDINGS.find(value[-1:]) if value else -1
+    return at % parts if at >= 0 and at % parts < parts - 1 else parts - 1
+
+
+def ending_matchers(label: str, parts: int) -> list[str]:
+    """Per part, the matcher that picks the targets whose ``label`` value ends in one of its characters; the
+    last part's picks every value no other part's does (so each series is in exactly one part's answers, by the
+    store's own reading of the expressions)."""
+    chars = ["".join(_ENDINGS[i::parts]) for i in range(parts - 1)]
+    return [f'{label}=~".*[{ending}]"' for ending in chars] + [f'{label}!~".*[{"".join(chars)}]"']
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """The targets one part of a read files (``keys``), and the matchers that ask the store for them (one query
+    per family and matcher; ``[""]``: none, every target the selector finds)."""
+
+    keys: list[TargetKey]
+    narrowings: list[str]
+
+
+def split_read(source: PrometheusSource, keys: Sequence[TargetKey], everything: bool,
+               parts: int) -> tuple[list[Part], list[TargetKey]]:
+    """``keys`` in ``parts`` parts (fewer where they cannot be split), and the targets no part's selector can
+    vouch for (read with every part, judged after the last: ``part_of``). ``everything``: the keys are every
+    target the selector finds (parts by their value's ending), else each part names its own (``_narrowings``)."""
+    if parts <= 1 or len(source.target_labels) != 1 or len(keys) < parts:
+        return [Part(list(keys), _narrowings(source, keys, everything))], []
+    if everything:
+        split: list[list[TargetKey]] = [[] for _ in range(parts)]
+        unsure = []
+        for key in keys:
+            at = part_of(key.labels[0][1], parts)
+            if at is None:
+                unsure.append(key)
+            else:
+                split[at].append(key)
+        label = source.target_labels[0]
+        return [Part(part + unsure, [matcher]) for part, matcher in zip(split, ending_matchers(label, parts),
+                                                                        strict=True)], unsure
+    size = math.ceil(len(keys) / parts)
+    chunks = [list(keys[i:i + size]) for i in range(0, len(keys), size)]
+    return [Part(chunk, _narrowings(source, chunk, False)) for chunk in chunks], []
+
+
 async def read_families(client: PromClient, source: PrometheusSource, keys: Sequence[TargetKey], start: float,
-                        end: float, *, everything: bool,
+                        end: float, *, everything: bool = False, narrowings: Sequence[str] | None = None,
                         layouts: Layouts | None = None) -> dict[TargetKey, list[StoredSeries | Steady]]:
     """Every sample in ``(start, end]`` of the targets ``keys``, one query per family: target -> its series.
 
-    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed). Each
+    ``everything`` says the keys are all the targets the selector finds (no narrowing matcher needed);
+    ``narrowings``, where given, are the matchers that pick them (a ``Part``'s: one query per family and each). Each
     answer is made compact (``StoredSeries``) as it arrives and its decoded JSON dropped: memory holds the
     numbers of the read, and at most ``max_concurrency`` answers at once. ``layouts``: each query's last steady
     answer's label blocks worked out (``scan.scan_steady``), kept by the caller from cycle to cycle.
     """
     labels = tuple(source.target_labels)
     by_values = {tuple(value for _, value in key.labels): key for key in keys}
-    narrowings = _narrowings(source, keys, everything)
+    if narrowings is None:
+        narrowings = _narrowings(source, keys, everything)
     millis = max(1, int((end - start) * 1000 + 0.999))
     limit = asyncio.Semaphore(source.max_concurrency)
-    queries = [(names, narrowing) for names in FAMILY_NAMES for narrowing in narrowings]
+    queries = [(names, ", ".join(m for m in (matcher, narrowing) if m))
+               for names, matcher in zip(FAMILY_NAMES, FAMILY_MATCHERS, strict=True) for narrowing in narrowings]
     # Each answer's series apart, joined in the order of the queries (not of the answers' arrival): each target's
     # series then come in the same order every cycle, what stored.snapshots' plans are cached by.
     answers: list[dict[TargetKey, list[StoredSeries | Steady]] | SteadyAnswer] = [{} for _ in queries]
@@ -114,7 +199,7 @@ async def read_families(client: PromClient, source: PrometheusSource, keys: Sequ
 
     async def one(index: int, names: tuple[str, ...], narrowing: str) -> None:
         expr = selector(source.match, names)
-        if narrowing:
+        if narrowing:  # the family's own matcher and the part's
             expr = expr[:-1] + ", " + narrowing + "}"
         async with limit:
             body = await client.query_body(f"{expr}[{millis}ms]", end)

@@ -6,16 +6,19 @@ Each cycle (every ``interval`` seconds, never two at once):
    (``group by (<target labels>) (...)``), and the shard keeps its own (``--shard i/N``: hashmod of
    the target labels, :mod:`exporter.promsource.batch`);
 2. one range-selector query per family reads, for all the shard's targets at once, only the scrapes
-   since the oldest one a target has fed, at most ``max_concurrency`` in flight; targets new to the
-   diagnoser get a second read of one window (narrowed to them with one target label; in parts of
+   since the oldest one a target has fed, at most ``max_concurrency`` in flight; from 200 targets on, in
+   2, 5 or 10 parts of the targets (``batch.split_read``), each part's queries sent while the part before
+   is evaluated, so the store's work and the diagnoser's overlap instead of taking turns; targets new to
+   the diagnoser get a second read of one window (narrowed to them with one target label; in parts of
    ``COLD_READ_TARGETS`` targets, each fed before the next is read, so a cold start over thousands of
    targets holds one part's numbers and no answer outgrows a store's limits);
 3. each answer is scanned as bytes into compact series as it arrives (:mod:`exporter.promsource.scan`), each
    target's scrapes built into snapshots and fed to its pipeline (the sidecar's, window and hysteresis
-   included), which is evaluated once.
+   included), which is evaluated once, as soon as its part is read.
 
-So a cycle costs 1 + one query per family (twice that when targets arrive), whatever the number of
-targets, and reads each stored sample about once. Memory is one window per target, at most
+So a cycle costs 1 + one query per family and part (10 parts from 1,000 targets: 501 queries; twice the
+families' when targets arrive), whatever the number of targets beyond that, and reads each stored sample
+about once. Memory is one window per target, at most
 ``max_targets`` targets; a target without samples reads as down and is dropped after
 ``grace_seconds``.
 """
@@ -37,13 +40,13 @@ from prometheus_client.registry import Collector
 from exporter.config import Settings
 from exporter.pipeline import TargetPipeline
 from exporter.poll import ScrapeResult
-from exporter.promsource.batch import owned, read_families
+from exporter.promsource.batch import owned, parts_for, read_families, split_read
 from exporter.promsource.client import PromClient, PromError
 from exporter.promsource.rebuild import DISCOVERY_NAMES, TargetKey, selector
 from exporter.promsource.scan import Layouts
 from exporter.promsource.settings import PrometheusSource
 from exporter.promsource.span import LEAD_SECONDS, target_for
-from exporter.promsource.stored import snapshots
+from exporter.promsource.stored import Steady, StoredSeries, snapshots
 from exporter.publish.exported import CENTRAL_EXPORTED
 from exporter.server import SIDECAR, Sidecar, create_app
 from exporter.snapshot import Snapshot
@@ -53,6 +56,10 @@ log = logging.getLogger(__name__)
 
 # Targets whose whole window one read brings (a cold cycle): more are read in as many time slices.
 COLD_READ_TARGETS = 1000
+# Seconds of feeding and judging between two turns of the event loop in a cycle. Each turn moves the next part's
+# queries one step (a query sent, an answer's bytes taken, the next query sent once one is done): a few turns a
+# query, so they come often enough that the store rarely waits for its next query (a turn costs microseconds).
+YIELD_SECONDS = 0.002
 # Cycles between full collections of the garbage collector (an hour at 15 s; see CentralDiagnoser.cycle).
 FULL_COLLECTION_CYCLES = 240
 
@@ -68,6 +75,20 @@ class CycleStats:
     targets: int = 0
     diagnosed: int = 0
     error: str | None = None
+
+
+@dataclass
+class _Read:
+    """One read of a cycle: the targets its answers are filed for and the matchers that ask for them, the span,
+    each target's newest scrape fed before the cycle, and the targets judged once it is fed (their last read)."""
+
+    keys: list[TargetKey]
+    narrowings: list[str] | None  # None: batch.read_families works them out (``everything``: none needed)
+    start: float
+    end: float
+    since: dict[TargetKey, float | None]
+    judged: list[TargetKey]
+    everything: bool
 
 
 class CentralDiagnoser(Sidecar):
@@ -199,9 +220,61 @@ class CentralDiagnoser(Sidecar):
 
     async def _refresh_all(self, client: PromClient, keys: list[TargetKey], now: float,
                            everything: bool) -> list[TargetState]:
-        """Read what is new for every target (one query per family), feed each, then evaluate each."""
+        """Read what is new for every target (one query per family and part), feed each, then evaluate each."""
         if not keys:
             return []
+        reads = self._reads(keys, now, everything)
+        judged: dict[TargetKey, TargetState] = {}
+
+        def fetch(read: _Read) -> asyncio.Future[dict[TargetKey, list[StoredSeries | Steady]]]:
+            return asyncio.ensure_future(read_families(client, self.source, read.keys, read.start, read.end,
+                                                       everything=read.everything, narrowings=read.narrowings,
+                                                       layouts=self.layouts))
+
+        # Each read's answers are asked for before the one before is fed and evaluated: the store works out the
+        # next part while this process evaluates this one (a turn of the event loop every YIELD_SECONDS sends its
+        # next queries and takes their answers), instead of the two taking turns.
+        pending: asyncio.Future[dict[TargetKey, list[StoredSeries | Steady]]] | None = fetch(reads[0])
+        turn = time.perf_counter() + YIELD_SECONDS
+        try:
+            for index, read in enumerate(reads):
+                assert pending is not None
+                series = await pending
+                pending = fetch(reads[index + 1]) if index + 1 < len(reads) else None
+                for key in read.keys:  # fed one at a time, its stored series released as it goes
+                    pipeline = self.pipelines[key.name]
+                    newest = pipeline.window.latest
+                    found = snapshots(series.pop(key), dict(key.labels),
+                                      after=newest.timestamp if newest is not None else None,
+                                      max_series_per_family=pipeline.target.max_series_per_family)
+                    self._feed(key, found, read.since[key])
+                    if time.perf_counter() >= turn:
+                        await asyncio.sleep(0)
+                        turn = time.perf_counter() + YIELD_SECONDS
+                for key in read.judged:
+                    judged[key] = self._judge(key, now)
+                    if time.perf_counter() >= turn:
+                        await asyncio.sleep(0)
+                        turn = time.perf_counter() + YIELD_SECONDS
+        except PromError as exc:
+            if pending is not None:
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+                pending = None
+            self.errors_total += 1
+            log.warning("reading %d targets failed: %s", len(keys) - len(judged), exc)
+            for key in keys:
+                if key not in judged:
+                    judged[key] = self.pipelines[key.name].ingest(
+                        ScrapeResult(started_at=now, duration=0.0, error_reason="http", error=str(exc)))
+        finally:
+            if pending is not None:  # a fault of this process' own (the cycle logs it): the next read is not wanted
+                pending.cancel()
+                await asyncio.gather(pending, return_exceptions=True)
+        return [judged[key] for key in keys]
+
+    def _reads(self, keys: list[TargetKey], now: float, everything: bool) -> list[_Read]:
+        """The reads of a cycle: the known targets' new scrapes in parts, the new targets' windows in parts."""
         window = self.settings.window_seconds
         since: dict[TargetKey, float | None] = {}
         for key in keys:
@@ -212,41 +285,34 @@ class CentralDiagnoser(Sidecar):
         known = [key for key in keys if since[key] is not None]
         fresh = [key for key in keys if since[key] is None]
         horizon = now - window - LEAD_SECONDS
-        reads: list[tuple[list[TargetKey], float, float]] = []
+        reads: list[_Read] = []
         if known:
             # A range selector holds both its ends in Prometheus 2: a millisecond after the newest scrape
             # fed leaves that scrape out (stored timestamps are whole milliseconds).
-            reads.append((known, max(min(since[key] or 0.0 for key in known) + 0.001, horizon), now))
+            start = max(min(since[key] or 0.0 for key in known) + 0.001, horizon)
+            split, unsure = split_read(self.source, known, everything and len(known) == len(keys),
+                                       parts_for(len(known)))
+            for index, part in enumerate(split):
+                last = index == len(split) - 1
+                judged = [key for key in part.keys if key not in unsure] + (unsure if last else [])
+                reads.append(_Read(part.keys, part.narrowings, start, now, since, judged, False))
         if fresh:
             # A window for thousands of targets at once is an answer larger than a store serves in its time
             # limits, and more numbers than memory need hold: read in parts, each fed before the next is read.
             # By targets where one label names them (each sample read once); else by time slices (each slice
             # repeats the series' labels).
             parts = max(1, math.ceil(len(fresh) / COLD_READ_TARGETS))
+            every = everything and not known and parts == 1
             if len(self.source.target_labels) == 1:
                 size = math.ceil(len(fresh) / parts)
-                reads += [(fresh[i:i + size], horizon, now) for i in range(0, len(fresh), size)]
+                for i in range(0, len(fresh), size):
+                    group = fresh[i:i + size]
+                    reads.append(_Read(group, None, horizon, now, since, group, every))
             else:
                 edges = [horizon + (now - horizon) * i / parts for i in range(parts)] + [now]
-                reads += [(fresh, edges[i] + (0.001 if i else 0.0), edges[i + 1]) for i in range(parts)]
-        try:
-            for group, start, end in reads:
-                series = await read_families(client, self.source, group, start, end,
-                                             everything=everything and len(group) == len(keys),
-                                             layouts=self.layouts)
-                for key in group:  # built and fed one target at a time, its stored series released as it goes
-                    pipeline = self.pipelines[key.name]
-                    newest = pipeline.window.latest
-                    found = snapshots(series.pop(key), dict(key.labels),
-                                      after=newest.timestamp if newest is not None else None,
-                                      max_series_per_family=pipeline.target.max_series_per_family)
-                    self._feed(key, found, since[key])
-        except PromError as exc:
-            self.errors_total += 1
-            log.warning("reading %d targets failed: %s", len(keys), exc)
-            return [self.pipelines[key.name].ingest(ScrapeResult(started_at=now, duration=0.0, error_reason="http",
-                                                                 error=str(exc))) for key in keys]
-        return [self._judge(key, now) for key in keys]
+                reads += [_Read(fresh, None, edges[i] + (0.001 if i else 0.0), edges[i + 1], since,
+                                fresh if i == parts - 1 else [], every) for i in range(parts)]
+        return reads
 
     def _feed(self, key: TargetKey, found: list[tuple[float, Snapshot | str]], since: float | None) -> None:
         pipeline = self.pipelines[key.name]

@@ -92,10 +92,12 @@ def _by_name_and_labels(series: tuple[int, Known]) -> tuple[str, tuple[tuple[str
 
 
 class Layouts(dict[str, Layout]):
-    """Each query's last steady answer worked out, and the last read's answers joined (``join_steady``): kept
-    by the central diagnoser from cycle to cycle."""
+    """Each query's last steady answer worked out, and each read's answers joined (``join_steady``; a read in
+    parts: one per part), by the first of their layouts: kept by the central diagnoser from cycle to cycle."""
 
-    joint: Joint | None = None
+    def __init__(self) -> None:
+        super().__init__()
+        self.joints: dict[int, Joint] = {}
 
 
 class SteadyAnswer:
@@ -111,6 +113,7 @@ class SteadyAnswer:
 
 
 _LAYOUTS_MAX = 4096
+_JOINTS_MAX = 64
 
 
 def read_steady(body: bytes, label: str, layouts: dict[str, Layout], query: str) -> SteadyAnswer | None:
@@ -238,9 +241,11 @@ def join_steady(answers: Sequence[SteadyAnswer], by_value: Mapping[str, TargetKe
     """A read whose every answer is steady -> each target's one ``Steady`` (its series in query order, as
     ``file_steady`` answer by answer would file them); None: a target's series at several times."""
     held = tuple(answer.layout for answer in answers)
-    joint = layouts.joint
+    joint = layouts.joints.get(id(held[0])) if held else None
     if joint is None or joint.layouts != held:  # the same Layout objects: compared by identity
-        joint = layouts.joint = Joint(held)
+        if len(layouts.joints) >= _JOINTS_MAX:
+            layouts.joints.clear()
+        joint = layouts.joints[id(held[0]) if held else 0] = Joint(held)
     order = joint.order
     stamps = list(chain.from_iterable(answer.stamps for answer in answers))
     values = list(chain.from_iterable(answer.values for answer in answers))

@@ -324,3 +324,50 @@ def test_chunked_reads_give_the_same_steps(fleet: Any) -> None:
     assert many["source"]["queries"] > one["source"]["queries"] + 2, err
     assert [t["steps"] for t in many["targets"]] == [t["steps"] for t in one["targets"]]
     assert one["targets"][0]["scrapes"] == many["targets"][0]["scrapes"] == 200 // INTERVAL  # from the first
+
+
+def test_a_steady_read_in_parts_overlaps_the_next_part_and_judges_the_same(
+        fleet: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``PART_TARGETS`` targets a steady read comes in parts (one query per family and part): the next
+    part's queries go out while this part's targets are evaluated, and every target is judged as one read
+    judges it."""
+    now = fleet["start"] + 200
+    nows = (now, now + INTERVAL, now + 2 * INTERVAL)
+    whole, _ = _cycles(fleet, nows)
+    monkeypatch.setattr(batch, "PART_TARGETS", 1)
+    monkeypatch.setattr(batch, "READ_PARTS", (2,))
+    monkeypatch.setattr(central_module, "YIELD_SECONDS", 0.0)
+    events: list[tuple[str, str]] = []
+    judge, discover = CentralDiagnoser._judge, CentralDiagnoser.discover
+    query_body = PromClient.query_body
+
+    async def discovering(self: CentralDiagnoser, client: PromClient, at: float) -> Any:
+        events.append(("cycle", ""))
+        return await discover(self, client, at)
+
+    def judging(self: CentralDiagnoser, key: Any, at: float) -> Any:
+        events.append(("judged", key.name))
+        return judge(self, key, at)
+
+    async def querying(self: PromClient, expr: str, at: float) -> bytes:
+        events.append(("sent", expr))
+        return await query_body(self, expr, at)
+
+    monkeypatch.setattr(CentralDiagnoser, "_judge", judging)
+    monkeypatch.setattr(CentralDiagnoser, "discover", discovering)
+    monkeypatch.setattr(PromClient, "query_body", querying)
+    parted, stats = _cycles(fleet, nows)
+    assert [s.queries for s in stats] == [1 + len(FAMILY_NAMES)] + [1 + 2 * len(FAMILY_NAMES)] * 2
+    assert all(s.diagnosed == TARGETS for s in stats)
+
+    def states(central: CentralDiagnoser) -> dict[str, str]:
+        return {name: json.dumps(state.to_dict(), sort_keys=True) for name, state in central.states.items()}
+
+    assert states(parted) == states(whole)
+    # The last steady cycle: part 1's first query went out before part 0's last target was judged.
+    last = events[max(i for i, (what, _) in enumerate(events) if what == "cycle"):]
+    matcher = batch.ending_matchers("instance", 2)[1]
+    first_sent = next(i for i, (what, expr) in enumerate(last) if what == "sent" and matcher in expr)
+    part0 = {name for name in parted.states if batch.part_of(name, 2) == 0}
+    last_judged = max(i for i, (what, name) in enumerate(last) if what == "judged" and name in part0)
+    assert part0 and first_sent < last_judged
