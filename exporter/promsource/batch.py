@@ -16,6 +16,7 @@ same owner for a target with no coordination.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import math
 from collections.abc import Mapping, Sequence
@@ -106,10 +107,13 @@ def _narrowing(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
 # allows with at least PART_TARGETS targets each, so a cycle costs the same queries from 1,000 targets on.
 READ_PARTS: tuple[int, ...] = (10, 5, 2)
 PART_TARGETS = 100
-# Where every target is read, the store picks a part's targets by the last character of their label's value:
-# these characters round-robin over the parts (a value's last digit, the usual end of an instance or pod name,
-# spreads evenly over 10, 5 or 2 parts), every other ending (none, punctuation, other scripts) in the last part.
+# Where every target is read, the store picks a part's targets by one character of their label's value, counted
+# from its end: these characters round-robin over the parts, every other one (none, punctuation, other scripts) in
+# the last part. Which character is chosen from the fleet's own names: the one that spreads them most evenly, the
+# last where it does as well (a pod name's random suffix), further in where the names share an ending (every
+# instance "host:8000" ends in 0; the fifth from the end is the host's last digit). At most MAX_SKIP characters in.
 _ENDINGS = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+MAX_SKIP = 12
 
 
 def parts_for(targets: int) -> int:
@@ -117,21 +121,41 @@ def parts_for(targets: int) -> int:
     return next((parts for parts in READ_PARTS if targets >= parts * PART_TARGETS), 1)
 
 
-def part_of(value: str, parts: int) -> int | None:
-    """The part whose selector (``ending_matchers``) picks a target label's ``value``; None: a value whose part
-    the stores may not agree on (a line break, which RE2's ``.`` does not cross)."""
+def part_of(value: str, parts: int, skip: int = 0) -> int | None:
+    """The part whose selector (``ending_matchers`` with the same ``skip``) picks a target label's ``value``: by its
+    character ``skip`` places before the last; None: a value whose part the stores may not agree on (a line break,
+    which RE2's ``.`` does not cross)."""
     if "\n" in value:
         return None
-    at = _ENDINGS.find(value[-1:]) if value else -1
+    at = _ENDINGS.find(value[-1 - skip]) if len(value) > skip else -1
     return at % parts if at >= 0 and at % parts < parts - 1 else parts - 1
 
 
-def ending_matchers(label: str, parts: int) -> list[str]:
-    """Per part, the matcher that picks the targets whose ``label`` value ends in one of its characters; the
-    last part's picks every value no other part's does (so each series is in exactly one part's answers, by the
-    store's own reading of the expressions)."""
+def ending_matchers(label: str, parts: int, skip: int = 0) -> list[str]:
+    """Per part, the matcher that picks the targets whose ``label`` value has one of its characters ``skip`` places
+    before the last; the last part's picks every value no other part's does (so each series is in exactly one
+    part's answers, by the store's own reading of the expressions)."""
     chars = ["".join(_ENDINGS[i::parts]) for i in range(parts - 1)]
-    return [f'{label}=~".*[{ending}]"' for ending in chars] + [f'{label}!~".*[{"".join(chars)}]"']
+    tail = f".{{{skip}}}" if skip else ""
+    return [f'{label}=~".*[{ending}]{tail}"' for ending in chars] + [f'{label}!~".*[{"".join(chars)}]{tail}"']
+
+
+def ending_skip(values: Sequence[str], parts: int) -> int:
+    """The character, counted back from the last, that spreads ``values`` most evenly over ``parts`` parts (the
+    largest part smallest; the nearest the end among equals)."""
+    return _ending_skip(tuple(values), parts)
+
+
+@functools.lru_cache(maxsize=8)
+def _ending_skip(values: tuple[str, ...], parts: int) -> int:
+    # Cached: a steady fleet's names are the same every cycle (a string keeps its hash, so the lookup is cheap).
+    def largest(skip: int) -> int:
+        sizes = [0] * parts
+        for value in values:
+            sizes[part_of(value, parts, skip) or 0] += 1
+        return max(sizes)
+
+    return min(range(MAX_SKIP + 1), key=lambda skip: (largest(skip), skip))
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,14 +177,15 @@ def split_read(source: PrometheusSource, keys: Sequence[TargetKey], everything: 
     if everything:
         split: list[list[TargetKey]] = [[] for _ in range(parts)]
         unsure = []
+        skip = ending_skip([key.labels[0][1] for key in keys], parts)
         for key in keys:
-            at = part_of(key.labels[0][1], parts)
+            at = part_of(key.labels[0][1], parts, skip)
             if at is None:
                 unsure.append(key)
             else:
                 split[at].append(key)
         label = source.target_labels[0]
-        return [Part(part + unsure, [matcher]) for part, matcher in zip(split, ending_matchers(label, parts),
+        return [Part(part + unsure, [matcher]) for part, matcher in zip(split, ending_matchers(label, parts, skip),
                                                                         strict=True)], unsure
     size = math.ceil(len(keys) / parts)
     chunks = [list(keys[i:i + size]) for i in range(0, len(keys), size)]
