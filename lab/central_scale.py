@@ -38,7 +38,16 @@ from typing import Any
 
 from exporter.promsource.client import PromClient
 from lab.common import free_port, proc_cpu_seconds
-from lab.fleet import INTERVAL, WINDOW, build_store, build_victoria_metrics, instances, rss_mb, start_prometheus, stop
+from lab.fleet import (
+    INTERVAL,
+    WINDOW,
+    build_store,
+    build_victoria_metrics,
+    fleet_diagnoser,
+    rss_mb,
+    start_prometheus,
+    stop,
+)
 
 # A store kept for several runs (--build, --serve): VictoriaMetrics with the limits a 10,000-engine answer needs
 # (a 560 MB cycle takes longer than its default 30 s a query on a shared machine, and queues past 10 s).
@@ -83,21 +92,11 @@ def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[i
     the store's own CPU per cycle where its process is known, and each steady answer's time and bytes.
     ``parts``: the parts of a steady read (0: as the diagnoser chooses; 1: one read, the diagnoser before them).
     ``probe``: then each query of the last steady cycle sent again alone, the store's CPU for it noted."""
-    from exporter.config import load_settings
     from exporter.promsource import batch
 
     if parts:
         batch.READ_PARTS = (parts,) if parts > 1 else ()
-    from exporter.promsource.central import CentralDiagnoser
-    from exporter.promsource.settings import PrometheusSource
-
-    # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
-    # the shipped 30 s timeout, which would measure the machine, not the diagnoser.
-    source = PrometheusSource(url=url, match=f'{{job="vllm", instance=~"{instances(size)}"}}', interval=INTERVAL,
-                              max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600,
-                              max_concurrency=concurrency)
-    settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
-    central = CentralDiagnoser(settings, source)
+    source, central = fleet_diagnoser(url, size, shard, concurrency)
     baseline = rss_mb()
 
     async def run() -> list[dict[str, Any]]:

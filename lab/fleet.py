@@ -158,12 +158,11 @@ def stop(process: subprocess.Popen[bytes]) -> None:
         process.wait(5)
 
 
-def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES,
-           shard: tuple[int, int] = (0, 1), concurrency: int = 4) -> dict[str, Any]:
-    """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures."""
+def fleet_diagnoser(url: str, size: int, shard: tuple[int, int], concurrency: int) -> tuple[Any, Any]:
+    """The central diagnoser of the first ``size`` engines of the fleet (or one shard of them) in the store at
+    ``url``, and its source settings."""
     from exporter.config import load_settings
     from exporter.promsource.central import CentralDiagnoser
-    from exporter.promsource.client import PromClient
     from exporter.promsource.settings import PrometheusSource
 
     # A query for every engine of a large fleet reads 50-100 MB: on a loaded machine it takes longer than
@@ -172,7 +171,15 @@ def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES
                               max_targets=max(1000, size), shard=shard[0], shards=shard[1], timeout=600,
                               max_concurrency=concurrency)
     settings = load_settings(None, {"window_seconds": WINDOW, "prometheus": source.model_dump()})
-    central = CentralDiagnoser(settings, source)
+    return source, CentralDiagnoser(settings, source)
+
+
+def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES,
+           shard: tuple[int, int] = (0, 1), concurrency: int = 4) -> dict[str, Any]:
+    """One fleet size (or one shard of it) in this (fresh) process: cycles on a replayed clock; the figures."""
+    from exporter.promsource.client import PromClient
+
+    source, central = fleet_diagnoser(url, size, shard, concurrency)
     baseline = rss_mb()
 
     async def run() -> list[dict[str, Any]]:
