@@ -236,6 +236,13 @@ class CentralDiagnoser(Sidecar):
         # next queries and takes their answers), instead of the two taking turns.
         pending: asyncio.Future[dict[TargetKey, list[StoredSeries | Steady]]] | None = fetch(reads[0])
         turn = time.perf_counter() + YIELD_SECONDS
+
+        async def take_turn() -> None:
+            nonlocal turn
+            if time.perf_counter() >= turn:
+                await asyncio.sleep(0)
+                turn = time.perf_counter() + YIELD_SECONDS
+
         try:
             for index, read in enumerate(reads):
                 assert pending is not None
@@ -248,19 +255,11 @@ class CentralDiagnoser(Sidecar):
                                       after=newest.timestamp if newest is not None else None,
                                       max_series_per_family=pipeline.target.max_series_per_family)
                     self._feed(key, found, read.since[key])
-                    if time.perf_counter() >= turn:
-                        await asyncio.sleep(0)
-                        turn = time.perf_counter() + YIELD_SECONDS
+                    await take_turn()
                 for key in read.judged:
                     judged[key] = self._judge(key, now)
-                    if time.perf_counter() >= turn:
-                        await asyncio.sleep(0)
-                        turn = time.perf_counter() + YIELD_SECONDS
+                    await take_turn()
         except PromError as exc:
-            if pending is not None:
-                pending.cancel()
-                await asyncio.gather(pending, return_exceptions=True)
-                pending = None
             self.errors_total += 1
             log.warning("reading %d targets failed: %s", len(keys) - len(judged), exc)
             for key in keys:
@@ -268,7 +267,7 @@ class CentralDiagnoser(Sidecar):
                     judged[key] = self.pipelines[key.name].ingest(
                         ScrapeResult(started_at=now, duration=0.0, error_reason="http", error=str(exc)))
         finally:
-            if pending is not None:  # a fault of this process' own (the cycle logs it): the next read is not wanted
+            if pending is not None:  # a failed read, or a fault of this process' own: the next read is not wanted
                 pending.cancel()
                 await asyncio.gather(pending, return_exceptions=True)
         return [judged[key] for key in keys]
