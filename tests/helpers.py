@@ -62,22 +62,9 @@ def scenario_with_engine(scenario: Scenario, **changes: Any) -> Scenario:
 
 
 def capped_mean(dist: Empirical, cap: int) -> float:
-    """E[min(length, cap)] of the advisor's length distribution: each bucket its tilted density over the bucket
-    (``tail.spread``), or, without bounds, a uniform range around its point."""
-    from exporter.advisor.tail import spread as bucket_spread
-
+    """E[min(length, cap)] of the advisor's length distribution: each bucket a uniform range around its point."""
     total, acc = sum(dist.weights), 0.0
     for i, (value, weight) in enumerate(zip(dist.values, dist.weights)):
-        if dist.bounds:
-            start, end, tilt = bucket_spread(*dist.bounds[i], value)
-            steps = 2000  # E[min(X, cap)] by the midpoint rule over the density 1 + tilt x u
-            length = end - start
-            part = 0.0
-            for k in range(steps):
-                u = -1.0 + (2 * k + 1) / steps
-                part += min(start + length * (u + 1.0) / 2.0, cap) * (1.0 + tilt * u) / steps
-            acc += part * weight
-            continue
         spread = dist.spreads[i] if dist.spreads else 0.0
         lo, hi = value - spread, value + spread
         if cap >= hi:

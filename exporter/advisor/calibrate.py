@@ -38,8 +38,7 @@ from exporter.advisor import curvature as bend
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
 from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
-from exporter.advisor.tail import Buckets, TailPlacement, draw, matched
-from exporter.advisor.tail import spread as bucket_spread
+from exporter.advisor.tail import Buckets, TailPlacement, matched
 from exporter.catalog import gpus
 from exporter.catalog import metrics as vllm
 from exporter.catalog.thresholds import BY_KEY, Thresholds
@@ -111,22 +110,28 @@ def observe(window: Window) -> Outcome:
 
 @dataclass(frozen=True, slots=True)
 class Empirical:
-    """Token lengths as one density per populated bucket of a length histogram: its mean at the same relative
-    position inside every bucket (the window's exact mean comes out), its mass over the whole bucket, tilted toward
-    that mean (``tail.spread`` on ``bounds``; without them, as recorded before, a uniform range of half-width
-    ``spreads``). A ``cap`` models a max_tokens limit at the gateway."""
+    """Token lengths as one uniform range per populated bucket of a length histogram.
+
+    Each range is centred on a point at the same relative position inside every bucket, chosen so
+    that the mean is the window's exact mean, and reaches as far to both sides as the bucket allows
+    (symmetric, so the mean stays). The 1-2-5 buckets are wide: a point per bucket would turn a tail
+    of 256- and 480-token answers into one length and understate the KV cache the long ones hold.
+    A ``cap`` models a max_tokens limit at the gateway.
+    """
 
     values: tuple[float, ...]
     weights: tuple[float, ...]
     spreads: tuple[float, ...] = ()  # half-width of each range (none: a point with a small jitter)
     jitter: float = 0.05
     cap: int | None = None
-    bounds: tuple[tuple[float, float], ...] = ()  # each bucket's (lower, upper): its mass spreads over it
 
     @property
     def mean(self) -> float:
         total = math.fsum(self.weights)
         return math.fsum(v * w for v, w in zip(self.values, self.weights)) / total
+
+    def _spread(self, i: int) -> float:
+        return self.spreads[i] if self.spreads else 0.0
 
     def quantile(self, q: float) -> float:
         total, acc = math.fsum(self.weights), 0.0
@@ -138,16 +143,12 @@ class Empirical:
 
     def scaled(self, factor: float) -> Empirical:
         return replace(self, values=tuple(max(1.0, v * factor) for v in self.values),
-                       spreads=tuple(w * factor for w in self.spreads),
-                       bounds=tuple((lo * factor, hi * factor) for lo, hi in self.bounds))
+                       spreads=tuple(w * factor for w in self.spreads))
 
     def sample(self, rng: random.Random) -> int:
         i = rng.choices(range(len(self.values)), self.weights)[0]
-        spread = self.spreads[i] if self.spreads else 0.0
-        if self.bounds:
-            lower, upper = self.bounds[i]
-            value = draw(bucket_spread(lower, upper, self.values[i]), rng)
-        elif spread > 0:
+        spread = self._spread(i)
+        if spread > 0:
             value = self.values[i] + rng.uniform(-spread, spread)
         else:
             value = self.values[i] * (1.0 + rng.uniform(-self.jitter, self.jitter))
@@ -156,14 +157,12 @@ class Empirical:
 
 
 def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
-    """Place each populated bucket's mean at lower + theta x width, theta solved for the exact mean; its mass over
-    the bucket (``tail.spread``)."""
+    """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean."""
     buckets = Buckets.of(hist)
     if buckets is None:
         raise CannotCalibrate("a token-length histogram holds no observation in the window")
     values, spreads = buckets.placed() or ((), ())
-    return Empirical(values=values, weights=tuple(n for _, _, n in buckets.ranges), spreads=spreads,
-                     bounds=tuple((lo, hi) for lo, hi, _ in buckets.ranges))
+    return Empirical(values=values, weights=tuple(n for _, _, n in buckets.ranges), spreads=spreads)
 
 
 # --------------------------------------------------------------------------------------------

@@ -23,7 +23,6 @@ prompts or the prefix sharing, holds it; the nearest position is then taken, and
 from __future__ import annotations
 
 import math
-import random
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import Field, dataclass, replace
@@ -93,54 +92,12 @@ class Buckets:
         spreads = tuple(min(v - lo, hi - v) for v, (lo, hi, _) in zip(values, self.ranges))
         return values, spreads
 
-    def held(self, values: Sequence[float]) -> float:
-        """E[L^2] / (2 E[L]): the output tokens a running sequence holds on average (each bucket's mass spread over
-        the bucket as ``spread`` shapes it, with its placed value as its mean)."""
+    def held(self, values: Sequence[float], spreads: Sequence[float]) -> float:
+        """E[L^2] / (2 E[L]): the output tokens a running sequence holds on average (each range uniform)."""
         weights = [n for _, _, n in self.ranges]
         first = math.fsum(v * n for v, n in zip(values, weights))
-        second = math.fsum((v * v + variance(spread(lo, hi, v))) * n
-                           for v, (lo, hi, _), n in zip(values, self.ranges, weights))
+        second = math.fsum((v * v + s * s / 3.0) * n for v, s, n in zip(values, spreads, weights))
         return second / (2.0 * first) if first > 0 else 0.0
-
-
-def spread(lower: float, upper: float, mean: float) -> tuple[float, float, float]:
-    """(start, end, tilt): the widest linear density inside a bucket with this mean, ``1 + tilt x u`` over the range
-    (``u`` from -1 at its start to 1 at its end, tilt in [-1, 1]).
-
-    A histogram bucket says how many lengths fell in it, not where: the whole bucket, tilted toward the side the
-    mean sits on, is the least a placement adds to what the histogram says. A symmetric range around the mean
-    would reach only as far as the nearer bound: with the mean below the middle of (200, 500], no answer past
-    ~430 tokens, where the load's 480-token answers are the sequences that grow into a full KV pool. Where the
-    mean is within a third of the width of a bound, no linear density over the whole bucket has it: a triangle
-    from that bound, three times the mean's distance from it long."""
-    width = upper - lower
-    mean = min(max(mean, lower), upper)
-    if width <= 0:
-        return mean, mean, 0.0
-    if mean < lower + width / 3.0:
-        return lower, lower + 3.0 * (mean - lower), -1.0
-    if mean > upper - width / 3.0:
-        return upper - 3.0 * (upper - mean), upper, 1.0
-    return lower, upper, 6.0 * (mean - 0.5 * (lower + upper)) / width
-
-
-def variance(shape: tuple[float, float, float]) -> float:
-    """The variance of a ``spread`` density: a uniform's, less the square of the tilt's shift of the mean."""
-    start, end, tilt = shape
-    length = end - start
-    return length * length / 12.0 - (tilt * length / 6.0) ** 2
-
-
-def draw(shape: tuple[float, float, float], rng: random.Random) -> float:
-    """One value from a ``spread`` density, by its inverse distribution function: one draw of ``rng``, as the
-    symmetric range it replaces took, so a model's other draws stay where they were."""
-    start, end, tilt = shape
-    p = rng.random()
-    if abs(tilt) < 1e-9:
-        return start + (end - start) * p
-    # F(u) = ((u + 1) + tilt (u^2 - 1) / 2) / 2 on u in [-1, 1]; its root in u for F = p.
-    u = (-1.0 + math.sqrt(max(1.0 - 2.0 * tilt * (1.0 - tilt / 2.0 - 2.0 * p), 0.0))) / tilt
-    return start + (end - start) * (min(max(u, -1.0), 1.0) + 1.0) / 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +149,7 @@ def place(hist: HistogramDelta, observed: tuple[float, float] | str, simulated: 
         return TailPlacement(None, seen, usage, "the model ran no sequence")
     base = buckets.placed()
     assert base is not None  # without ``top`` a placement always exists
-    now = buckets.held(base[0])
+    now = buckets.held(*base)
     wanted = now + (seen - usage) * usable_tokens / running
     best: tuple[float, float] | None = None
     for i in range(GRID + 1):
@@ -200,12 +157,12 @@ def place(hist: HistogramDelta, observed: tuple[float, float] | str, simulated: 
         placed = buckets.placed(position)
         if placed is None:
             continue
-        miss = abs(buckets.held(placed[0]) - wanted)
+        miss = abs(buckets.held(*placed) - wanted)
         if best is None or miss < best[1]:
             best = (position, miss)
     if best is None:
         return TailPlacement(None, seen, usage, "no position of the top bucket keeps the window's mean")
-    reach = buckets.held((buckets.placed(best[0]) or base)[0])
+    reach = buckets.held(*(buckets.placed(best[0]) or base))
     reason = "" if best[1] <= 0.05 * max(abs(wanted - now), 1.0) else (
         f"the tail's position closes {abs(reach - now):.0f} of the {abs(wanted - now):.0f} tokens a sequence the "
         "KV usage asks; the rest is another part of the model's")

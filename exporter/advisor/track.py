@@ -134,8 +134,7 @@ def _empirical(data: Mapping[str, Any]) -> Empirical:
     from exporter.advisor.calibrate import Empirical
 
     return Empirical(values=tuple(data["values"]), weights=tuple(data["weights"]), spreads=tuple(data["spreads"]),
-                     jitter=data["jitter"], cap=data["cap"],
-                     bounds=tuple((float(lo), float(hi)) for lo, hi in data.get("bounds") or ()))
+                     jitter=data["jitter"], cap=data["cap"])
 
 
 @dataclass(frozen=True, slots=True)

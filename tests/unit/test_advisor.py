@@ -55,8 +55,6 @@ def test_a_bucket_is_a_range_not_one_length() -> None:
     draws = [dist.sample(rng) for _ in range(20000)]
     assert sum(draws) / len(draws) == pytest.approx(sum(values) / len(values), rel=0.03)
     assert max(draws) > 400
-    # The bucket's mass spreads over the whole bucket: answers near its top (the 480s) are drawn too.
-    assert sum(1 for d in draws if d > 450) > 0.01 * len(draws)
     assert capped_mean(dist, 64) == pytest.approx(sum(min(d, 64) for d in draws) / len(draws), rel=0.03)
 
 

@@ -48,10 +48,10 @@ def test_a_placed_tail_keeps_the_mean_and_holds_more_the_higher_it_sits() -> Non
         placed = buckets.placed(top)
         assert placed is not None
         assert _mean(buckets, placed) == pytest.approx(sum(LOAD) / len(LOAD), rel=1e-12)
-        helds.append(buckets.held(placed[0]))
+        helds.append(buckets.held(*placed))
     assert helds[0] < helds[1] < helds[2]
     # The one-position placement holds less than the load's true lengths: the tail sits too low.
-    assert buckets.held((buckets.placed() or ((), ()))[0]) < _held(LOAD)
+    assert buckets.held(*(buckets.placed() or ((), ()))) < _held(LOAD)
 
 
 def test_a_top_position_the_other_buckets_cannot_balance_is_refused() -> None:
@@ -66,14 +66,14 @@ def test_the_position_that_closes_the_usage_gap_is_taken() -> None:
     hist = _hist(LOAD)
     buckets = Buckets.of(hist)
     assert buckets is not None
-    base = buckets.held((buckets.placed() or ((), ()))[0])
+    base = buckets.held(*(buckets.placed() or ((), ())))
     # The model's batch of 4 holds 25 tokens a sequence less than the window's, on a pool of 3,040 tokens.
     usable, running = 3040.0, 4.0
     placement = place(hist, (0.30, 0.005), (0.30 - 25.0 * running / usable, running), usable)
     assert placement.position is not None and not placement.reason
     placed = buckets.placed(placement.position)
     assert placed is not None
-    assert buckets.held(placed[0]) == pytest.approx(base + 25.0, abs=1.0)
+    assert buckets.held(*placed) == pytest.approx(base + 25.0, abs=1.0)
     # Too little held by the model for the tail alone to close it: the nearest position, and the reason.
     far = place(hist, (0.60, 0.005), (0.30, running), usable)
     assert far.position is not None and "another part" in far.reason
