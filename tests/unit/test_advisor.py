@@ -240,6 +240,16 @@ def test_a_tail_without_a_queue_follows_the_prefill_not_a_ratio_of_near_zero_que
     assert _ttft_p95(shorter, observed, baseline) == pytest.approx(0.0893 - 0.107 * rest * 0.0893 / 0.193, rel=0.01)
 
 
+def test_a_tail_over_made_twice_over_keeps_the_identity_and_the_direction() -> None:
+    # The model's p95 is six times the window's (a queue it over-makes near saturation): unchanged still gives
+    # the window's p95, and a what-if that shortens the model's p95 predicts a fall, not a rise to half the
+    # model's own (validation-25's padded mixed budget raise: 248 ms predicted at 360 ms, real 220 ms).
+    observed, baseline = _ttft(0.248, 0.122, 0.046), _ttft(1.512, 0.218, 0.134)
+    assert _ttft_p95(_ttft(1.512, 0.218, 0.134), observed, baseline) == pytest.approx(0.248)
+    shorter = _ttft_p95(_ttft(1.300, 0.174, 0.118), observed, baseline)
+    assert shorter is not None and 0.124 < shorter < 0.248
+
+
 def test_a_decoding_sequence_weighs_more_than_a_prefill_token() -> None:
     from exporter.advisor.model import StepCost
 
