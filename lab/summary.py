@@ -74,6 +74,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-25", "05b6f38", "advisor-pairs-05b6f38-validation-25.txt"),
     ("validation-26", "4ede9b0", "advisor-pairs-4ede9b0-validation-26.txt"),
     ("validation-27", "780f5de", "advisor-pairs-780f5de-validation-27.txt"),
+    ("validation-28", "69bdb7a", "advisor-pairs-69bdb7a-validation-28.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
