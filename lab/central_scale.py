@@ -47,6 +47,7 @@ from lab.fleet import (
     rss_mb,
     start_prometheus,
     stop,
+    worker_summary,
 )
 
 # A store kept for several runs (--build, --serve): VictoriaMetrics with the limits a 10,000-engine answer needs
@@ -128,29 +129,12 @@ def worker(url: str, size: int, start: float, steady_cycles: int, shard: tuple[i
     probed: list[dict[str, Any]] = []
     cycles = asyncio.run(run())
     steady = cycles[1:]
-    owned = len(central.states)
-    return {
-        "targets": size,
-        "shard": list(shard),
-        # The engines this process diagnosed in its last cycle (a state that is not "down").
-        "owned": sorted(name for name, state in central.states.items() if state.status != "down"),
-        "fleet_targets": central.fleet_targets,
-        "cold": {k: v for k, v in cycles[0].items() if k != "answers"},
-        "steady_cycles": steady,
-        "cycle_seconds": statistics.median(c["seconds"] for c in steady),
-        "cycle_cpu_seconds": statistics.median(c["cpu_seconds"] for c in steady),
-        "waiting_seconds": statistics.median(c["seconds"] - c["cpu_seconds"] for c in steady),
-        "store_cpu_seconds": statistics.median(c["store_cpu_seconds"] for c in steady),
-        "load_average": os.getloadavg()[0],
-        "queries": statistics.median(c["queries"] for c in steady),
-        "bytes": statistics.median(c["bytes"] for c in steady),
-        "every_target_every_cycle": all(c["diagnosed"] == owned and c["targets"] == owned and c["fleet"] == size
-                                        for c in cycles),
-        "rss_mb": rss_mb(),
-        "rss_before_mb": baseline,
-        "verdicts": sorted({v for c in cycles for v in c["verdicts"]}),
-        "probe": probed,
-    }
+    out = worker_summary(central, size, shard, cycles, baseline)
+    out["cold"] = {k: v for k, v in cycles[0].items() if k != "answers"}
+    out["waiting_seconds"] = statistics.median(c["seconds"] - c["cpu_seconds"] for c in steady)
+    out["store_cpu_seconds"] = statistics.median(c["store_cpu_seconds"] for c in steady)
+    out["probe"] = probed
+    return out
 
 
 def run_worker(url: str, size: int, start: float, steady: int, shard: tuple[int, int],

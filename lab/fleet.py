@@ -197,7 +197,12 @@ def worker(url: str, size: int, start: float, steady_cycles: int = STEADY_CYCLES
                                "verdicts": sorted({s.diagnosis.verdict.layer for s in central.states.values()})})
         return cycles
 
-    cycles = asyncio.run(run())
+    return worker_summary(central, size, shard, asyncio.run(run()), baseline)
+
+
+def worker_summary(central: Any, size: int, shard: tuple[int, int], cycles: list[dict[str, Any]],
+                   baseline: float) -> dict[str, Any]:
+    """One worker's figures: the first (cold) cycle as it was, the steady ones as medians."""
     steady = cycles[1:]
     owned = len(central.states)
     return {
