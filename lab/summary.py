@@ -76,6 +76,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-27", "780f5de", "advisor-pairs-780f5de-validation-27.txt"),
     ("validation-28", "69bdb7a", "advisor-pairs-69bdb7a-validation-28.txt"),
     ("validation-29", "dc2c740", "advisor-pairs-dc2c740-validation-29.txt"),
+    ("validation-30", "11204cf", "advisor-pairs-11204cf-validation-30.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
