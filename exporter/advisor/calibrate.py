@@ -156,15 +156,12 @@ class Empirical:
         return min(out, self.cap) if self.cap is not None else out
 
 
-def lengths_from_histogram(hist: HistogramDelta, interior: bool = False) -> Empirical:
-    """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean; with
-    ``interior`` (the prompts), the buckets below the last over their whole width and the last one solved for the
-    mean (``Buckets.interior``), where that keeps it. The output's last bucket is placed by the KV the batch held
-    instead (``tail.matched``), which needs the one-position placement of the others to start from."""
+def lengths_from_histogram(hist: HistogramDelta) -> Empirical:
+    """Place each populated bucket's mass around lower + theta x width, theta solved for the exact mean."""
     buckets = Buckets.of(hist)
     if buckets is None:
         raise CannotCalibrate("a token-length histogram holds no observation in the window")
-    values, spreads = (interior and buckets.interior()) or buckets.placed() or ((), ())
+    values, spreads = buckets.placed() or ((), ())
     return Empirical(values=values, weights=tuple(n for _, _, n in buckets.ranges), spreads=spreads)
 
 
@@ -379,7 +376,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     e2e_hist = window.histogram(vllm.E2E_REQUEST_LATENCY_SECONDS)
     if not itl_hist.count or not ttft_hist.count:
         raise CannotCalibrate("no token latencies in the window")
-    prompt, output = lengths_from_histogram(prompt_hist, interior=True), lengths_from_histogram(output_hist)
+    prompt, output = lengths_from_histogram(prompt_hist), lengths_from_histogram(output_hist)
     queries = window.increase(vllm.PREFIX_CACHE_QUERIES_TOTAL) or 0.0
     hits = window.increase(vllm.PREFIX_CACHE_HITS_TOTAL) or 0.0
     hit_ratio = hits / queries if queries > 0 else 0.0

@@ -92,24 +92,6 @@ class Buckets:
         spreads = tuple(min(v - lo, hi - v) for v, (lo, hi, _) in zip(values, self.ranges))
         return values, spreads
 
-    def interior(self) -> tuple[tuple[float, ...], tuple[float, ...]] | None:
-        """(values, half-widths): every bucket below the last populated one over its whole width, the last one centred
-        where the exact mean puts it, as wide as its bucket then allows (None where no point in it keeps the mean).
-
-        A load's lengths run through the buckets below their longest and end inside the last: the interior buckets are
-        crossed whole, and the mean says where in the last one the lengths stop. One shared position for every bucket
-        (``placed``) instead pulls the interior buckets down to push the last one up past the load's longest: the lab's
-        mixed prompts (uniform 40-700 tokens) came out at 68, 137 and 310 in their buckets and 500-868 in (500,
-        1000], where the model admits a request only once its whole prompt fits the KV pool
-        (``scheduler_reserve_full_isl``)."""
-        *inner, (lo, hi, n) = self.ranges
-        total = math.fsum(k for _, _, k in self.ranges)
-        top = (self.mean * total - math.fsum(0.5 * (a + b) * k for a, b, k in inner)) / n
-        if not lo <= top <= hi:
-            return None
-        return ((*(0.5 * (a + b) for a, b, _ in inner), top),
-                (*(0.5 * (b - a) for a, b, _ in inner), min(top - lo, hi - top)))
-
     def held(self, values: Sequence[float], spreads: Sequence[float]) -> float:
         """E[L^2] / (2 E[L]): the output tokens a running sequence holds on average (each range uniform)."""
         weights = [n for _, _, n in self.ranges]

@@ -65,28 +65,6 @@ def test_one_bucket_is_one_length() -> None:
     assert dist.quantile(0.95) == pytest.approx(600.0)
 
 
-def test_prompt_buckets_below_the_last_are_crossed_whole() -> None:
-    """Prompts uniform over 40-700 tokens (the lab's mixed load): the buckets below the last hold their whole width,
-    and the last one ends where the exact mean puts it, at the load's longest. One shared position for every bucket
-    (the output's placement, kept) ends it at 868, past any prompt the load sent."""
-    values = [40.0 + 660.0 * i / 999 for i in range(1000)]
-    dist = lengths_from_histogram(_hist(values, BUCKETS), interior=True)
-    assert dist.mean == pytest.approx(sum(values) / len(values), rel=1e-9)
-    assert dist.values[-2] == pytest.approx(350.0) and dist.spreads[-2] == pytest.approx(150.0)  # 200-500 whole
-    assert dist.values[-1] + dist.spreads[-1] == pytest.approx(700.0, abs=5.0)
-    shared = lengths_from_histogram(_hist(values, BUCKETS))
-    assert shared.values[-1] + shared.spreads[-1] > 850.0
-
-
-def test_prompt_buckets_fall_back_where_the_mean_leaves_the_last_bucket() -> None:
-    """Fifty 60-token prompts and five of 520: the interior bucket's middle (75) leaves the last one a mean of 370,
-    below its bucket; the one shared position keeps the exact mean instead."""
-    values = [60.0] * 50 + [520.0] * 5
-    dist = lengths_from_histogram(_hist(values, BUCKETS), interior=True)
-    assert dist.values == lengths_from_histogram(_hist(values, BUCKETS)).values
-    assert dist.mean == pytest.approx(sum(values) / len(values), rel=1e-9)
-
-
 def test_empty_length_histogram_refuses() -> None:
     with pytest.raises(CannotCalibrate):
         lengths_from_histogram(_hist([], BUCKETS))
