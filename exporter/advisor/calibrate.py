@@ -36,7 +36,7 @@ from typing import Any, cast
 
 from exporter.advisor import curvature as bend
 from exporter.advisor.arrival import ArrivalModel, infer_arrivals
-from exporter.advisor.model import CalibratedEngine, Clients, FitSums, OpenArrivals, StepCost, pool
+from exporter.advisor.model import CalibratedEngine, Clients, OpenArrivals, StepCost
 from exporter.advisor.stepcost import StepEvidence, identify, prior_within_window
 from exporter.advisor.tail import Buckets, TailPlacement, matched
 from exporter.catalog import gpus
@@ -250,7 +250,6 @@ class Run:
     queue: HistogramDelta
     step_wait_s: float  # mean wait of a ready request for the step under way
     decodes: tuple[float | None, float | None] = (None, None)  # decodes per ITL and per prefill observation
-    sums: FitSums | None = None  # the fit's sums, to pool seeds' runs into one solve (``model.pool``)
 
 
 def _sum(deltas: Sequence[HistogramDelta]) -> HistogramDelta:
@@ -310,8 +309,7 @@ def simulate(cal: Calibration, config: EngineConfig, workload: Workload, traffic
     )
     trace = engine.trace
     return Run(outcome, trace.itl.coefficients(), trace.prefill.coefficients(), ttft, itl, queue,
-               trace.step_wait_mean(), (trace.itl.decodes_per_observation(), trace.prefill.decodes_per_observation()),
-               (trace.itl, trace.prefill, cost.decode_weight, (trace.step_wait_s, trace.step_wait_n)))
+               trace.step_wait_mean(), (trace.itl.decodes_per_observation(), trace.prefill.decodes_per_observation()))
 
 
 def fit_step_cost(itl: tuple[float, float], prefill: tuple[float, float] | None,
@@ -522,24 +520,24 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
                rounds: int, prior: tuple[float, float] | None = None) -> tuple[Calibration, Run]:
     """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
     observed; and the frontend work that, with the model's own wait for a step under way, makes the
-    observed frontend time. ``prior``: the prior decode weight and spread, bounded by the means each round. The
-    means solved are the seeds' pooled ones, as the check's and predictions': the simulations take the seeds in
-    turn, each solve on the added sums of every seed's latest run (round 23), ending on the brackets' ``SEEDS[0]``."""
+    observed frontend time. ``prior``: the prior decode weight and spread, bounded by the means each round."""
     workload, traffic = cal.workload(), cal.arrivals.primary()
-    order = [SEEDS[(i - rounds) % len(SEEDS)] for i in range(rounds + 1)]
-    latest = {order[0]: (run := simulate(cal, cal.engine_config(), workload, traffic, cost, order[0])).sums}
-    for seed in order[1:]:
-        itl, pre, wait = pool([sums for sums in latest.values() if sums is not None], cost.decode_weight)
-        fit = replace(run, itl_coefficients=itl.coefficients(), prefill_coefficients=pre.coefficients(),
-                      decodes=(itl.decodes_per_observation(), pre.decodes_per_observation()), step_wait_s=wait)
+    run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
+    for _ in range(rounds):
         if prior is not None:
-            cal, cost, fit = _bounded(cal, cost, fit, itl_mean, prefill_mean, prior)
-        if fit.itl_coefficients is None:
+            cal, cost, run = _bounded(cal, cost, run, itl_mean, prefill_mean, prior)
+        if run.itl_coefficients is None:
             raise CannotCalibrate("the model produced no decode steps for this traffic")
-        fitted = fit_step_cost(fit.itl_coefficients, fit.prefill_coefficients, itl_mean, prefill_mean)
-        cost = replace(cost, fixed_s=fitted.fixed_s, per_token_s=fitted.per_token_s)  # the rest of it as it was
-        cal = replace(cal, frontend_s=max(0.0, cal.frontend_observed_s - fit.step_wait_s))
-        latest[seed] = (run := simulate(cal, cal.engine_config(), workload, traffic, cost, seed)).sums
+        fitted = fit_step_cost(run.itl_coefficients, run.prefill_coefficients, itl_mean, prefill_mean)
+        new = replace(cost, fixed_s=fitted.fixed_s, per_token_s=fitted.per_token_s)  # the rest of it as it was
+        frontend = max(0.0, cal.frontend_observed_s - run.step_wait_s)
+        converged = (abs(new.fixed_s - cost.fixed_s) <= 0.01 * cost.fixed_s
+                     and abs(new.per_token_s - cost.per_token_s) <= 0.01 * max(cost.per_token_s, 1e-9)
+                     and abs(frontend - cal.frontend_s) <= 0.01 * max(cal.frontend_s, 1e-4))
+        cost, cal = new, replace(cal, frontend_s=frontend)
+        run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
+        if converged:
+            break
     return replace(cal, cost=cost), run
 
 

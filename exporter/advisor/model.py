@@ -88,25 +88,6 @@ class Linear:
         return self.decodes / self.n if self.n > 0 else None
 
 
-
-# A run's fit sums: ITL and prefill, the decode weight their work was counted at, the step waits' (sum, count).
-FitSums = tuple[Linear, Linear, float, tuple[float, int]]
-
-
-def pool(parts: Sequence[FitSums], weight: float) -> tuple[Linear, Linear, float]:
-    """Several runs' ITL and prefill sums added (so their means are weighted by observations, as pooled histograms
-    are), each run's work recounted at ``weight`` (the decode weight may have moved since it ran); and the pooled
-    mean step wait."""
-    itl, pre, wait_s, wait_n = Linear(), Linear(), 0.0, 0
-    for run_itl, run_pre, at, (s, n) in parts:
-        for into, part in ((itl, run_itl), (pre, run_pre)):
-            into.n += part.n
-            into.steps += part.steps
-            into.work += part.work + (weight - at) * part.decodes
-            into.decodes += part.decodes
-        wait_s, wait_n = wait_s + s, wait_n + n
-    return itl, pre, wait_s / wait_n if wait_n else 0.0
-
 @dataclass(frozen=True, slots=True)
 class OpenArrivals:
     """Open traffic: a renewal process at ``rate`` req/s whose gaps have squared coefficient of
