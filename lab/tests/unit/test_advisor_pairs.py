@@ -141,7 +141,7 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
                                         "validation-24", "validation-25", "validation-26",
                                         "validation-27", "validation-28", "validation-29",
                                         "validation-30", "validation-31", "validation-32",
-                                        "validation-33"}
+                                        "validation-33", "validation-34"}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -174,8 +174,9 @@ def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str,
                                    "validation-20", "validation-21", "validation-22",
                                    "validation-23", "validation-24", "validation-25",
                                    "validation-26", "validation-27", "validation-28", "validation-29",
-                                   "validation-30", "validation-31", "validation-32", "validation-33"])
-def test_rounds_13_to_33_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
+                                   "validation-30", "validation-31", "validation-32", "validation-33",
+                                   "validation-34"])
+def test_rounds_13_to_34_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
     _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
     half = [p for p in pairs if p.split == split]
     assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab", "cpu-quota"}
