@@ -14,6 +14,7 @@ import pytest
 
 from lab.advisor_cases import observed
 from lab.advisor_pairs import (
+    SPLITS,
     Cell,
     Pair,
     _off_core,
@@ -27,6 +28,11 @@ from lab.advisor_pairs import (
 )
 
 REPO = Path(__file__).resolve().parents[3]
+
+
+def numbered_halves(first: int) -> list[str]:
+    """The registered ``validation-N`` halves from N = ``first`` on (each new half joins them through SPLITS)."""
+    return [s for s in SPLITS if s.startswith("validation-") and int(s.split("-")[1]) >= first]
 
 
 def _pair(knob: str = "max_num_batched_tokens", before: float = 32, after: float = 1024) -> Pair:
@@ -133,15 +139,7 @@ def test_the_committed_manifest_has_a_validation_half_on_fresh_engine_starts() -
     assert len(validation) >= 8 and len({p.workload for p in validation}) >= 5
     assert all(p.base_starts == 2 and p.fresh_starts for p in validation)
     # the spent halves keep their labels
-    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", "validation-9", "validation-10", "validation-11",
-                                        "validation-12", "validation-13", "validation-14",
-                                        "validation-15", "validation-16", "validation-17",
-                                        "validation-18", "validation-19", "validation-20",
-                                        "validation-21", "validation-22", "validation-23",
-                                        "validation-24", "validation-25", "validation-26",
-                                        "validation-27", "validation-28", "validation-29",
-                                        "validation-30", "validation-31", "validation-32",
-                                        "validation-33", "validation-34"}
+    spent = {p.split for p in pairs} - {"dev", "validation", "smoke", *numbered_halves(9)}
     assert spent == {"validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
                      "validation-6", "validation-7"}
 
@@ -169,14 +167,8 @@ def test_rounds_11_and_12_hold_three_physics_and_each_knob_both_ways(split: str,
     assert moves == {(after, before, workload) for before, after, workload in moves}
 
 
-@pytest.mark.parametrize("split", ["validation-13", "validation-14", "validation-15", "validation-16",
-                                   "validation-17", "validation-18", "validation-19",
-                                   "validation-20", "validation-21", "validation-22",
-                                   "validation-23", "validation-24", "validation-25",
-                                   "validation-26", "validation-27", "validation-28", "validation-29",
-                                   "validation-30", "validation-31", "validation-32", "validation-33",
-                                   "validation-34"])
-def test_rounds_13_to_34_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
+@pytest.mark.parametrize("split", numbered_halves(13))
+def test_rounds_from_13_on_hold_four_physics_each_knob_both_ways_on_a_worker_core_of_its_own(split: str) -> None:
     _, pairs = load_manifest(REPO / "lab/data/advisor-pairs/manifest.yaml")
     half = [p for p in pairs if p.split == split]
     assert {p.physics for p in half} == {"wide-mlp", "tiny", "padded-vocab", "cpu-quota"}
