@@ -81,6 +81,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-32", "e542584", "advisor-pairs-e542584-validation-32.txt"),
     ("validation-33", "b30ca52", "advisor-pairs-b30ca52-validation-33.txt"),
     ("validation-34", "eb70d0b", "advisor-pairs-eb70d0b-validation-34.txt"),
+    ("validation-35", "090febf", "advisor-pairs-090febf-validation-35.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
