@@ -7,10 +7,10 @@ What is read, and from where (all window deltas, never lifetime counters):
 * lengths: the prompt and output token histograms, placed inside their buckets so the exact
   window means (``_sum``/``_count``) come out;
 * step cost: ``fixed + per_token x (prefill tokens + decode weight x decodes)``, the decode weight the
-  window's own reading where its steps identify it (``stepcost.identify``), else the weight at which the
-  window's ITL and prefill-time means make the step's fixed part cost ``advice_decode_fixed_decodes`` decodes
-  (``share``; where they do not tie the two, the prior ``advice_decode_token_weight``, ``_bounded``), else, where
-  that does not reproduce the window, the weight ``search.searched`` finds that does; fixed and
+  window's own reading where its steps identify it (``stepcost.identify``), else the prior
+  (``advice_decode_token_weight``, with ``advice_decode_weight_sigma`` as its uncertainty; where the two means
+  leave no fixed part at it, that prior truncated at the ceiling they set, ``_bounded``), else, where the
+  prior does not reproduce the window, the weight ``search.searched`` finds that does; fixed and
   per-token solved so the simulated ITL mean and prefill-time mean equal the observed ones (``fit_step_cost``), and a
   step-time jitter fitted to the share of gaps above the bound that resolves the ITL p95
   (``tail_bound``);
@@ -194,8 +194,7 @@ class Calibration:
     frontend_observed_s: float
     evidence: StepEvidence | None = None  # what the window's own steps say about the step cost
     weight_sigma: float = 0.0  # uncertainty of cost.decode_weight, log terms (one standard deviation)
-    weight_source: str = "prior"  # where the decode weight came from: window, profile, share, prior, bounded or search
-    fixed_decodes: tuple[float, float] | None = None  # advice_decode_fixed_decodes and its spread (share_weight)
+    weight_source: str = "prior"  # where the decode weight came from: window, profile, prior or search
     fit_means: tuple[float, float | None] = (0.0, None)  # the observed ITL and prefill-time means fitted to
     cost_scale: float = 1.0  # the fitted cost times this, where only a scaled cost reproduced the window (search)
     tail: TailPlacement | None = None  # where the output tail sits in its bucket: by the KV usage, or why not
@@ -423,8 +422,7 @@ def calibrate(window: Window, facts: EngineFacts, thresholds: Thresholds,
     cal = replace(cal, cost=replace(cal.cost, compute_per_token_s=compute_floor(facts, thresholds),
                                     decode_weight=weight, cached_weight=cached, curvature=curved.used),
                   evidence=evidence, weight_sigma=sigma, weight_source=source, curvature=curved,
-                  fit_means=(itl_hist.mean() or 0.0, prefill_mean), fixed_decodes=(
-                      thresholds.advice_decode_fixed_decodes, thresholds.advice_decode_fixed_decodes_sigma))
+                  fit_means=(itl_hist.mean() or 0.0, prefill_mean))
     if prior is not None:
         return matched(replace(cal, cost=prior.cost, frontend_s=prior.frontend_s, weight_sigma=prior.weight_sigma,
                                weight_source=prior.weight_source), window, output_hist, SEEDS[0], None)
@@ -506,14 +504,13 @@ def frontend_seconds(ttft: float, queue: float | None, prefill: float | None, e2
 
 def _bounded(cal: Calibration, cost: StepCost, run: Run, itl_mean: float, prefill_mean: float | None,
              prior: tuple[float, float]) -> tuple[Calibration, StepCost, Run]:
-    """``prior_within_window`` on this run's sums, which are then recounted at the weight it gives: the weight where
-    the step's fixed part costs ``cal.fixed_decodes`` decodes (``stepcost.share_weight`` says why), else the prior."""
+    """``prior_within_window`` on this run's sums, which are then recounted at the weight it gives."""
     itl, pre = run.itl_coefficients, run.prefill_coefficients
     (d_itl, d_pre), at = run.decodes, cost.decode_weight  # the sums are counted at the weight the run used
     if itl is None or pre is None or d_itl is None or d_pre is None:
         return cal, cost, run
     weight, sigma, source = prior_within_window((*itl, d_itl), (*pre, d_pre), at, prior, itl_mean, prefill_mean,
-                                                WEIGHT_BOUNDS, cal.fixed_decodes)
+                                                WEIGHT_BOUNDS[0])
     run = replace(run, itl_coefficients=(itl[0], itl[1] + (weight - at) * d_itl),
                   prefill_coefficients=(pre[0], pre[1] + (weight - at) * d_pre))
     return replace(cal, weight_sigma=sigma, weight_source=source), replace(cost, decode_weight=weight), run
@@ -523,7 +520,7 @@ def _fit_means(cal: Calibration, cost: StepCost, itl_mean: float, prefill_mean: 
                rounds: int, prior: tuple[float, float] | None = None) -> tuple[Calibration, Run]:
     """Fixed and per-token cost (at the given noise) so the simulated ITL and prefill means are the
     observed; and the frontend work that, with the model's own wait for a step under way, makes the
-    observed frontend time. ``prior``: the prior decode weight and spread, read against the means each round."""
+    observed frontend time. ``prior``: the prior decode weight and spread, bounded by the means each round."""
     workload, traffic = cal.workload(), cal.arrivals.primary()
     run = simulate(cal, cal.engine_config(), workload, traffic, cost, SEEDS[0])
     for _ in range(rounds):

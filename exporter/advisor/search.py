@@ -28,13 +28,12 @@ Checked = tuple[str, dict[str, Check]]  # the primary arrival reading and each r
 
 
 def search_weights(cal: Calibration) -> tuple[float, ...]:
-    """The decode weights to try when the prior's calibration (or the one read from the step's fixed part,
-    ``share``) does not reproduce the window and neither the window's steps nor a profile identified one: its
-    band (x / exp(+/- sigma)) and twice as far, in the
+    """The decode weights to try when the prior's calibration does not reproduce the window and neither the
+    window's steps nor a profile identified one: the prior's band (x / exp(+/- sigma)) and twice as far, in the
     declared range. The weight sets how a step's time splits between what is fixed per sequence and what
     grows with a prefill: an engine whose decode is cheap against its prefill (compute-bound, as the wide MLP
     here or a GPU) reproduces its window only near 1, one whose decode reads a large head near 10."""
-    if cal.weight_source not in ("prior", "share"):
+    if cal.weight_source != "prior":
         return ()
     step = math.exp(cal.weight_sigma) if cal.weight_sigma > 0 else 2.0
     out = []

@@ -13,11 +13,9 @@ The split is identified only where the intervals differ in what their steps hold
 about the same size (a steady batch of decodes, one prompt length), time per step is all the window
 shows; the result says so (``identified`` false, with the reason) and the advisor keeps its prior weight
 (``advice_decode_token_weight``) with that prior's spread as the uncertainty, or a profile's
-(``vllm-diag profile``) where one is configured. Even then the window's ITL and prefill-time means tie the weight to
-the step's fixed part: the larger the weight, the less of a decode step is left fixed, none at the ceiling
-(``weight_ceiling``). Where they do, the weight is read from a prior on that fixed part instead of on the weight
-(``share_weight``, ``prior_within_window``); else the prior weight, truncated at the ceiling where it lies above it
-(``bounded_prior``).
+(``vllm-diag profile``) where one is configured. Even then the window bounds the weight from above: its ITL and
+prefill-time means leave the step no fixed part beyond some weight (``weight_ceiling``), and a prior above it is
+taken as the prior truncated there (``bounded_prior``, ``prior_within_window``).
 """
 
 from __future__ import annotations
@@ -35,8 +33,8 @@ MIN_INTERVALS = 6  # intervals a three-parameter fit needs (three residual degre
 # A split is identified when the decode weight's relative standard error is under this: beyond it, the
 # window's 80 % interval on the weight spans more than a factor of ~4.
 MAX_RELATIVE_ERROR = 0.5
-# A decode costing under half or over 40 prefill tokens is no reading of a step (advice_decode_token_weight's
-# declared range, to which calibrate clamps every weight, is the same).
+# A decode costing under half or over 40 prefill tokens is no reading of a step. Wider on purpose than
+# advice_decode_token_weight's range, to which calibrate clamps a reading between the two.
 WEIGHT_RANGE = (0.5, 40.0)
 
 
@@ -230,48 +228,13 @@ def bounded_prior(prior: float, sigma: float, ceiling: float) -> tuple[float, fl
     return min(math.exp(median), ceiling), spread
 
 
-def share_weight(itl: tuple[float, float, float], prefill: tuple[float, float, float], at: float,
-                 fixed_decodes: float, itl_mean: float, prefill_mean: float) -> float | None:
-    """The decode weight at which the window's two means make the step's fixed part cost what ``fixed_decodes``
-    decodes add to it; None where they do not tie the two (the configuration ``weight_ceiling`` reads).
-
-    With the fixed part ``F = n x per_token x w`` (``n`` = ``fixed_decodes``), the ITL and prefill means are
-    ``per_token x (n x w x s + P + w x D)`` for each observation's steps ``s``, prefill tokens ``P`` and decodes ``D``;
-    their ratio gives ``w = (prefill_mean x P1 - itl_mean x P2) / (itl_mean x (D2 + n x s2) - prefill_mean x
-    (D1 + n x s1))``, the ceiling at ``n = 0``. A step's fixed part is what it pays once whatever its batch (the
-    weights' read on an accelerator or the compute-bound wide MLP, the LM head's on the padded vocabulary, the
-    scheduler's loop on the CPU build); a decode adds its context's read, its head row, its sampling. How many
-    decodes match the fixed part varies across engines far less than the weight does (measured here between two
-    batch sizes of one engine: 6-40 on the wide MLP, 2-18 on the padded vocabulary; on a GPU the weights' read
-    over one sequence's KV read, tens), and the answer's error is at most that ratio's, shrinking as the batch
-    ``D`` grows against ``n`` (``w`` scales as ``(n_true + D) / (n + D)`` of the truth)."""
-    (s1, k1, d1), (s2, k2, d2) = itl, prefill
-    p1, p2 = k1 - at * d1, k2 - at * d2
-    numerator = prefill_mean * p1 - itl_mean * p2
-    denominator = itl_mean * (d2 + fixed_decodes * s2) - prefill_mean * (d1 + fixed_decodes * s1)
-    if p1 < 0 or p2 <= 0 or denominator >= 0 or numerator >= 0:
-        return None
-    return numerator / denominator
-
-
 def prior_within_window(itl: tuple[float, float, float], prefill: tuple[float, float, float], at: float,
                         prior: tuple[float, float], itl_mean: float, prefill_mean: float | None,
-                        bounds: tuple[float, float],
-                        fixed_decodes: tuple[float, float] | None = None) -> tuple[float, float, str]:
-    """(weight, log spread, source): where the two means tie the weight to the step's fixed part and
-    ``fixed_decodes`` (median, log spread) is given, the weight at which the fixed part costs that many decodes,
-    its spread that of the median moved -/+ its log spread (``share``); else the prior decode weight and spread
-    (``prior``) where the two means allow it, else the prior bounded by their ceiling (``bounded_prior``). Within
-    ``bounds``. ``itl`` and ``prefill`` are the model's (steps, work, decodes) per observation, ``work`` counted at
-    the weight ``at``."""
+                        floor: float) -> tuple[float, float, str]:
+    """(weight, log spread, source): the prior decode weight and spread (``prior``) where the two means allow it,
+    else the prior bounded by their ceiling (``bounded_prior``, at least ``floor``). ``itl`` and ``prefill`` are the
+    model's (steps, work, decodes) per observation, ``work`` counted at the weight ``at``."""
     weight, sigma = prior
-    if prefill_mean and fixed_decodes is not None:
-        median, spread = fixed_decodes
-        share = share_weight(itl, prefill, at, median, itl_mean, prefill_mean)
-        if share is not None:
-            low = share_weight(itl, prefill, at, median * math.exp(spread), itl_mean, prefill_mean) or share
-            high = share_weight(itl, prefill, at, median * math.exp(-spread), itl_mean, prefill_mean) or share
-            return min(max(share, bounds[0]), bounds[1]), 0.5 * math.log(high / low), "share"
     ceiling = None
     if prefill_mean:
         moved = [(s, k + (weight - at) * d, d) for s, k, d in (itl, prefill)]
@@ -279,4 +242,4 @@ def prior_within_window(itl: tuple[float, float, float], prefill: tuple[float, f
     if ceiling is None:
         return weight, sigma, "prior"
     bounded, spread = bounded_prior(weight, sigma, ceiling)
-    return max(bounded, bounds[0]), spread, "bounded"
+    return max(bounded, floor), spread, "bounded"

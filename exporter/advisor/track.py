@@ -116,7 +116,6 @@ class Summary:
             "cost": StepCost(**c["cost"]),
             "evidence": StepEvidence(**c["evidence"]) if c.get("evidence") else None,
             "fit_means": tuple(c.get("fit_means") or (0.0, None)),
-            "fixed_decodes": tuple(c["fixed_decodes"]) if c.get("fixed_decodes") else None,
             "tail": TailPlacement(**c["tail"]) if c.get("tail") else None,
         })
         fitted = Fitted(cal, str(data["kind"]), Outcome(**data["simulated"]))

@@ -54,28 +54,13 @@ class AdvisorThresholds:
         "detokenised and streamed on its own, so it costs several times more (this CPU build: about 6; "
         "a GPU at small batch: about 2-3). The prior: where the window's own steps identify the ratio "
         "(exporter/advisor/stepcost.py: the token gaps against the tokens per step) the fit takes the "
-        "window's reading instead; most windows' batch size varies too little to tell, and then the weight "
-        "is read from advice_decode_fixed_decodes where the window's two means allow it, this prior only "
-        "where they do not. The range holds what engines measured between two batch sizes: about 0.5 where "
-        "a decode rides on the weights' read (the compute-bound wide MLP), 30-60 where it pays a large "
-        "LM head's row (the padded vocabulary).",
-        0.5, 40)
+        "window's reading instead; most windows' batch size varies too little to tell.",
+        1, 20)
     advice_decode_weight_sigma: float = threshold(0.6, "ratio",
         "Uncertainty of advice_decode_token_weight where the window does not identify it, in log terms (one "
         "standard deviation): 0.6 puts 2-9 within the 80 % band, the range from a GPU at small batch to the "
         "CPU build. The prediction is re-run at the weight times exp(-/+ this), each refitted to the window, "
         "and their spread is the parameter part of the interval.", 0, 2)
-    advice_decode_fixed_decodes: float = threshold(16, "sequences",
-        "Decoding sequences whose own cost matches what a step pays once whatever its batch (the weights' read, "
-        "the LM head's, the scheduler's loop), where the window does not identify the decode weight: with the "
-        "window's ITL and prefill-time means it sets the weight (exporter/advisor/stepcost.py, share_weight). "
-        "Measured between two batch sizes of one engine here: 6-40 on the compute-bound wide MLP, 2-18 on the "
-        "padded vocabulary, 1-55 on the tiny model; on a GPU the weights' read over one sequence's KV read, "
-        "tens. The weight's error is at most the ratio of the true count to this one, less at larger batches.",
-        1, 1000)
-    advice_decode_fixed_decodes_sigma: float = threshold(0.8, "ratio",
-        "Uncertainty of advice_decode_fixed_decodes, in log terms (one standard deviation): 0.8 puts 6-45 "
-        "within the 80 % band. The decode weight's spread is the weight read at it times exp(-/+ this).", 0, 2)
     advice_cached_token_weight: float = threshold(0, "ratio", "A prefix-cache hit's cost to the step admitting it, in "
         "prefill tokens; one window does not identify it, the interval takes its whole range (cached.py).", 0, 1)
     advice_step_curvature: float = threshold(0, "ratio",

@@ -120,16 +120,10 @@ def test_a_profile_supplies_the_split_the_window_does_not(small_budget: tuple[Pa
     before, _ = small_budget
     plain = _advise(capsys, str(before), "--what-if", "max_num_seqs=8")["calibration"]
     evidence = plain["step_evidence"]
-    # The fixture's steps vary too little to split the cost (the usual window): the weight is read where the two
-    # means put the step's fixed part at advice_decode_fixed_decodes decodes; the profile replaces that reading.
+    assert evidence["decode_token_weight_used_from"] in ("window", "prior")
+    # The fixture's steps vary too little to split the cost (the usual window): the profile is what fills it.
     assert not evidence["identified"], "this window identifies the split itself: pick one that does not"
-    if evidence["decode_token_weight_used_from"] == "share":
-        assert 0.5 <= plain["step_cost"]["decode_token_weight"] <= 40
-        assert 0 < plain["step_cost"]["decode_token_weight_log_sigma"] <= 0.8
-    else:  # the two means do not tie the weight to the fixed part here: the prior weight
-        assert evidence["decode_token_weight_used_from"] == "prior"
-        assert plain["step_cost"]["decode_token_weight"] == 4
-        assert plain["step_cost"]["decode_token_weight_log_sigma"] == 0.6
+    assert plain["step_cost"]["decode_token_weight"] == 4 and plain["step_cost"]["decode_token_weight_log_sigma"] == 0.6
     # Nor its curvature: said so, with the reason, and carried by the interval over its whole range.
     curved = plain["step_curvature"]
     assert not curved["identified"] and curved["reason"] and curved["interval_from"] == "the whole range"

@@ -98,10 +98,3 @@ def test_an_identified_weight_is_not_searched_but_its_level_is() -> None:
     assert search_weights(cal) == ()
     best, (kind, checks) = searched(cal, _queue(cal, 0.0085), lambda w: cal, lambda t: _queue(t, 0.0085), TH)
     assert checks[kind].ok and best.cost_scale < 1.0
-
-
-def test_a_weight_read_from_the_fixed_part_is_searched_around_like_the_prior() -> None:
-    cal = _cal(weight=2.0, source="share")
-    weights = search_weights(cal)
-    assert len(weights) == 4 and min(weights) == pytest.approx(2.0 * math.exp(-1.2))
-    assert search_weights(_cal(source="bounded")) == ()

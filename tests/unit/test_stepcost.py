@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from exporter.advisor.stepcost import bounded_prior, identify, prior_within_window, share_weight, weight_ceiling
+from exporter.advisor.stepcost import bounded_prior, identify, weight_ceiling
 from exporter.catalog import metrics as vllm
 from exporter.parse import parse
 from exporter.window import Window
@@ -100,45 +100,3 @@ def test_a_prior_far_above_the_ceiling_gives_the_ceiling() -> None:
     assert bounded_prior(4.0, 0.6, 0.01)[0] == pytest.approx(0.01)
     median, spread = bounded_prior(4.0, 0.6, 3.9)  # barely bounded: about the prior's lower half's median
     assert median == pytest.approx(4.0 * math.exp(0.6 * -0.6745), rel=0.05) and spread < 0.6
-
-
-def test_the_weight_is_read_where_the_fixed_part_costs_the_prior_count_of_decodes() -> None:
-    """The wide engine at 4 sequences (validation-22, in sample): every step holds 4 decodes, so the split is not
-    identified, but the two means tie the weight to the fixed part. Its two windows at 4 and 12 sequences read a
-    fixed 2.5 ms and 0.13 ms a decode against 0.28 ms a prefill token: weight about 0.5, 19 decodes to the fixed
-    part. The prior weight 4 truncated at the ceiling keeps 1.4; a fixed part of 16 decodes reads about 0.4."""
-    at = 4.0
-    itl, prefill = (1.0, 2.9 + at * 4.0, 4.0), (1.0, 91.0 + at * 4.0, 4.0)
-    itl_mean, prefill_mean = 0.0066, 0.065
-    ceiling = weight_ceiling(itl, prefill, at, itl_mean, prefill_mean)
-    assert share_weight(itl, prefill, at, 0.0, itl_mean, prefill_mean) == pytest.approx(ceiling)
-    weight = share_weight(itl, prefill, at, 16.0, itl_mean, prefill_mean)
-    assert weight is not None and 0.2 < weight < 0.6
-    # Both means reproduced with the fixed part at 16 decodes' cost.
-    per_token = itl_mean / (16 * weight + 2.9 + weight * 4.0)
-    fixed = 16 * per_token * weight
-    assert fixed + per_token * (91.0 + weight * 4.0) == pytest.approx(prefill_mean)
-    # More decodes to the fixed part, a smaller weight; the spread is the median's moved -/+ its own.
-    assert share_weight(itl, prefill, at, 32.0, itl_mean, prefill_mean) < weight
-    used, spread, source = prior_within_window(itl, prefill, at, (4.0, 0.6), itl_mean, prefill_mean, (0.1, 40.0),
-                                               (16.0, 0.8))
-    assert source == "share" and used == pytest.approx(weight) and 0.3 < spread < 0.8
-    # Clamped to the declared range; without the prior on the fixed part, the prior weight bounded as before.
-    assert prior_within_window(itl, prefill, at, (4.0, 0.6), itl_mean, prefill_mean, (1.0, 40.0), (16.0, 0.8))[0] == 1.0
-    assert prior_within_window(itl, prefill, at, (4.0, 0.6), itl_mean, prefill_mean, (0.5, 40.0))[2] == "bounded"
-
-
-def test_a_large_head_per_decode_reads_a_large_weight() -> None:
-    """A padded vocabulary's engine: a 12 ms fixed step, 1 ms a decode (its row of the LM head), 25 us a prefill
-    token (one head row per prompt): weight 40. With 12 decodes to the fixed part (its own count) the two means give
-    back 40; with 16, (12 + 4) / (16 + 4) of it; the prior 4 is a tenth."""
-    fixed, per_token, weight, decodes = 0.012, 25e-6, 40.0, 4.0
-    itl_mean = fixed + per_token * (2.0 + weight * decodes)
-    prefill_mean = fixed + per_token * (300.0 + weight * decodes)
-    itl, prefill = (1.0, 2.0 + 4.0 * decodes, decodes), (1.0, 300.0 + 4.0 * decodes, decodes)
-    assert share_weight(itl, prefill, 4.0, fixed / (per_token * weight), itl_mean, prefill_mean) == pytest.approx(40.0)
-    assert share_weight(itl, prefill, 4.0, 16.0, itl_mean, prefill_mean) == pytest.approx(40.0 * 16 / 20)
-    # Means that do not tie the two (a prefill no slower than a decode step) leave the prior.
-    assert share_weight(itl, prefill, 4.0, 16.0, itl_mean, itl_mean) is None
-    assert prior_within_window(itl, prefill, 4.0, (4.0, 0.6), itl_mean, itl_mean, (0.5, 40.0), (16.0, 0.8)) == \
-        (4.0, 0.6, "prior")
