@@ -82,6 +82,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-33", "b30ca52", "advisor-pairs-b30ca52-validation-33.txt"),
     ("validation-34", "eb70d0b", "advisor-pairs-eb70d0b-validation-34.txt"),
     ("validation-35", "090febf", "advisor-pairs-090febf-validation-35.txt"),
+    ("validation-36", "47aae25", "advisor-pairs-47aae25-validation-36.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
