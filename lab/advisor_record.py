@@ -21,7 +21,9 @@ and pools them:
 
 The advisor's cells are read as they were scored (its columns), never re-scored; the baselines' magnitude and
 direction are recomputed from their printed values (0.1 ms, 0.01/s): they match the halves' own totals but for
-one queue-model direction of validation-2 that the rounding flips.
+one queue-model direction of validation-2 that the rounding flips, and one preemption rate of validation-37
+(``v37-pstut-kv-up``'s after, printed 0.05 at the 0.05/s floor, just above it unrounded) that the recount takes for
+0, so both baselines' 0 counts within there (one cell each over the half's own totals).
 """
 
 from __future__ import annotations
