@@ -70,7 +70,8 @@ from lab.pair_archive import is_captured, pack_and_remove, run_folders
 # scoring; ``validation-30`` to ``validation-32`` together, after validation-29's scoring; ``validation-33`` after
 # validation-30's scoring, before any model change made after validation-29's; ``validation-34`` after
 # validation-33's scoring, before any model change made after it; ``validation-35`` to ``validation-38`` together,
-# after validation-34's scoring, before any model change made after it.
+# after validation-34's scoring, before any model change made after it; ``validation-39`` after validation-38's
+# scoring, likewise.
 SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "validation-4", "validation-5",
           "validation-6", "validation-7", "validation-9", "validation-10", "validation-11", "validation-12",
           "validation-13", "validation-14", "validation-15", "validation-16", "validation-17",
@@ -79,7 +80,7 @@ SPLITS = ("dev", "validation", "validation-1", "validation-2", "validation-3", "
           "validation-27", "validation-28", "validation-29", "validation-30",
           "validation-31", "validation-32", "validation-33", "validation-34",
           "validation-35", "validation-36", "validation-37", "validation-38",
-          "smoke")
+          "validation-39", "smoke")
 MAGNITUDE_METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
 LABELS = {"ttft_p95_seconds": "TTFT p95", "itl_p95_seconds": "ITL p95", "preemption_rate": "preempt/s"}
 MOVED = 0.15  # a metric moved when base -> after changed by more than this share ...
