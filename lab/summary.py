@@ -85,6 +85,7 @@ ADVISOR_HALVES: tuple[tuple[str, str, str], ...] = (
     ("validation-36", "47aae25", "advisor-pairs-47aae25-validation-36.txt"),
     ("validation-37", "ca79207", "advisor-pairs-ca79207-validation-37.txt"),
     ("validation-38", "86bbf07", "advisor-pairs-86bbf07-validation-38.txt"),
+    ("validation-39", "9de6367", "advisor-pairs-9de6367-validation-39.txt"),
 )
 PREDICTORS = ("advisor", "unchanged", "queue")
 METRICS = ("ttft_p95_seconds", "itl_p95_seconds", "preemption_rate")
