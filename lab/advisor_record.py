@@ -21,9 +21,9 @@ and pools them:
 
 The advisor's cells are read as they were scored (its columns), never re-scored; the baselines' magnitude and
 direction are recomputed from their printed values (0.1 ms, 0.01/s): they match the halves' own totals but for
-one queue-model direction of validation-2 that the rounding flips, and one preemption rate of validation-37
-(``v37-pstut-kv-up``'s after, printed 0.05 at the 0.05/s floor, just above it unrounded) that the recount takes for
-0, so both baselines' 0 counts within there (one cell each over the half's own totals).
+one queue-model direction of validation-2 that the rounding flips. Where a baseline's within count of a metric
+differs from the half's own (its JSON totals), the cells whose verdict the printing's rounding decides take the
+half's side (``_settle``; validation-37's preemption rate printed 0.05 at the 0.05/s floor, just above it unrounded).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ import json
 import math
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class Cell:
     moved: bool
     direction: bool  # the advisor's, as scored
     within: bool  # the advisor's, as scored
+    settled: frozenset[str] = frozenset()  # baselines whose recounted magnitude verdict the half's totals reversed
 
     @property
     def family(self) -> str:
@@ -78,7 +79,15 @@ class Cell:
         if predictor == "advisor":
             return self.within
         value = self.unchanged if predictor == "unchanged" else self.queue
-        return close(value, self.after, self.before, self.metric)
+        return close(value, self.after, self.before, self.metric) != (predictor in self.settled)
+
+    def rounding_decides(self, predictor: str) -> bool:
+        """Whether the baseline's magnitude verdict changes within half a printed unit of the before and after."""
+        value = self.unchanged if predictor == "unchanged" else self.queue
+        half = 0.005 if self.metric == "preemption_rate" else 0.00005
+        verdicts = {close(value, after, before, self.metric)
+                    for after in _nudged(self.after, half) for before in _nudged(self.before, half)}
+        return len(verdicts) > 1
 
     @property
     def covered(self) -> bool:
@@ -110,6 +119,33 @@ def _advisor(text: str) -> tuple[float | None, tuple[float, float] | None]:
     return _value(text), None
 
 
+def _nudged(value: float | None, half: float) -> tuple[float | None, ...]:
+    return (value,) if value is None else (max(value - half, 0.0), value, value + half)
+
+
+def half_totals(path: Path) -> dict[str, Any]:
+    """The JSON totals a half's scoring printed after its table."""
+    text = path.read_text(encoding="utf-8")
+    return dict(json.loads(text[text.index("\n{") + 1:]))
+
+
+def _settle(cells: list[Cell], totals: dict[str, Any]) -> list[Cell]:
+    """The baselines' within counts per metric brought to the half's own: the surplus or shortfall is taken from
+    the cells whose verdict the rounding decides, and it must be exactly those (else the recount is not the half)."""
+    for predictor in ("unchanged", "queue"):
+        for metric in LABELS:
+            mine = [c for c in cells if c.metric == metric]
+            gap = sum(c.close(predictor) for c in mine) - totals[predictor]["per_metric"][metric]["within"]
+            if not gap:
+                continue
+            side = [c for c in mine if c.close(predictor) == (gap > 0) and c.rounding_decides(predictor)]
+            if len(side) != abs(gap):
+                raise ValueError(f"{mine[0].half}: {predictor} {metric} within recounted {gap:+d} off its totals, "
+                                 f"{len(side)} cell(s) decided by rounding")
+            cells = [replace(c, settled=c.settled | {predictor}) if c in side else c for c in cells]
+    return cells
+
+
 def read_half(half: str, path: Path, pairs: dict[str, Pair]) -> list[Cell]:
     cells = []
     for line in path.read_text(encoding="utf-8").splitlines():
@@ -120,7 +156,7 @@ def read_half(half: str, path: Path, pairs: dict[str, Pair]) -> list[Cell]:
         value, band = _advisor(model)
         cells.append(Cell(half, pairs[pair], METRIC_OF[label], _value(base.split(" (")[0]), _value(after), value, band,
                           _value(unchanged), _value(queue), moved == "yes", direction == "yes", within == "yes"))
-    return cells
+    return _settle(cells, half_totals(path))
 
 
 PREDICTORS = ("advisor", "unchanged", "queue")

@@ -134,16 +134,13 @@ def accuracy() -> dict[str, Any]:
                        "runs_share": _share(total["runs_met"], total["runs"])}}
 
 
-def _totals(path: Path) -> dict[str, Any]:
-    """The JSON totals an advisor-pairs scoring prints after its table."""
-    text = path.read_text(encoding="utf-8")
-    return dict(json.loads(text[text.index("\n{") + 1:]))
-
 
 def advisor_pairs() -> dict[str, Any]:
+    from lab import advisor_record
+
     halves = []
     for split, commit, name in ADVISOR_HALVES:
-        totals = _totals(RESULTS / name)
+        totals = advisor_record.half_totals(RESULTS / name)
         halves.append({"split": split, "commit": commit, "file": f"lab/results/{name}",
                        "pairs": totals["advisor"]["cells"] // len(METRICS),
                        **{p: {k: totals[p][k] for k in ("direction", "moved", "within", "cells")} for p in PREDICTORS},
@@ -163,8 +160,6 @@ def advisor_pairs() -> dict[str, Any]:
     pooled["coverage_share"] = _share(pooled["covered"], pooled["coverage_cells"])
     for h in halves:
         h["errors"] = {p: {m: round(v[0], 4) for m, v in by_metric.items()} for p, by_metric in h["errors"].items()}
-    from lab import advisor_record
-
     # Cell by cell: coverage on the cells that moved, each physics and workload family held out, each knob's moves.
     record = advisor_record.record((split, name) for split, _, name in ADVISOR_HALVES)
     return {"generated_by": "python -m lab.summary --write", "halves": halves, "pooled": pooled, "record": record}

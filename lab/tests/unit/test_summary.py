@@ -4,6 +4,7 @@ pool every held-out round at its first scoring (lab/summary.py)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from lab import summary
 from lab.advisor_pairs import load_manifest
@@ -65,13 +66,37 @@ def test_the_record_reads_every_half_cell_by_cell_as_its_totals_say() -> None:
     data = summary.advisor_pairs()
     pooled, record = data["pooled"], data["record"]["pooled"]
     assert record["cells"] == pooled["advisor"]["cells"] and record["moved"] == pooled["advisor"]["moved"]
-    # The baselines are recounted from printed values (lab/advisor_record.py): validation-37's one preemption rate
-    # printed at the floor counts within for both that the half's unrounded scoring did not.
-    rounded_at_the_floor = {"advisor": 0, "unchanged": 1, "queue": 1}
     for p in ("advisor", "unchanged", "queue"):
-        assert record[p]["within"] == pooled[p]["within"] + rounded_at_the_floor[p]
+        assert record[p]["within"] == pooled[p]["within"]
     assert record["advisor"]["direction"] == pooled["advisor"]["direction"]
     # every family row is a part of the pooled cells, and the parts add up
     for key in ("physics", "workload"):
         assert sum(s["cells"] for s in data["record"][key].values()) == record["cells"]
     assert record["covered_moved"] <= record["moved"] and advisor_record.FAMILY_FLOOR == 0.7
+
+
+def test_a_recount_off_its_totals_is_settled_only_by_cells_the_rounding_decides(tmp_path: Path) -> None:
+    import pytest
+
+    from lab import advisor_record
+
+    lines = ["| p | preempt/s | 0.00 (+/-0%) | 0.06 [0.00-0.40] | 0.00 | 0.00 | 0.05 | yes | yes | yes |",
+             "| p | TTFT p95 | 100.0 ms (+/-1%) | 50.0 ms [40.0 ms-60.0 ms] | 100.0 ms | 100.0 ms | 50.0 ms | "
+             "yes | yes | yes |"]
+    manifest = load_manifest(summary.REPO / "lab/data/advisor-pairs/manifest.yaml")[1]
+    pair = {"p": manifest[0]}
+
+    def half(preempt_within: int, ttft_within: int) -> list[advisor_record.Cell]:
+        per_metric = {"preemption_rate": {"within": preempt_within}, "ttft_p95_seconds": {"within": ttft_within},
+                      "itl_p95_seconds": {"within": 0}}
+        totals = {p: {"per_metric": per_metric} for p in ("unchanged", "queue")}
+        path = tmp_path / "half.txt"
+        path.write_text("\n".join(lines) + "\n" + json.dumps(totals) + "\n", encoding="utf-8")
+        return advisor_record.read_half("validation-x", path, pair)
+
+    # 0.05 printed at the floor: within as printed, not within just above it; the half's totals say which
+    assert [c.close("unchanged") for c in half(1, 0)] == [True, False]
+    assert [c.close("unchanged") for c in half(0, 0)] == [False, False]
+    # a TTFT 100 ms off a 50 ms after is no rounding's doing: the recount is not that half
+    with pytest.raises(ValueError, match="decided by rounding"):
+        half(1, 1)
